@@ -1,0 +1,1 @@
+"""refactor-agent: overnight whole-repository refactoring with a local llama-server."""

@@ -1,0 +1,86 @@
+"""llama-server's own (non-OpenAI) endpoints: /health, /props, /slots, /tokenize, /metrics.
+
+The OpenAI-compatible chat endpoint lives in agent.llm; this module is the thin HTTP layer for the
+introspection endpoints that the packer, the launcher and `doctor` share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class ServerError(Exception):
+    """A one-line, user-facing problem with the llama-server."""
+
+
+class ServerUnreachable(ServerError):
+    pass
+
+
+class ServerLoading(ServerError):
+    pass
+
+
+def server_root(base_url: str) -> str:
+    """`http://host:8080/v1` -> `http://host:8080`: the introspection endpoints hang off the root."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+class LlamaServerAPI:
+    def __init__(self, base_url: str, *, timeout_s: float = 10.0) -> None:
+        self.root = server_root(base_url)
+        self._http = httpx.Client(base_url=self.root, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> LlamaServerAPI:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            reason = f"{exc.__class__.__name__}: {exc}"
+            raise ServerUnreachable(f"llama-server unreachable at {self.root}: {reason}") from exc
+        if response.status_code == 503:
+            raise ServerLoading(f"llama-server at {self.root} is still loading the model (503); retry in a moment")
+        return response
+
+    def health(self) -> dict[str, Any]:
+        """Raises ServerUnreachable / ServerLoading; returns the body when the server is ready."""
+        response = self._request("GET", "/health")
+        response.raise_for_status()
+        return response.json()
+
+    def props(self) -> dict[str, Any]:
+        response = self._request("GET", "/props")
+        response.raise_for_status()
+        return response.json()
+
+    def slots(self) -> list[dict[str, Any]]:
+        response = self._request("GET", "/slots")
+        response.raise_for_status()
+        return response.json()
+
+    def metrics_text(self) -> str | None:
+        """Prometheus text, or None when the server runs without --metrics."""
+        response = self._request("GET", "/metrics")
+        if response.status_code != 200:
+            return None
+        return response.text
+
+    def tokenize(self, content: str, *, add_special: bool = False) -> list[int]:
+        response = self._request("POST", "/tokenize", json={"content": content, "add_special": add_special})
+        response.raise_for_status()
+        return response.json()["tokens"]
+
+    def context_size(self) -> int:
+        """The per-slot context window the server was started with."""
+        return int(self.props()["default_generation_settings"]["n_ctx"])
