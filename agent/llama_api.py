@@ -84,3 +84,9 @@ class LlamaServerAPI:
     def context_size(self) -> int:
         """The per-slot context window the server was started with."""
         return int(self.props()["default_generation_settings"]["n_ctx"])
+
+    def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One non-streaming /v1/chat/completions: the response keeps llama-server's `timings` (doctor's probes)."""
+        response = self._request("POST", "/v1/chat/completions", json={**body, "stream": False})
+        response.raise_for_status()
+        return response.json()

@@ -1,0 +1,84 @@
+"""The `refactor-agent` command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig
+from agent.live import RunView
+from agent.pack_cli import pack
+from agent.server.cli import doctor, server_app
+from agent.session import execute
+from sandbox import DEFAULT_IMAGE
+from sandbox.cli import sandbox_app
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Overnight whole-repository refactoring with a local llama-server."
+)
+app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(server_app, name="server")
+app.command("pack")(pack)
+app.command("doctor")(doctor)
+
+
+def _read_tasks(tasks: list[str], task_file: Path | None) -> list[str]:
+    """A task file holds one task per paragraph (blank-line separated); lines starting with # are comments."""
+    collected = [task for task in tasks if task.strip()]
+    if task_file is not None:
+        try:
+            text = task_file.read_text(encoding="utf-8")
+        except OSError as error:
+            raise typer.BadParameter(f"cannot read {task_file}: {error.strerror}", param_hint="--task-file") from None
+        lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+        collected += [paragraph.strip() for paragraph in "\n".join(lines).split("\n\n") if paragraph.strip()]
+    if not collected:
+        raise typer.BadParameter("give at least one --task or a --task-file", param_hint="--task")
+    return collected
+
+
+@app.command()
+def run(
+    repo: Annotated[Path, typer.Argument(help="The git repository to refactor (it is never modified).")],
+    task: Annotated[list[str], typer.Option("--task", "-t", help="What to do; repeat for several tasks.")] = [],  # noqa: B006
+    task_file: Annotated[Path | None, typer.Option(help="Tasks, one paragraph each (for cron).")] = None,
+    server: Annotated[
+        str | None, typer.Option(help=f"OpenAI-compatible base URL [default: {DEFAULT_SERVER_URL}]")
+    ] = None,
+    model: Annotated[str, typer.Option(help="Model name sent to the server.")] = LLMConfig().model,
+    effort: Annotated[Effort, typer.Option(help="Reasoning effort.")] = "max",
+    image: Annotated[str, typer.Option(help="Sandbox image.")] = DEFAULT_IMAGE,
+    runs_dir: Annotated[Path, typer.Option(help="Where run records go.")] = Path("runs"),
+    max_turns: Annotated[int, typer.Option(min=1, help="Model turns per task.")] = RunConfig.model_fields[
+        "max_turns"
+    ].default,
+    test_cmd: Annotated[str | None, typer.Option(help="Test command (default: detected).")] = None,
+    command_timeout: Annotated[float, typer.Option(help="Seconds before a sandbox command is killed.")] = 600.0,
+    temperature: Annotated[float, typer.Option()] = SamplingConfig().temperature,
+    top_p: Annotated[float, typer.Option()] = SamplingConfig().top_p,
+    min_p: Annotated[float, typer.Option()] = SamplingConfig().min_p,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed (reproducible runs).")] = None,
+    allow_dirty: Annotated[
+        bool, typer.Option(help="Run although REPO has uncommitted changes (they are ignored).")
+    ] = False,
+) -> None:
+    """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/."""
+    config = RunConfig(
+        repo=repo.resolve(),
+        tasks=_read_tasks(task, task_file),
+        llm=LLMConfig(
+            server_url=server or DEFAULT_SERVER_URL,
+            server_explicit=server is not None,
+            model=model,
+            effort=effort,
+            sampling=SamplingConfig(temperature=temperature, top_p=top_p, min_p=min_p, seed=seed),
+        ),
+        image=image,
+        runs_dir=runs_dir,
+        max_turns=max_turns,
+        test_cmd=test_cmd,
+        command_timeout_s=command_timeout,
+    )
+    raise typer.Exit(execute(config, allow_dirty=allow_dirty, view=RunView()))

@@ -1,0 +1,48 @@
+"""Resolved settings of a run; written verbatim to runs/<run-id>/config.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from sandbox import DEFAULT_IMAGE
+
+Effort = Literal["low", "high", "max"]
+
+DEFAULT_SERVER_URL = "http://127.0.0.1:8080/v1"
+
+
+class SamplingConfig(BaseModel):
+    """DeepSeek's agentic sampling: temperature 1.0, top-p 0.95; low temperatures degrade this model."""
+
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int | None = None
+    max_tokens: int | None = Field(None, ge=1, description="per response; None lets the server decide")
+
+
+class LLMConfig(BaseModel):
+    server_url: str = DEFAULT_SERVER_URL
+    server_explicit: bool = False
+    model: str = "deepseek-v4-flash"
+    effort: Effort = "max"
+    sampling: SamplingConfig = SamplingConfig()
+    request_timeout_s: float = Field(3600.0, gt=0, description="a 500k-token prefill takes minutes")
+    max_retries: int = Field(6, ge=0)
+    max_resamples: int = Field(3, ge=0, description="re-asks after output that breaks the tool-call format")
+    retry_backoff_s: float = Field(2.0, ge=0, description="first wait; doubles per retry, capped at 60 s")
+
+
+class RunConfig(BaseModel):
+    repo: Path
+    tasks: list[str] = Field(min_length=1)
+    llm: LLMConfig = LLMConfig()
+    image: str = DEFAULT_IMAGE
+    runs_dir: Path = Path("runs")
+    max_turns: int = Field(100, ge=1)
+    test_cmd: str | None = None
+    command_timeout_s: float = Field(600.0, gt=0)
+    tool_output_chars: int = Field(20_000, ge=1_000, description="tool output shown to the model, head and tail kept")

@@ -1,0 +1,59 @@
+"""runs/<run-id>/: written as the run happens, one flushed line per step, so a crash leaves a readable record."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import BaseModel
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Path):
+        return str(value)
+    return repr(value)
+
+
+def _write_json_file(path: Path, payload: Any) -> None:
+    """Write-then-rename: a reader (or a crash) never sees half a JSON file."""
+    partial = path.with_suffix(path.suffix + ".partial")
+    partial.write_text(json.dumps(payload, indent=2, default=_default, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+class RunJournal:
+    def __init__(self, runs_dir: Path, run_id: str) -> None:
+        self.run_id = run_id
+        self.directory = runs_dir / run_id
+        self.directory.mkdir(parents=True, exist_ok=False)
+        self._transcript: TextIO = (self.directory / "transcript.jsonl").open("a", encoding="utf-8")
+
+    def write_config(self, config: BaseModel) -> None:
+        _write_json_file(self.directory / "config.json", config.model_dump(mode="json"))
+
+    def record(self, event: dict[str, Any]) -> None:
+        line = json.dumps({"time": round(time.time(), 3), **event}, default=_default, ensure_ascii=False)
+        self._transcript.write(line + "\n")
+        self._transcript.flush()
+        os.fsync(self._transcript.fileno())
+
+    def append_patch(self, header: str, diff: str) -> None:
+        """One file for all tasks; `git apply` skips the header lines between diffs."""
+        with (self.directory / "patch.diff").open("a", encoding="utf-8") as patch:
+            patch.write(f"# {header}\n{diff}\n" if diff else f"# {header}: no changes\n")
+
+    def write_summary(self, summary: BaseModel) -> None:
+        _write_json_file(self.directory / "summary.json", summary.model_dump(mode="json"))
+
+    def close(self) -> None:
+        self._transcript.close()

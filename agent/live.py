@@ -1,0 +1,82 @@
+"""What a person watching the run sees: a live panel on a terminal, plain lines in a log or cron mail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+def _tool_label(event: dict[str, Any]) -> str:
+    marker = " (error)" if event.get("is_error") else ""
+    return f"{event['name']}{marker}"
+
+
+class RunView:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console()
+        self.state: dict[str, Any] = {"task": "-", "turn": 0, "tok_s": None, "cache": None, "tool": "-", "status": ""}
+        self._live: Live | None = None
+
+    def __enter__(self) -> RunView:
+        if self.console.is_terminal:
+            self._live = Live(self._table(), console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+    def log(self, message: str) -> None:
+        self.console.print(message, markup=False, highlight=False)
+
+    def handle(self, event: dict[str, Any]) -> None:
+        line = self._update(event)
+        if self._live is not None:
+            self._live.update(self._table())
+        elif line:
+            self.log(line)
+
+    def _update(self, event: dict[str, Any]) -> str | None:
+        kind = event["type"]
+        state = self.state
+        if kind == "task_start":
+            state.update(task=f"{event['index']}: {event['task'][:60]}", turn=0, tool="-", status="running")
+            return f"task {event['index']} started on branch {event['branch']}"
+        if kind == "response":
+            stats = event["stats"]
+            state["turn"] = event["turn"]
+            state["tok_s"] = stats.predicted_per_second
+            state["cache"] = stats.cached_tokens / stats.prompt_tokens if stats.prompt_tokens else None
+            return (
+                f"turn {event['turn']}: {stats.prompt_tokens} prompt tokens ({stats.cached_tokens} cached), "
+                f"{stats.completion_tokens} generated, {stats.latency_s:.1f}s"
+            )
+        if kind == "tool_result":
+            state["tool"] = _tool_label(event)
+            return f"turn {event['turn']}: {_tool_label(event)}"
+        if kind == "task_end":
+            state["status"] = f"{event['status']}: {event['reason']}"
+            return f"task {event['index']} {event['status']}: {event['reason']}"
+        if kind == "retry":
+            return f"model: {event['message']}"
+        return None
+
+    def _table(self) -> Table:
+        state = self.state
+        table = Table(show_header=False, box=None, padding=(0, 1))
+        tok_s = "-" if state["tok_s"] is None else f"{state['tok_s']:.1f}"
+        cache = "-" if state["cache"] is None else f"{state['cache']:.0%}"
+        for label, value in (
+            ("task", state["task"]),
+            ("turn", str(state["turn"])),
+            ("decode tok/s", tok_s),
+            ("cache hit", cache),
+            ("last tool", state["tool"]),
+            ("status", state["status"]),
+        ):
+            table.add_row(f"[bold]{label}[/bold]", value)
+        return table

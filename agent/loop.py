@@ -1,0 +1,131 @@
+"""The agent loop: ask the model, run its tool calls, append, repeat. Exceptions carry the control flow.
+
+The message list is append-only and the system message and tool list never change within a task, so every
+request's rendered prompt starts with the previous one's and llama-server serves it from its KV cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent.llm import ChatModel, LLMError, RequestStats, ToolCall
+from tools import FinishRequested, ToolContext, ToolRegistry
+
+Emit = Callable[[dict[str, Any]], None]
+LoopOutcome = Literal["finished", "stopped", "max_turns", "error"]
+
+
+class LoopEnd(Exception):
+    outcome: LoopOutcome = "error"
+
+    def __init__(self, reason: str, summary: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.summary = summary
+
+
+class Finished(LoopEnd):
+    outcome = "finished"
+
+
+class Stopped(LoopEnd):
+    """The model answered without calling a tool: it has nothing more to do."""
+
+    outcome = "stopped"
+
+
+class TurnLimitReached(LoopEnd):
+    outcome = "max_turns"
+
+
+class ModelFailed(LoopEnd):
+    outcome = "error"
+
+
+@dataclass
+class LoopResult:
+    outcome: LoopOutcome
+    reason: str
+    summary: str
+    turns: int
+    requests: list[RequestStats] = field(default_factory=list)
+
+
+class AgentLoop:
+    def __init__(
+        self, model: ChatModel, registry: ToolRegistry, context: ToolContext, *, max_turns: int, emit: Emit
+    ) -> None:
+        self.model = model
+        self.registry = registry
+        self.context = context
+        self.max_turns = max_turns
+        self.emit = emit
+        self.tool_schemas = registry.schemas()
+        self.messages: list[dict[str, Any]] = []
+        self.requests: list[RequestStats] = []
+        self.turn = 0
+        self._recorded = 0
+
+    def run(self, system_prompt: str, task_prompt: str) -> LoopResult:
+        self.messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": task_prompt}]
+        try:
+            while True:
+                self.step()
+        except LoopEnd as end:
+            return LoopResult(end.outcome, end.reason, end.summary, self.turn, self.requests)
+
+    def step(self) -> None:
+        if self.turn >= self.max_turns:
+            raise TurnLimitReached(f"reached --max-turns {self.max_turns} without finish")
+        self.turn += 1
+        self._record_request()
+        try:
+            reply = self.model.complete(self.messages, self.tool_schemas)
+        except LLMError as error:
+            raise ModelFailed(str(error)) from error
+        self.requests.append(reply.stats)
+        self.messages.append(reply.to_message())
+        self.emit({"type": "response", "turn": self.turn, "message": self.messages[-1], "stats": reply.stats})
+        if not reply.tool_calls:
+            raise Stopped("the model answered without calling a tool", summary=reply.content)
+        for call in reply.tool_calls:
+            self._execute(call)
+
+    def _record_request(self) -> None:
+        """Log only what is new since the last request: the repository is in the first one, not in every one."""
+        event: dict[str, Any] = {
+            "type": "request",
+            "turn": self.turn,
+            "message_count": len(self.messages),
+            "new_messages": self.messages[self._recorded :],
+        }
+        if self._recorded == 0:
+            event["tools"] = self.tool_schemas
+        self._recorded = len(self.messages)
+        self.emit(event)
+
+    def _execute(self, call: ToolCall) -> None:
+        self.emit(
+            {"type": "tool_call", "turn": self.turn, "id": call.id, "name": call.name, "arguments": call.arguments}
+        )
+        try:
+            result = self.registry.dispatch(call.name, call.arguments, self.context)
+        except FinishRequested as finish:
+            self._append_tool_result(call, "finished", is_error=False)
+            raise Finished("the model called finish", summary=finish.summary) from None
+        self._append_tool_result(call, result.text, is_error=result.is_error)
+
+    def _append_tool_result(self, call: ToolCall, text: str, *, is_error: bool) -> None:
+        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        self.emit(
+            {
+                "type": "tool_result",
+                "turn": self.turn,
+                "id": call.id,
+                "name": call.name,
+                "is_error": is_error,
+                "text": text,
+            }
+        )

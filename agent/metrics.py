@@ -1,0 +1,168 @@
+"""Speculation, prompt-cache and latency metrics of a run, from per-request stats and llama-server's /metrics.
+
+Acceptance rate alone misleads: a drafter that proposes 5 tokens at 46% beats one proposing 2 at 65%. What pays
+is accepted tokens per verification pass (accepted / drafts in /metrics), so that is what the summary leads with.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel
+
+from agent.llama_api import LlamaServerAPI
+from agent.llm import RequestStats
+
+METRIC_PREFIX = "llamacpp:"
+
+
+class SpecCounters(BaseModel):
+    """llama-server's cumulative speculative-decoding counters."""
+
+    drafts: int = 0  # verification passes
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+
+    def __sub__(self, earlier: SpecCounters) -> SpecCounters:
+        return SpecCounters(
+            drafts=self.drafts - earlier.drafts,
+            draft_tokens=self.draft_tokens - earlier.draft_tokens,
+            accepted_tokens=self.accepted_tokens - earlier.accepted_tokens,
+        )
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def accepted_per_pass(self) -> float | None:
+        return self.accepted_tokens / self.drafts if self.drafts else None
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """`name{labels} value` lines -> {"name{labels}": value}, prefix dropped; comments skipped."""
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        samples[name.removeprefix(METRIC_PREFIX)] = float(value)
+    return samples
+
+
+def spec_counters_from_text(text: str) -> SpecCounters:
+    samples = parse_prometheus(text)
+    return SpecCounters(
+        drafts=int(samples.get("spec_decode_num_drafts_total", 0)),
+        draft_tokens=int(samples.get("spec_decode_num_draft_tokens_total", 0)),
+        accepted_tokens=int(samples.get("spec_decode_num_accepted_tokens_total", 0)),
+    )
+
+
+def accepted_per_position(text: str) -> list[float]:
+    """Accepted tokens per draft position, the per-position acceptance counts llama-server keeps."""
+    samples = parse_prometheus(text)
+    prefix = 'spec_decode_num_accepted_tokens_per_pos_total{position="'
+    positions = {
+        int(key[len(prefix) :].split('"')[0]): value for key, value in samples.items() if key.startswith(prefix)
+    }
+    return [positions[index] for index in sorted(positions)]
+
+
+def scrape_spec_counters(api: LlamaServerAPI) -> SpecCounters | None:
+    """None when the server runs without --metrics."""
+    text = api.metrics_text()
+    return None if text is None else spec_counters_from_text(text)
+
+
+def speculation_configured(api: LlamaServerAPI) -> bool:
+    """/props does not show speculation; /slots does, per slot."""
+    for slot in api.slots():
+        if slot.get("speculative"):
+            return True
+        types = slot.get("params", {}).get("speculative.types")
+        if types and types != "none":
+            return True
+    return False
+
+
+class MetricsSummary(BaseModel):
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    cache_hit_ratio: float | None
+    generated_tokens: int
+    decode_tokens_per_s: float | None
+    draft_tokens: int
+    accepted_draft_tokens: int
+    acceptance_rate: float | None
+    accepted_per_pass: float | None
+    accepted_per_pass_source: Literal["metrics", "estimated"] | None
+    ttft_p50_s: float | None
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    latency_p99_s: float | None
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _estimated_accepted_per_pass(stats: list[RequestStats]) -> float | None:
+    """Without /metrics the number of passes is unknown; when every step drafts, each pass yields its accepted
+    tokens plus one token of the target's own, so passes ~= generated - accepted over the requests that drafted."""
+    drafting = [item for item in stats if item.draft_tokens > 0]
+    accepted = sum(item.draft_accepted for item in drafting)
+    passes = sum(item.completion_tokens for item in drafting) - accepted
+    return accepted / passes if passes > 0 else None
+
+
+def summarize(stats: list[RequestStats], spec_delta: SpecCounters | None = None) -> MetricsSummary:
+    prompt_tokens = sum(item.prompt_tokens for item in stats)
+    cached_tokens = sum(item.cached_tokens for item in stats)
+    timed = [item for item in stats if item.predicted_ms]
+    decode_seconds = sum(item.predicted_ms or 0.0 for item in timed) / 1000
+    draft_tokens = sum(item.draft_tokens for item in stats)
+    accepted = sum(item.draft_accepted for item in stats)
+    if spec_delta is not None and spec_delta.drafts > 0:
+        per_pass, source = spec_delta.accepted_per_pass, "metrics"
+    else:
+        per_pass = _estimated_accepted_per_pass(stats)
+        source = "estimated" if per_pass is not None else None
+    latencies = [item.latency_s for item in stats]
+    return MetricsSummary(
+        requests=len(stats),
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
+        cache_hit_ratio=cached_tokens / prompt_tokens if prompt_tokens else None,
+        generated_tokens=sum(item.completion_tokens for item in stats),
+        decode_tokens_per_s=sum(item.completion_tokens for item in timed) / decode_seconds if decode_seconds else None,
+        draft_tokens=draft_tokens,
+        accepted_draft_tokens=accepted,
+        acceptance_rate=accepted / draft_tokens if draft_tokens else None,
+        accepted_per_pass=per_pass,
+        accepted_per_pass_source=source,
+        ttft_p50_s=percentile([item.ttft_s for item in stats if item.ttft_s is not None], 50),
+        latency_p50_s=percentile(latencies, 50),
+        latency_p95_s=percentile(latencies, 95),
+        latency_p99_s=percentile(latencies, 99),
+    )
+
+
+def speculation_warning(summary: MetricsSummary, speculation_configured: bool) -> str | None:
+    """The failure that HTTP 200s hide: a drafter that makes no drafts silently costs about half the throughput."""
+    if speculation_configured and summary.generated_tokens > 0 and summary.draft_tokens == 0:
+        return (
+            f"speculative decoding is configured but no drafts were made in {summary.requests} requests "
+            f"({summary.generated_tokens} tokens generated without it): is --fit off set? run `refactor-agent doctor`"
+        )
+    return None

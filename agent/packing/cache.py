@@ -1,0 +1,51 @@
+"""On-disk maps keyed by content (git blob ids), shared by runs, tasks and concurrent packers.
+
+Keys name content, never mtimes, so a hit is exact. SQLite gives atomic writes and lets a run load only the
+keys of the repository at hand.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+LOOKUP_CHUNK = 900  # below SQLite's default limit on bound parameters
+
+
+class ContentCache:
+    """One table of key -> JSON value in a SQLite file; writes are buffered until save()."""
+
+    def __init__(self, path: Path, table: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._table = table
+        self._db = sqlite3.connect(path, timeout=30.0, check_same_thread=False)
+        self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._pending: dict[str, Any] = {}
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        unique = sorted(set(keys))
+        found: dict[str, Any] = {}
+        for start in range(0, len(unique), LOOKUP_CHUNK):
+            chunk = unique[start : start + LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            query = f"SELECT key, value FROM {self._table} WHERE key IN ({marks})"
+            found.update((key, json.loads(value)) for key, value in self._db.execute(query, chunk))
+        found.update((key, self._pending[key]) for key in unique if key in self._pending)
+        return found
+
+    def put(self, key: str, value: Any) -> None:
+        self._pending[key] = value
+
+    def save(self) -> None:
+        if self._pending:
+            rows = [(key, json.dumps(value, separators=(",", ":"))) for key, value in sorted(self._pending.items())]
+            with self._db:
+                self._db.executemany(f"INSERT OR REPLACE INTO {self._table} (key, value) VALUES (?, ?)", rows)
+            self._pending = {}
+
+    def close(self) -> None:
+        self.save()
+        self._db.close()

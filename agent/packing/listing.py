@@ -1,0 +1,102 @@
+"""Which paths exist, according to git itself (nested .gitignore, info/exclude, anchored patterns)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.packing.options import PackError
+
+SUBMODULE_MODE = "160000"
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True, slots=True)
+class ListedPath:
+    raw: bytes  # as git stores it: file names need not be UTF-8
+    mode: str | None  # index mode; None for untracked files
+
+    @property
+    def display(self) -> str:
+        """What the model sees: undecodable bytes and control characters shown as \\xNN, never dropped."""
+        text = self.raw.decode("utf-8", errors="backslashreplace")
+        return CONTROL_CHARACTERS.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
+def _git(repo_dir: Path, *args: str) -> bytes:
+    try:
+        completed = subprocess.run(
+            ["git", "-C", str(repo_dir), *args], capture_output=True, check=False, stdin=subprocess.DEVNULL
+        )
+    except FileNotFoundError as exc:
+        raise PackError("git is not installed (needed to list the repository's files)") from exc
+    if completed.returncode != 0:
+        message = completed.stderr.decode("utf-8", errors="replace").strip().splitlines()
+        raise PackError(f"git {args[0]} failed in {repo_dir}: {message[-1] if message else 'no message'}")
+    return completed.stdout
+
+
+def ensure_work_tree(repo_dir: Path) -> None:
+    if not repo_dir.is_dir():
+        raise PackError(f"{repo_dir} is not a directory")
+    probe = subprocess.run(
+        ["git", "-C", str(repo_dir), "rev-parse", "--is-inside-work-tree"],
+        capture_output=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    if probe.returncode != 0 or probe.stdout.strip() != b"true":
+        raise PackError(f"{repo_dir} is not inside a git work tree")
+    prefix = _git(repo_dir, "rev-parse", "--show-prefix").strip()
+    if prefix:
+        raise PackError(f"{repo_dir} is a subdirectory of a git repository; pass its top level")
+
+
+def head_commit(repo_dir: Path) -> str | None:
+    """None for a repository without commits."""
+    completed = subprocess.run(
+        ["git", "-C", str(repo_dir), "rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
+        capture_output=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    return completed.stdout.decode().strip() if completed.returncode == 0 else None
+
+
+def list_paths(repo_dir: Path, *, include_untracked: bool) -> list[ListedPath]:
+    """Tracked paths (plus untracked, not ignored ones when asked), sorted by their bytes."""
+    by_path: dict[bytes, ListedPath] = {}
+    for record in _git(repo_dir, "ls-files", "--stage", "-z").split(b"\0"):
+        if not record:
+            continue
+        meta, _, raw = record.partition(b"\t")
+        # Unmerged paths appear once per stage; any stage names the same path.
+        by_path[raw] = ListedPath(raw=raw, mode=meta.split(b" ", 1)[0].decode())
+    if include_untracked:
+        for raw in _git(repo_dir, "ls-files", "--others", "--exclude-standard", "-z").split(b"\0"):
+            if raw and raw not in by_path:
+                by_path[raw] = ListedPath(raw=raw, mode=None)
+    return [by_path[raw] for raw in sorted(by_path)]
+
+
+def linguist_attributes(repo_dir: Path, paths: list[ListedPath]) -> dict[bytes, str]:
+    """Paths that .gitattributes marks linguist-generated or linguist-vendored, mapped to the attribute."""
+    if not paths:
+        return {}
+    completed = subprocess.run(
+        ["git", "-C", str(repo_dir), "check-attr", "-z", "--stdin", "linguist-generated", "linguist-vendored"],
+        input=b"\0".join(p.raw for p in paths) + b"\0",
+        capture_output=True,
+        check=False,
+    )
+    if completed.returncode != 0:
+        return {}
+    fields = completed.stdout.split(b"\0")
+    marked: dict[bytes, str] = {}
+    for index in range(0, len(fields) - 2, 3):
+        raw, attribute, value = fields[index], fields[index + 1], fields[index + 2]
+        if value in (b"set", b"true"):
+            marked.setdefault(raw, attribute.decode())
+    return marked

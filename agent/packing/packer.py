@@ -1,0 +1,284 @@
+"""The one packer `pack` and `run` share: list, classify, count, and when over budget map, rank and select."""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TextIO
+
+from agent.packing.budget import resolve_budget
+from agent.packing.classify import ExcludedFile, TextFile, classify, read_text
+from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
+from agent.packing.options import PackOptions, resolved_cache_dir
+from agent.packing.rank import rank_files
+from agent.packing.render import Renderer, renderer_for
+from agent.packing.repomap import load_tags
+from agent.packing.select import Candidate, View, fill_budget
+from agent.packing.stats import FileStat, PackStats, timed
+from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece_key
+
+WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
+PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
+MAX_SELECTION_ROUNDS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ShownFile:
+    file: TextFile
+    view: Literal["full", "outline"]
+    outline: str | None
+
+
+class PackedRepository:
+    """The selection, rendered on demand: write() streams file by file, reading each from disk as it goes."""
+
+    def __init__(
+        self,
+        *,
+        repo_dir: Path,
+        renderer: Renderer,
+        partial: bool,
+        shown: list[ShownFile],
+        unshown: list[str],
+        stats: PackStats,
+    ) -> None:
+        self._repo_dir = repo_dir
+        self._renderer = renderer
+        self._partial = partial
+        self._shown = shown
+        self._unshown = unshown
+        self.stats = stats
+        self._text: str | None = None
+
+    def write(self, stream: TextIO) -> None:
+        with timed(self.stats, "render"):
+            renderer = self._renderer
+            stream.write(renderer.header(self.stats.commit, partial=self._partial))
+            for item in self._shown:
+                if item.view == "full":
+                    stream.write(renderer.full(item.file.path, read_text(self._repo_dir, item.file)))
+                else:
+                    stream.write(renderer.outline(item.file.path, item.outline or ""))
+            if self._unshown:
+                stream.write(renderer.unshown_open())
+                stream.writelines(renderer.unshown_line(path) for path in self._unshown)
+                stream.write(renderer.unshown_close())
+            stream.write(renderer.footer())
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            buffer = io.StringIO()
+            self.write(buffer)
+            self._text = buffer.getvalue()
+        return self._text
+
+
+def pack_repository(repo_dir: Path, options: PackOptions) -> PackedRepository:
+    started = time.perf_counter()
+    repo_dir = Path(repo_dir).resolve()
+    ensure_work_tree(repo_dir)
+    budget = resolve_budget(options)
+    cache_dir = resolved_cache_dir(options)
+    counter = make_counter(options.server_url, cache_dir, concurrency=options.tokenize_concurrency)
+    try:
+        packer = _Packer(repo_dir, options, counter, cache_dir)
+        packer.stats.budget_tokens = budget.tokens
+        packer.stats.budget_source = budget.source
+        packed = packer.pack(budget.tokens)
+    finally:
+        counter.close()
+    packed.stats.elapsed_s["setup"] = round(time.perf_counter() - started - sum(packed.stats.elapsed_s.values()), 4)
+    return packed
+
+
+class _Packer:
+    def __init__(self, repo_dir: Path, options: PackOptions, counter: TokenCounter, cache_dir: Path) -> None:
+        self.repo_dir = repo_dir
+        self.options = options
+        self.counter = counter
+        self.cache_dir = cache_dir
+        self.renderer = renderer_for(options.format)
+        self.stats = PackStats(
+            commit=None,
+            format=options.format,
+            counts="exact" if counter.exact else "estimated",
+            tokenizer=counter.tokenizer,
+            tokens_per_byte=counter.tokens_per_byte,
+            budget_tokens=None,
+            budget_source="",
+        )
+
+    def pack(self, budget: int | None) -> PackedRepository:
+        files, excluded = self._inventory()
+        with timed(self.stats, "count"):
+            full_costs = self._count_full(files)
+            header = self.counter.count_text(self.renderer.header(self.stats.commit, partial=False))
+            footer = self.counter.count_text(self.renderer.footer())
+        if budget is None or header + footer + sum(full_costs) <= budget:
+            views: dict[int, View] = dict.fromkeys(range(len(files)), "full")
+            outlines: dict[int, str] = {}
+            outline_costs: dict[int, int] = {}
+            unshown_cost = 0
+            partial = False
+        else:
+            partial = True
+            views, outlines, outline_costs, unshown_cost = self._select(files, full_costs, budget)
+        self.stats.tokens_per_byte = self.counter.tokens_per_byte
+        return self._result(files, excluded, views, full_costs, outlines, outline_costs, unshown_cost, partial)
+
+    def _inventory(self) -> tuple[list[TextFile], list[ExcludedFile]]:
+        with timed(self.stats, "list"):
+            self.stats.commit = head_commit(self.repo_dir)
+            listed = list_paths(self.repo_dir, include_untracked=self.options.include_untracked)
+            linguist = linguist_attributes(self.repo_dir, listed) if not self.options.include_generated else {}
+        files: list[TextFile] = []
+        excluded: list[ExcludedFile] = []
+        with timed(self.stats, "read"):
+            for path in listed:
+                verdict, _ = classify(
+                    self.repo_dir,
+                    path,
+                    linguist=linguist.get(path.raw),
+                    include_generated=self.options.include_generated,
+                    include_secrets=self.options.include_secrets,
+                    max_file_bytes=self.options.max_file_bytes,
+                )
+                (files if isinstance(verdict, TextFile) else excluded).append(verdict)  # type: ignore[arg-type]
+        return files, excluded
+
+    def _count_full(self, files: list[TextFile]) -> list[int]:
+        renderer, repo_dir, fmt = self.renderer, self.repo_dir, self.options.format
+
+        def request(text_file: TextFile) -> CountRequest:
+            return CountRequest(
+                key=piece_key(text_file.blob_id, fmt, "full", text_file.path),
+                render=lambda: renderer.full(text_file.path, read_text(repo_dir, text_file)),
+                size_hint=text_file.size + len(text_file.path) + WRAPPER_BYTES,
+            )
+
+        return self.counter.count([request(text_file) for text_file in files])
+
+    def _select(
+        self, files: list[TextFile], full_costs: list[int], budget: int
+    ) -> tuple[dict[int, View], dict[int, str], dict[int, int], int]:
+        with timed(self.stats, "map"):
+            tags = load_tags(self.repo_dir, files, self.cache_dir)
+        with timed(self.stats, "rank"):
+            paths = [text_file.path for text_file in files]
+            ranked = rank_files(paths, tags, self.options.task)
+        with timed(self.stats, "count"):
+            outlines = {index: file_tags.outline for index, file_tags in enumerate(tags) if file_tags and file_tags.outline}
+            outline_costs = self._count_outlines(files, outlines)
+            fixed = sum(
+                self.counter.count_text(piece)
+                for piece in (self.renderer.header(self.stats.commit, partial=True), self.renderer.footer())
+            )
+            list_wrapper = self.counter.count_text(self.renderer.unshown_open() + self.renderer.unshown_close())
+        with timed(self.stats, "select"):
+            ratio = self.counter.tokens_per_byte * PATH_ESTIMATE_MARGIN
+            candidates = [
+                Candidate(
+                    index=index,
+                    full=full_costs[index],
+                    outline=outline_costs.get(index),
+                    path=math.ceil(len(self.renderer.unshown_line(paths[index]).encode()) * ratio),
+                )
+                for index in ranked
+            ]
+            # Path lines are estimates: count the resulting list exactly, and shrink until the total fits.
+            shortfall = 0
+            for _ in range(MAX_SELECTION_ROUNDS):
+                views = fill_budget(candidates, max(0, budget - fixed - list_wrapper - shortfall))
+                unshown = [paths[index] for index in range(len(files)) if views[index] == "path"]
+                unshown_cost = self._unshown_cost(unshown, list_wrapper)
+                shown_cost = sum(
+                    full_costs[index] if view == "full" else outline_costs[index]
+                    for index, view in views.items()
+                    if view in ("full", "outline")
+                )
+                overshoot = fixed + shown_cost + unshown_cost - budget
+                if overshoot <= 0:
+                    break
+                shortfall += overshoot
+        return views, outlines, outline_costs, unshown_cost
+
+    def _count_outlines(self, files: list[TextFile], outlines: dict[int, str]) -> dict[int, int]:
+        renderer, fmt = self.renderer, self.options.format
+        indices = sorted(outlines)
+
+        def request(index: int) -> CountRequest:
+            path, outline = files[index].path, outlines[index]
+            return CountRequest(
+                key=piece_key(files[index].blob_id, fmt, "outline", path),
+                render=lambda: renderer.outline(path, outline),
+                size_hint=len(outline.encode()) + len(path) + WRAPPER_BYTES,
+            )
+
+        return dict(zip(indices, self.counter.count([request(index) for index in indices]), strict=True))
+
+    def _unshown_cost(self, unshown: list[str], list_wrapper: int) -> int:
+        if not unshown:
+            return 0
+        return list_wrapper + self.counter.count_text("".join(self.renderer.unshown_line(path) for path in unshown))
+
+    def _result(
+        self,
+        files: list[TextFile],
+        excluded: list[ExcludedFile],
+        views: dict[int, View],
+        full_costs: list[int],
+        outlines: dict[int, str],
+        outline_costs: dict[int, int],
+        unshown_cost: int,
+        partial: bool,
+    ) -> PackedRepository:
+        stats = self.stats
+        shown: list[ShownFile] = []
+        unshown: list[str] = []
+        file_stats: list[FileStat] = []
+        for index, text_file in enumerate(files):
+            view = views[index]
+            rendered = {"full": full_costs[index], "outline": outline_costs.get(index, 0)}.get(view, 0)
+            reason = {
+                "outline": "over budget: outline only",
+                "path": "over budget: path only",
+                "dropped": "over budget: not even its path fits",
+            }.get(view)
+            if view in ("full", "outline"):
+                shown.append(ShownFile(text_file, view, outlines.get(index)))  # type: ignore[arg-type]
+            elif view == "path":
+                unshown.append(text_file.path)
+            stat_view = "excluded" if view == "dropped" else view
+            file_stats.append(
+                FileStat(
+                    path=text_file.path,
+                    view=stat_view,  # type: ignore[arg-type]
+                    reason=reason,
+                    bytes=text_file.size,
+                    tokens_full=full_costs[index],
+                    tokens_rendered=rendered,
+                )
+            )
+        file_stats.extend(FileStat(path=item.path, view="excluded", reason=item.reason) for item in excluded)
+        file_stats.sort(key=lambda stat: stat.path)
+        stats.files = file_stats
+        stats.files_listed = len(files) + len(excluded)
+        stats.files_full = sum(1 for stat in file_stats if stat.view == "full")
+        stats.files_outline = sum(1 for stat in file_stats if stat.view == "outline")
+        stats.files_path_only = len(unshown)
+        stats.files_excluded = sum(1 for stat in file_stats if stat.view == "excluded")
+        fixed = self.counter.count_text(self.renderer.header(stats.commit, partial=partial))
+        fixed += self.counter.count_text(self.renderer.footer())
+        stats.total_tokens = fixed + sum(stat.tokens_rendered for stat in file_stats) + unshown_cost
+        return PackedRepository(
+            repo_dir=self.repo_dir,
+            renderer=self.renderer,
+            partial=partial,
+            shown=shown,
+            unshown=unshown,
+            stats=stats,
+        )

@@ -1,0 +1,107 @@
+"""`refactor-agent server start|stop|status` and `refactor-agent doctor`; the lead's CLI mounts these."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL
+from agent.llama_api import ServerError
+from agent.server.binary import find_binary
+from agent.server.doctor import DoctorOptions, failed, run_doctor
+from agent.server.launcher import DEFAULT_READY_TIMEOUT_S, read_states, server_status, start_server, stop_server
+from agent.server.presets import PresetName, PresetRequest, build_preset
+
+server_app = typer.Typer(help="Start, stop and inspect the local llama-server.", no_args_is_help=True)
+
+STATUS_MARK = {"ok": " ok ", "warn": "warn", "fail": "FAIL", "skip": "skip"}
+
+
+def _fail(error: Exception) -> typer.Exit:
+    typer.echo(f"error: {error}", err=True)
+    return typer.Exit(1)
+
+
+@server_app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def start(
+    context: typer.Context,
+    preset: Annotated[PresetName, typer.Option(help="dspark: DeepSeek V4 Flash + DSpark; embedded: SmolLM2 on CPU")] = (
+        "embedded"
+    ),
+    model: Annotated[Path | None, typer.Option(help="target GGUF (first shard); required for dspark")] = None,
+    draft: Annotated[Path | None, typer.Option(help="DSpark drafter GGUF; required for dspark")] = None,
+    ctx: Annotated[
+        int | None, typer.Option(min=1, help="context size in tokens (KV memory grows linearly with it)")
+    ] = None,
+    gpu_layers: Annotated[str | None, typer.Option(help="-ngl: layers on the GPU, a number or 'all'")] = None,
+    self_draft: Annotated[bool, typer.Option(help="embedded: draft with the model itself (exercises speculation)")] = (
+        False
+    ),
+    host: str = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8080,
+    binary: Annotated[Path | None, typer.Option(help="your own llama-server build (e.g. CUDA)")] = None,
+    wait: Annotated[float, typer.Option(help="seconds to wait for /health")] = DEFAULT_READY_TIMEOUT_S,
+) -> None:
+    """Start llama-server with a preset; arguments after `--` go to llama-server unchanged."""
+    try:
+        request = PresetRequest(
+            preset=preset,
+            model=model,
+            draft=draft,
+            ctx_size=ctx,
+            gpu_layers=gpu_layers,
+            self_draft=self_draft,
+            host=host,
+            port=port,
+            extra_args=list(context.args),
+        )
+        start_server(build_preset(request), binary=find_binary(binary), log=typer.echo, ready_timeout_s=wait)
+    except ServerError as error:
+        raise _fail(error) from None
+
+
+@server_app.command()
+def stop(port: Annotated[int | None, typer.Option(help="which server; needed when several run")] = None) -> None:
+    """Stop a llama-server that `server start` started."""
+    try:
+        stop_server(port, log=typer.echo)
+    except ServerError as error:
+        raise _fail(error) from None
+
+
+@server_app.command()
+def status() -> None:
+    """List the llama-servers `server start` started, with their health."""
+    states = read_states()
+    if not states:
+        typer.echo("no llama-server started by refactor-agent")
+        return
+    for state in states:
+        current = server_status(state)
+        running = "running" if current.running else "not running"
+        typer.echo(f"{state.url}  preset {state.preset}  pid {state.pid} {running}  health: {current.health}")
+        typer.echo(f"  log {state.log_file}")
+
+
+def doctor(
+    server: Annotated[str, typer.Option(help="llama-server base URL")] = DEFAULT_SERVER_URL,
+    repo: Annotated[Path | None, typer.Option(help="compare the context size with this repository")] = None,
+    min_accepted_per_pass: Annotated[
+        float, typer.Option(help="floor for accepted draft tokens per verification pass")
+    ] = 1.0,
+    image: Annotated[str, typer.Option(help="sandbox image that must exist")] = DEFAULT_IMAGE,
+    json_output: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
+) -> None:
+    """Check the llama-server, speculation, prompt cache and Docker; exit 1 on any failure."""
+    options = DoctorOptions(server_url=server, repo=repo, min_accepted_per_pass=min_accepted_per_pass, image=image)
+    results = run_doctor(options)
+    if json_output:
+        typer.echo(json.dumps([result.model_dump() for result in results], indent=2))
+    else:
+        for result in results:
+            typer.echo(f"[{STATUS_MARK[result.status]}] {result.name:<12} {result.message}")
+    if failed(results):
+        raise typer.Exit(1)

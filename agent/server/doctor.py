@@ -1,0 +1,280 @@
+"""`doctor`: is this machine ready for an overnight run? One result per check; any failure means exit 1.
+
+The checks encode what goes wrong in practice with a healthy-looking server: a drafter that makes no drafts
+(HTTP still answers 200), acceptance that does not pay for the verification passes, a prompt cache that does
+not hold, an unpinned or pre-DSpark build.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import BaseModel, Field
+
+from agent.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL
+from agent.llama_api import LlamaServerAPI, ServerError, ServerUnreachable
+from agent.metrics import spec_counters_from_text, speculation_configured
+from agent.packing.budget import context_budget
+from agent.packing.tokens import DEFAULT_TOKENS_PER_BYTE
+from agent.server.launcher import find_state
+from sandbox import SandboxError, docker_client, require_image
+
+Status = Literal["ok", "warn", "fail", "skip"]
+
+# llama.cpp release b10228 (merge 596a579, PR #25784) is the first with DeepSeek V4 and DSpark.
+FIRST_DSPARK_BUILD = 10228
+PROBE_MAX_TOKENS = 48
+# A system prompt long enough (a few hundred tokens) that one re-evaluated token does not skew the cache ratio.
+PROBE_SYSTEM = "You are a terse assistant used for a health check of a local inference server.\n" + "".join(
+    f"Rule {number}: answer in plain text, keep numbers in ascending order, and never add commentary.\n"
+    for number in range(1, 25)
+)
+PROBE_USER = "Count from 1 to 60, separated by commas."
+
+
+class CheckResult(BaseModel):
+    name: str
+    status: Status
+    message: str
+
+
+class DoctorOptions(BaseModel):
+    server_url: str = DEFAULT_SERVER_URL
+    repo: Path | None = None
+    min_accepted_per_pass: float = Field(
+        1.0, ge=0, description="below one accepted token per verification pass the drafter rarely pays for itself"
+    )
+    min_cache_ratio: float = Field(0.9, ge=0, le=1)
+    image: str = DEFAULT_IMAGE
+    check_docker: bool = True
+
+
+class _Probe(BaseModel):
+    drafted: int
+    accepted: int
+    generated: int
+    cached: int
+    evaluated: int
+
+
+def _probe(api: LlamaServerAPI, max_tokens: int) -> _Probe:
+    response = api.chat_completion(
+        {
+            "messages": [{"role": "system", "content": PROBE_SYSTEM}, {"role": "user", "content": PROBE_USER}],
+            "max_tokens": max_tokens,
+            # Greedy: the probe should measure the drafter, not the sampler's luck.
+            "temperature": 0.0,
+            "cache_prompt": True,
+        }
+    )
+    timings: dict[str, Any] = response.get("timings", {})
+    return _Probe(
+        drafted=int(timings.get("draft_n", 0)),
+        accepted=int(timings.get("draft_n_accepted", 0)),
+        generated=int(timings.get("predicted_n", 0)),
+        cached=int(timings.get("cache_n", 0)),
+        evaluated=int(timings.get("prompt_n", 0)),
+    )
+
+
+def _server_hint(url: str) -> str:
+    return f"no llama-server at {url}: start one with `refactor-agent server start --preset embedded` (or dspark)"
+
+
+def check_build(props: dict[str, Any]) -> CheckResult:
+    build = str(props.get("build_info", "unknown"))
+    match = re.match(r"b(\d+)", build)
+    number = int(match.group(1)) if match else 0
+    if number == 0:
+        return CheckResult(
+            name="build",
+            status="warn",
+            message=f"build {build} is unknown: cannot confirm it includes DSpark (llama.cpp b{FIRST_DSPARK_BUILD}"
+            ", commit 596a579); pin the build you tested",
+        )
+    if number < FIRST_DSPARK_BUILD:
+        return CheckResult(
+            name="build",
+            status="warn",
+            message=f"build {build} predates b{FIRST_DSPARK_BUILD}, the first with DeepSeek V4 and DSpark: upgrade",
+        )
+    return CheckResult(name="build", status="ok", message=f"build {build} (DSpark since b{FIRST_DSPARK_BUILD})")
+
+
+def estimate_repo_tokens(repo: Path) -> int:
+    """Tracked bytes times a typical tokens-per-byte ratio: rough, but enough to compare with a window."""
+    listing = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z"], capture_output=True, check=True, timeout=120
+    ).stdout
+    paths = [repo / name for name in listing.decode(errors="surrogateescape").split("\0") if name]
+    total = sum(path.stat().st_size for path in paths if path.is_file() and not path.is_symlink())
+    return int(total * DEFAULT_TOKENS_PER_BYTE)
+
+
+def check_context(props: dict[str, Any], repo: Path | None) -> CheckResult:
+    n_ctx = int(props["default_generation_settings"]["n_ctx"])
+    slots = int(props.get("total_slots", 1))
+    shared = f"; {slots} slots: another request can evict the resident prefix, start with -np 1" if slots > 1 else ""
+    if repo is None:
+        return CheckResult(
+            name="context",
+            status="warn" if shared else "ok",
+            message=f"{n_ctx} tokens per slot (pass --repo to compare with a repository){shared}",
+        )
+    try:
+        needed = estimate_repo_tokens(repo)
+    except (OSError, subprocess.SubprocessError):
+        return CheckResult(name="context", status="fail", message=f"--repo {repo} is not a readable git repository")
+    budget = context_budget(n_ctx, "max", None)
+    if needed > budget:
+        return CheckResult(
+            name="context",
+            status="fail",
+            message=f"{repo} needs about {needed} tokens but {n_ctx} leaves {budget} for the repository: raise --ctx "
+            f"(the packer will otherwise leave files out){shared}",
+        )
+    return CheckResult(
+        name="context",
+        status="warn" if shared else "ok",
+        message=f"{repo} needs about {needed} of the {budget} tokens {n_ctx} leaves for the repository{shared}",
+    )
+
+
+def check_template(props: dict[str, Any]) -> CheckResult:
+    caps: dict[str, Any] = props.get("chat_template_caps") or {}
+    missing = [name for name in ("tools", "reasoning_effort") if not caps.get(f"supports_{name}")]
+    if not missing:
+        return CheckResult(name="template", status="ok", message="chat template supports tools and reasoning effort")
+    return CheckResult(
+        name="template",
+        status="warn",
+        message=f"chat template lacks {' and '.join(missing)} support: llama.cpp falls back to a generic tool "
+        "format and ignores the effort; use the model's own template (--jinja, a V4 GGUF)",
+    )
+
+
+def _launched_with_draft(url: str) -> bool:
+    """Whether refactor-agent started the server at `url` with a drafter (its state file knows the command)."""
+    port = urlsplit(url).port
+    state = find_state(port) if port is not None else None
+    return state is not None and state.drafting
+
+
+def check_speculation(probe: _Probe, configured: bool, launched_with_draft: bool) -> CheckResult:
+    if not configured:
+        if launched_with_draft:
+            return CheckResult(
+                name="speculation",
+                status="fail",
+                message="a drafter is on the command line but the server reports no speculative decoding: "
+                "the draft failed to initialise, see the server log",
+            )
+        return CheckResult(
+            name="speculation", status="skip", message="no speculative decoding configured (dspark preset enables it)"
+        )
+    if probe.drafted == 0:
+        return CheckResult(
+            name="speculation",
+            status="fail",
+            message=f"draft model loaded but no drafts made: is --fit off set? (probe generated {probe.generated} "
+            "tokens without a single draft)",
+        )
+    return CheckResult(
+        name="speculation",
+        status="ok",
+        message=f"probe drafted {probe.drafted} tokens, {probe.accepted} accepted",
+    )
+
+
+def check_acceptance(metrics_text: str | None, configured: bool, floor: float) -> CheckResult:
+    if metrics_text is None:
+        return CheckResult(
+            name="acceptance",
+            status="fail" if configured else "warn",
+            message="no /metrics: start llama-server with --metrics (acceptance is otherwise only estimated)",
+        )
+    if not configured:
+        return CheckResult(name="acceptance", status="skip", message="no speculative decoding to measure")
+    counters = spec_counters_from_text(metrics_text)
+    if counters.drafts == 0 or counters.accepted_per_pass is None:
+        return CheckResult(
+            name="acceptance", status="fail", message="/metrics counts no verification passes: nothing is drafted"
+        )
+    rate = counters.acceptance_rate or 0.0
+    summary = (
+        f"{counters.accepted_per_pass:.2f} accepted tokens per verification pass "
+        f"(acceptance {rate:.0%} of {counters.draft_tokens} drafted, {counters.drafts} passes)"
+    )
+    if counters.accepted_per_pass < floor:
+        return CheckResult(
+            name="acceptance",
+            status="fail",
+            message=f"{summary}, below the floor {floor:g}: the drafter does not pay for its passes; check that it "
+            "belongs to the target model and --spec-draft-n-max",
+        )
+    return CheckResult(name="acceptance", status="ok", message=f"{summary}, floor {floor:g}")
+
+
+def check_prompt_cache(repeat: _Probe, floor: float) -> CheckResult:
+    total = repeat.cached + repeat.evaluated
+    ratio = repeat.cached / total if total else 0.0
+    message = f"repeated probe reused {repeat.cached} of {total} prompt tokens ({ratio:.1%})"
+    if ratio < floor:
+        return CheckResult(
+            name="prompt-cache",
+            status="fail",
+            message=f"{message}, below {floor:.0%}: keep cache_prompt on and the slot resident (-np 1, "
+            "--no-cache-idle-slots)",
+        )
+    return CheckResult(name="prompt-cache", status="ok", message=message)
+
+
+def check_docker(image: str) -> CheckResult:
+    try:
+        client = docker_client(timeout_s=20)
+        require_image(client, image)
+    except SandboxError as error:
+        return CheckResult(name="docker", status="fail", message=str(error))
+    return CheckResult(name="docker", status="ok", message=f"Docker daemon answers and image {image} is present")
+
+
+def _server_checks(options: DoctorOptions) -> list[CheckResult]:
+    with LlamaServerAPI(options.server_url, timeout_s=120.0) as api:
+        try:
+            api.health()
+            props = api.props()
+        except ServerUnreachable:
+            return [CheckResult(name="server", status="fail", message=_server_hint(api.root))]
+        model = Path(str(props.get("model_path", "?"))).name
+        results = [
+            CheckResult(name="server", status="ok", message=f"{api.root} is up, model {model}"),
+            check_build(props),
+            check_context(props, options.repo),
+            check_template(props),
+        ]
+        configured = speculation_configured(api)
+        first = _probe(api, PROBE_MAX_TOKENS)
+        results.append(check_speculation(first, configured, _launched_with_draft(options.server_url)))
+        results.append(check_acceptance(api.metrics_text(), configured, options.min_accepted_per_pass))
+        results.append(check_prompt_cache(_probe(api, 1), options.min_cache_ratio))
+    return results
+
+
+def run_doctor(options: DoctorOptions) -> list[CheckResult]:
+    try:
+        results = _server_checks(options)
+    except (ServerError, httpx.HTTPError) as error:
+        # A server that fails mid-way (loading, HTTP 500 on the probe) is one failure, said in one line.
+        results = [CheckResult(name="server", status="fail", message=" ".join(str(error).split()))]
+    if options.check_docker:
+        results.append(check_docker(options.image))
+    return results
+
+
+def failed(results: list[CheckResult]) -> bool:
+    return any(result.status == "fail" for result in results)

@@ -1,0 +1,105 @@
+"""A task's private checkout: a git worktree of the user's HEAD on a new branch, in a scratch directory.
+
+The user's working tree, index, HEAD, current branch and stash are never written: the worktree has its own
+index and HEAD, and the only things added to the user's repository are the task branch and git's own
+bookkeeping for the worktree (removed with it).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import git
+
+
+class WorkspaceError(Exception):
+    """One-line problem with the user's repository."""
+
+
+def task_slug(task: str, limit: int = 40) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-")
+    return slug[:limit].rstrip("-") or "task"
+
+
+def open_repository(path: Path) -> git.Repo:
+    """The user's repository, checked: a git work tree with at least one commit."""
+    if not path.exists():
+        raise WorkspaceError(f"{path}: no such directory")
+    try:
+        repo = git.Repo(path, search_parent_directories=False)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise WorkspaceError(f"{path} is not a git repository (run `git init` and commit first)") from None
+    if repo.bare:
+        raise WorkspaceError(f"{path} is a bare repository; point refactor-agent at a checkout")
+    try:
+        repo.head.commit  # noqa: B018 - raises on an unborn branch
+    except ValueError:
+        raise WorkspaceError(f"{path} has no commits yet; commit the code the agent should work on") from None
+    return repo
+
+
+def dirty_description(repo: git.Repo) -> str | None:
+    if not repo.is_dirty(untracked_files=True):
+        return None
+    changed = len(repo.index.diff(None)) + len(repo.index.diff("HEAD"))
+    untracked = len(repo.untracked_files)
+    return f"{changed} changed and {untracked} untracked paths"
+
+
+class Workspace:
+    def __init__(self, repo: git.Repo, path: Path, branch: str, base_commit: str) -> None:
+        self.user_repo = repo
+        self.path = path
+        self.branch = branch
+        self.base_commit = base_commit
+        self.repo = git.Repo(path)
+
+    @classmethod
+    def create(cls, repo: git.Repo, *, run_id: str, task: str, scratch_root: Path | None = None) -> Workspace:
+        base_commit = repo.head.commit.hexsha
+        branch = f"refactor-agent/{run_id}/{task_slug(task)}"
+        parent = Path(tempfile.mkdtemp(prefix=f"refactor-agent-{run_id}-", dir=scratch_root))
+        path = parent / "worktree"
+        # `worktree add -b` creates the branch at base_commit without touching the user's HEAD or index.
+        repo.git.worktree("add", "--quiet", "-b", branch, str(path), base_commit)
+        return cls(repo, path, branch, base_commit)
+
+    def _stage_everything(self) -> None:
+        self.repo.git.add("--all")
+
+    def diff(self) -> str:
+        """Everything the task changed against its base, new files included."""
+        self._stage_everything()
+        return self.repo.git.diff("--cached", "--binary", self.base_commit)
+
+    def commit(self, message: str, trailers: dict[str, str]) -> str | None:
+        """Commit all changes on the task branch; None when there is nothing to commit."""
+        self._stage_everything()
+        if not self.repo.git.diff("--cached", "--name-only", self.base_commit):
+            return None
+        trailer_block = "\n".join(f"{key}: {value}" for key, value in trailers.items())
+        environment = {}
+        reader = self.repo.config_reader()
+        if not reader.has_option("user", "email"):
+            environment = {
+                "GIT_AUTHOR_NAME": "refactor-agent",
+                "GIT_AUTHOR_EMAIL": "refactor-agent@localhost",
+                "GIT_COMMITTER_NAME": "refactor-agent",
+                "GIT_COMMITTER_EMAIL": "refactor-agent@localhost",
+            }
+        # --no-verify: the user's hooks are not ours to run unattended at night.
+        with self.repo.git.custom_environment(**environment):
+            self.repo.git.commit("--quiet", "--no-verify", "-m", f"{message.strip()}\n\n{trailer_block}")
+        return self.repo.head.commit.hexsha
+
+    def remove(self) -> None:
+        """Drop the scratch checkout; the branch and its commits stay in the user's repository."""
+        try:
+            self.user_repo.git.worktree("remove", "--force", str(self.path))
+        except git.GitCommandError:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.user_repo.git.worktree("prune")
+        shutil.rmtree(self.path.parent, ignore_errors=True)

@@ -1,0 +1,47 @@
+"""`refactor-agent sandbox ...`: building the sandbox image and cleaning up after crashed runs."""
+
+from typing import Annotated
+
+import typer
+
+from sandbox.container import sweep_leftovers
+from sandbox.daemon import docker_client
+from sandbox.errors import SandboxError
+from sandbox.image import DEFAULT_IMAGE, build_image
+
+sandbox_app = typer.Typer(
+    help="Build and maintain the Docker sandbox the agent runs commands in.", no_args_is_help=True
+)
+
+
+def _fail(error: SandboxError) -> typer.Exit:
+    typer.secho(f"error: {error}", err=True, fg=typer.colors.RED)
+    return typer.Exit(1)
+
+
+@sandbox_app.command()
+def build(
+    tag: Annotated[str, typer.Option(help="Tag of the image to build.")] = DEFAULT_IMAGE,
+    base: Annotated[
+        str | None, typer.Option(help="Debian-like image to build FROM (default: the Dockerfile's).")
+    ] = None,
+    bootstrap: Annotated[
+        bool,
+        typer.Option(help="Make the base with debootstrap from Debian's packages: no image registry needed."),
+    ] = False,
+) -> None:
+    """Build the sandbox image (python3, pytest, git, bash, coreutils)."""
+    try:
+        build_image(tag, base=base, bootstrap=bootstrap, log=typer.echo)
+    except SandboxError as error:
+        raise _fail(error) from error
+
+
+@sandbox_app.command()
+def sweep() -> None:
+    """Remove sandbox containers left behind by runs that crashed or were killed."""
+    try:
+        removed = sweep_leftovers(docker_client())
+    except SandboxError as error:
+        raise _fail(error) from error
+    typer.echo(f"removed {removed} leftover sandbox container(s)")

@@ -1,0 +1,257 @@
+"""One Docker container per task: commands run in it with the workspace mounted, and no network."""
+
+import contextlib
+import logging
+import re
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import docker
+import docker.errors
+from docker.utils.socket import frames_iter
+
+from sandbox.daemon import docker_client, require_image
+from sandbox.errors import SandboxError
+from sandbox.models import ExecResult, SandboxLimits
+from sandbox.output import OutputCapture
+from sandbox.owner import current_owner, owner_is_gone
+
+LABEL = "refactor-agent.sandbox"
+OWNER_LABEL = "refactor-agent.owner"
+WORKSPACE = "/workspace"
+# Where each command's wrapper notes the pid of GNU timeout, which leads the command's process group.
+PID_FILE = "/tmp/.refactor-agent-command.pid"
+KILL_AFTER_S = 2
+# GNU timeout gets the timeout with millisecond precision, and reads 0 as "no timeout".
+MIN_TIMEOUT_S = 0.001
+# The host-side deadline is a backstop behind GNU timeout, which should always act first.
+BACKSTOP_GRACE_S = 10
+# After a kill, how long the output stream may take to end before the reader is abandoned.
+STREAM_END_GRACE_S = 10
+# Past this much output the command is killed: it is flooding, and keeping on reading only burns time.
+FLOOD_CEILING_BYTES = 64 * 1024 * 1024
+TIMEOUT_EXIT_CODES = (124, 137)
+
+log = logging.getLogger(__name__)
+
+
+def _container_name(run_id: str) -> str:
+    safe_run_id = re.sub(r"[^a-zA-Z0-9_.-]", "-", run_id)[:60]
+    return f"refactor-agent-{safe_run_id}-{secrets.token_hex(3)}"
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
+
+
+def _os_socket(exec_socket: Any) -> socket.socket:
+    """docker-py hands out a SocketIO wrapping the OS socket over a unix socket, the socket itself otherwise."""
+    return getattr(exec_socket, "_sock", exec_socket)
+
+
+class _CommandStream:
+    """Reads one exec's output on a thread so the caller can keep its own deadline."""
+
+    def __init__(self, exec_socket: Any, capture: OutputCapture) -> None:
+        self.capture = capture
+        self.flooded = threading.Event()
+        self._socket = exec_socket
+        # The client's request timeout would otherwise end the stream of any command silent for that long.
+        _os_socket(exec_socket).settimeout(None)
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for _, chunk in frames_iter(self._socket, tty=False):
+                with self._lock:
+                    self.capture.add(chunk)
+                    if self.capture.total_bytes > FLOOD_CEILING_BYTES:
+                        self.flooded.set()
+        except OSError as error:  # the stream cut by `abandon` or by the daemon ends the output, nothing more
+            log.debug("exec stream ended with %s", error)
+        finally:
+            os_socket = _os_socket(self._socket)
+            self._socket.close()
+            os_socket.close()
+
+    def wait(self, timeout_s: float) -> bool:
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def abandon(self) -> None:
+        """Cut the stream: output that a stray process still writes is not worth waiting for."""
+        with contextlib.suppress(OSError):
+            _os_socket(self._socket).shutdown(socket.SHUT_RDWR)
+        self._thread.join(STREAM_END_GRACE_S)
+
+    def render(self) -> tuple[str, int, bool]:
+        with self._lock:
+            return self.capture.render(), self.capture.total_bytes, self.capture.truncated
+
+
+class DockerSandbox:
+    """A long-lived idle container for one task; `execute` runs each command in it."""
+
+    def __init__(
+        self,
+        image: str,
+        workspace: Path,
+        *,
+        run_id: str,
+        limits: SandboxLimits | None = None,
+        client: docker.DockerClient | None = None,
+    ) -> None:
+        self.image = image
+        self.workspace = Path(workspace).resolve()
+        self.run_id = run_id
+        self.limits = limits or SandboxLimits()
+        self._client = client
+        self._container: Any = None
+        self._exec_lock = threading.Lock()
+
+    @property
+    def container_id(self) -> str | None:
+        return self._container.id if self._container is not None else None
+
+    def start(self) -> None:
+        if self._container is not None:
+            return
+        if not self.workspace.is_dir():
+            raise SandboxError(f"workspace {self.workspace} is not a directory")
+        client = self._client = self._client or docker_client()
+        require_image(client, self.image)
+        owner = self.workspace.stat()
+        # No more CPUs than the daemon has: Docker refuses the container otherwise.
+        cpus = min(self.limits.cpus, float(client.info().get("NCPU") or self.limits.cpus))
+        try:
+            self._container = client.containers.create(
+                self.image,
+                command=["sleep", "infinity"],
+                name=_container_name(self.run_id),
+                labels={LABEL: self.run_id, OWNER_LABEL: current_owner()},
+                volumes={str(self.workspace): {"bind": WORKSPACE, "mode": "rw"}},
+                working_dir=WORKSPACE,
+                user=f"{owner.st_uid}:{owner.st_gid}",
+                environment={"HOME": "/tmp"},
+                network_mode="none",
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                pids_limit=self.limits.pids,
+                mem_limit=self.limits.memory,
+                memswap_limit=self.limits.memory,
+                nano_cpus=int(cpus * 1e9),
+                tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.limits.tmp_size},mode=1777"},
+                init=True,
+            )
+            self._container.start()
+        except docker.errors.APIError as error:
+            self.close()
+            raise SandboxError(f"cannot start a sandbox container from {self.image}: {_one_line(error)}") from error
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> "DockerSandbox":
+        self.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def execute(self, command: str, *, timeout_s: float | None = None, max_output_bytes: int = 256_000) -> ExecResult:
+        if self._container is None or self._client is None:
+            raise SandboxError("the sandbox is not started")
+        timeout = timeout_s if timeout_s is not None else self.limits.command_timeout_s
+        if timeout < MIN_TIMEOUT_S:
+            raise SandboxError(f"command timeout must be at least {MIN_TIMEOUT_S}s, got {timeout}s")
+        with self._exec_lock:
+            return self._execute(command, timeout, max_output_bytes)
+
+    def _execute(self, command: str, timeout: float, max_output_bytes: int) -> ExecResult:
+        api = self._client.api
+        # GNU timeout leads a process group of its own, so killing that group from outside takes the
+        # whole command tree and leaves the container's idle process alone. One pipe for stdout and
+        # stderr keeps their lines in the order they were written.
+        wrapper = f'echo $$ > {PID_FILE}; exec timeout -k {KILL_AFTER_S} {timeout:.3f} bash -c "$1" 2>&1'
+        started = time.monotonic()
+        try:
+            exec_id = api.exec_create(self._container.id, ["sh", "-c", wrapper, "_", command], workdir=WORKSPACE)["Id"]
+            exec_socket = api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as error:
+            raise SandboxError(f"cannot run a command in {self._container.name}: {_one_line(error)}") from error
+        stream = _CommandStream(exec_socket, OutputCapture(max_output_bytes))
+        deadline = started + timeout + KILL_AFTER_S + BACKSTOP_GRACE_S
+        killed_at: float | None = None
+        while not stream.wait(0.2):
+            now = time.monotonic()
+            if killed_at is None and (stream.flooded.is_set() or now > deadline):
+                self._kill_command_group()
+                killed_at = now
+            elif killed_at is not None and now - killed_at > STREAM_END_GRACE_S:
+                stream.abandon()
+                break
+        duration = time.monotonic() - started
+        output, total_bytes, truncated = stream.render()
+        exit_code = self._exit_code(exec_id)
+        flooded = stream.flooded.is_set()
+        timed_out = (killed_at is not None and not flooded) or (exit_code in TIMEOUT_EXIT_CODES and duration >= timeout)
+        return ExecResult(
+            exit_code=None if timed_out or flooded else exit_code,
+            output=output,
+            total_bytes=total_bytes,
+            truncated=truncated or flooded,
+            timed_out=timed_out,
+            duration_s=duration,
+        )
+
+    def _exit_code(self, exec_id: str) -> int | None:
+        state = self._client.api.exec_inspect(exec_id)
+        return None if state.get("Running") else state.get("ExitCode")
+
+    def _kill_command_group(self) -> None:
+        # bash, not sh: dash's kill builtin takes neither `--` nor a negative pid naming a process group.
+        kill = f'pid=$(cat {PID_FILE} 2>/dev/null) && kill -KILL -- "-$pid"'
+        try:
+            self._container.exec_run(["bash", "-c", kill], workdir=WORKSPACE)
+        except docker.errors.APIError as error:
+            log.warning("could not kill a command in %s: %s", self._container.name, _one_line(error))
+
+    def close(self) -> None:
+        """Remove the container; safe to call twice, and never raises: it runs while unwinding errors."""
+        container, self._container = self._container, None
+        if container is None:
+            return
+        try:
+            container.remove(force=True)
+        except Exception as error:
+            log.warning("could not remove sandbox container %s: %s", container.name, _one_line(error))
+
+
+def sweep_leftovers(client: docker.DockerClient, *, older_than_run: str | None = None) -> int:
+    """Remove sandbox containers whose owning process has ended (runs that crashed or were killed).
+
+    Containers of run `older_than_run` (the caller's own) are always kept, and so are those whose owner
+    still runs or lives on another host. Returns how many were removed.
+    """
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        labels = container.labels
+        if older_than_run is not None and labels.get(LABEL) == older_than_run:
+            continue
+        if not owner_is_gone(labels.get(OWNER_LABEL, "")):
+            continue
+        try:
+            container.remove(force=True)
+            removed += 1
+        except docker.errors.NotFound:
+            continue
+    return removed

@@ -1,0 +1,32 @@
+"""Connecting to the Docker daemon and checking that the sandbox image is there."""
+
+import os
+
+import docker
+import docker.errors
+
+from sandbox.errors import DockerUnavailable, ImageMissing
+
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def docker_client(*, timeout_s: float = 120) -> docker.DockerClient:
+    """A client for the daemon named by the environment, proven alive by a ping."""
+    address = os.environ.get("DOCKER_HOST", DEFAULT_DOCKER_HOST)
+    try:
+        client = docker.from_env(timeout=int(timeout_s))
+        client.ping()
+    except docker.errors.DockerException as error:
+        raise DockerUnavailable(f"Docker daemon unreachable at {address}: {_one_line(str(error))}") from error
+    return client
+
+
+def require_image(client: docker.DockerClient, image: str) -> None:
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound as error:
+        raise ImageMissing(image) from error

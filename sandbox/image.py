@@ -1,0 +1,168 @@
+"""Building the sandbox image: from the Dockerfile, or from a root filesystem made by debootstrap."""
+
+import io
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from sandbox.daemon import docker_client
+from sandbox.errors import SandboxError
+from sandbox.mirrors import choose_mirror
+
+DEFAULT_IMAGE = "refactor-agent-sandbox:latest"
+ROOTFS_IMAGE = "refactor-agent-sandbox-rootfs:bookworm"
+SUITE = "bookworm"
+BOOTSTRAP_PACKAGES = ("python3", "python3-pytest", "git", "bash", "coreutils", "procps")
+PROGRESS_EVERY_S = 20.0
+# Importing ~400 MB and building can take minutes on a loaded machine.
+BUILD_CLIENT_TIMEOUT_S = 1800
+
+Log = Callable[[str], None]
+
+
+def build_image(
+    tag: str = DEFAULT_IMAGE, *, base: str | None = None, bootstrap: bool = False, log: Log = print
+) -> None:
+    """Build the sandbox image `tag` from the Dockerfile, FROM `base` (or the Dockerfile's default base).
+
+    With `bootstrap`, the base is first made without any image registry: debootstrap writes a Debian root
+    filesystem from Debian's packages, which is imported as ROOTFS_IMAGE.
+    """
+    if bootstrap and base is not None:
+        raise SandboxError("choose either --bootstrap or --base: bootstrapping makes its own base")
+    client = docker_client(timeout_s=BUILD_CLIENT_TIMEOUT_S)
+    started = time.monotonic()
+    if bootstrap:
+        bootstrap_base_image(client, ROOTFS_IMAGE, log=log)
+        base = ROOTFS_IMAGE
+    # The bootstrapped base already holds every package, so its build needs (and gets) no network.
+    build_from_dockerfile(client, tag, base=base, network_mode="none" if bootstrap else None, log=log)
+    log(f"built {tag} in {time.monotonic() - started:.0f}s")
+
+
+def build_from_dockerfile(
+    client: docker.DockerClient, tag: str, *, base: str | None, network_mode: str | None, log: Log
+) -> None:
+    dockerfile = resources.files("sandbox").joinpath("Dockerfile").read_bytes()
+    log(f"building {tag} from the Dockerfile" + (f" FROM {base}" if base else ""))
+    stream = client.api.build(
+        fileobj=io.BytesIO(dockerfile),
+        tag=tag,
+        buildargs={"BASE": base} if base else None,
+        network_mode=network_mode,
+        rm=True,
+        forcerm=True,
+        decode=True,
+    )
+    for chunk in stream:
+        if "error" in chunk:
+            raise SandboxError(f"docker build of {tag} failed: {' '.join(str(chunk['error']).split())}")
+        text = str(chunk.get("stream", "")).strip()
+        if text:
+            log(f"  {text}")
+
+
+def bootstrap_base_image(client: docker.DockerClient, tag: str, *, log: Log) -> None:
+    if os.geteuid() != 0:
+        raise SandboxError("--bootstrap needs root (debootstrap chroots and makes device nodes); or use --base")
+    if shutil.which("debootstrap") is None:
+        raise SandboxError("debootstrap not found: install it with `apt-get install debootstrap`")
+    mirror = choose_mirror(SUITE)
+    workdir = Path(tempfile.mkdtemp(prefix="refactor-agent-rootfs-", dir="/var/tmp"))
+    rootfs = workdir / "rootfs"
+    try:
+        run_debootstrap(rootfs, mirror, log=log)
+        log(f"importing the root filesystem as {tag}")
+        client.api.import_image_from_stream(
+            tar_stream(rootfs),
+            repository=tag.rsplit(":", 1)[0],
+            tag=tag.rsplit(":", 1)[1],
+            changes=["ENV LANG=C.UTF-8", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+        )
+    finally:
+        remove_rootfs(workdir, log=log)
+
+
+def run_debootstrap(rootfs: Path, mirror: str, *, log: Log) -> None:
+    command = [
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(BOOTSTRAP_PACKAGES)}",
+        SUITE,
+        str(rootfs),
+        mirror,
+    ]
+    log(f"debootstrap {SUITE} from {mirror} into {rootfs} (takes 3 to 9 minutes)")
+    started = time.monotonic()
+    last_logged = started
+    seen_steps: set[str] = set()
+    tail: deque[str] = deque(maxlen=20)
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as process:
+        try:
+            assert process.stdout is not None
+            for raw in process.stdout:
+                line = raw.strip()
+                tail.append(line)
+                # Hundreds of "I: Retrieving x" lines: log the first line of each step, then a heartbeat.
+                step = " ".join(line.split()[:2])
+                now = time.monotonic()
+                if step not in seen_steps or now - last_logged >= PROGRESS_EVERY_S:
+                    seen_steps.add(step)
+                    last_logged = now
+                    log(f"  [{now - started:4.0f}s] {line}")
+            exit_code = process.wait()
+        finally:
+            if process.poll() is None:
+                process.kill()
+    if exit_code != 0:
+        for line in tail:
+            log(f"  {line}")
+        raise SandboxError(f"debootstrap failed with exit code {exit_code}: {tail[-1] if tail else 'no output'}")
+    trim_rootfs(rootfs)
+    log(f"debootstrap done in {time.monotonic() - started:.0f}s")
+
+
+def trim_rootfs(rootfs: Path) -> None:
+    """Drop the downloaded .debs and package lists: the image never runs apt without a network anyway."""
+    for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        for entry in (rootfs / cache).glob("*"):
+            if entry.is_file():
+                entry.unlink()
+
+
+def tar_stream(rootfs: Path, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
+    with subprocess.Popen(["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE) as process:
+        assert process.stdout is not None
+        while chunk := process.stdout.read(chunk_bytes):
+            yield chunk
+        if process.wait() != 0:
+            raise SandboxError(f"tar of {rootfs} failed with exit code {process.returncode}")
+
+
+def mounts_under(path: Path) -> list[str]:
+    prefix = str(path.resolve()) + "/"
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1] for line in mounts]
+    return sorted((point for point in points if point.startswith(prefix)), key=len, reverse=True)
+
+
+def remove_rootfs(workdir: Path, *, log: Log) -> None:
+    # debootstrap mounts /proc and /sys inside the target; an interrupted run can leave them mounted,
+    # and deleting through a mount would delete the host's files.
+    for point in mounts_under(workdir):
+        subprocess.run(["umount", "-l", point], check=False)
+    if leftover := mounts_under(workdir):
+        log(f"left {workdir} in place: still mounted at {', '.join(leftover)}")
+        return
+    shutil.rmtree(workdir, ignore_errors=True)

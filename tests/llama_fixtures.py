@@ -1,0 +1,88 @@
+"""pytest plugin: real llama-servers running SmolLM2-135M on 127.0.0.1, started once per session by the launcher.
+
+Each server starts only when a test asks for it and stops at the end of the session. They are never skipped:
+without the binary or the model the fixtures fail and say how to install them (scripts/setup-llama.sh).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from agent.llama_api import ServerError
+from agent.server.binary import find_binary, find_embedded_model
+from agent.server.launcher import ServerState, start_server, stop_server
+from agent.server.presets import PresetRequest, build_preset
+
+# Small enough to keep two SmolLM2 copies (target + self-draft) light; large enough for the cache tests' prompts.
+TEST_CTX = 4096
+READY_TIMEOUT_S = 180.0
+# Unconditional acceptance probability per draft position (non-increasing, one per --spec-draft-n-max position).
+SYNTHETIC_RATES = (0.9, 0.7, 0.5, 0.3, 0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def llama_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Launcher state for the session's servers, kept out of the user's ~/.cache; doctor reads it from here too."""
+    directory = tmp_path_factory.mktemp("llama-state")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(directory))
+        yield directory / "refactor-agent"
+
+
+@pytest.fixture(scope="session")
+def llama_binary() -> Path:
+    try:
+        find_embedded_model()
+        return find_binary()
+    except ServerError as error:
+        pytest.fail(f"llama_server tests need a real llama-server: {error}", pytrace=False)
+
+
+@contextmanager
+def running_server(request: PresetRequest, binary: Path, state_dir: Path) -> Iterator[ServerState]:
+    state = start_server(build_preset(request), binary=binary, state_dir=state_dir, ready_timeout_s=READY_TIMEOUT_S)
+    try:
+        yield state
+    finally:
+        stop_server(state.port, state_dir=state_dir, log=print)
+
+
+def _embedded(*, self_draft: bool, extra_args: tuple[str, ...] = ()) -> PresetRequest:
+    return PresetRequest(self_draft=self_draft, ctx_size=TEST_CTX, port=free_port(), extra_args=list(extra_args))
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_binary: Path, llama_state_dir: Path) -> Iterator[ServerState]:
+    """The embedded preset drafting with itself: real speculative decoding, real prompt cache, --metrics on."""
+    with running_server(_embedded(self_draft=True), llama_binary, llama_state_dir) as state:
+        yield state
+
+
+@pytest.fixture(scope="session")
+def llama_server_synthetic(llama_binary: Path, llama_state_dir: Path) -> Iterator[ServerState]:
+    """Self-draft with llama-server's synthetic acceptance at SYNTHETIC_RATES; every drafter proposal is kept full."""
+    rates = ",".join(str(rate) for rate in SYNTHETIC_RATES)
+    extra = ("--spec-synth-rates", rates, "--spec-draft-p-min", "0")
+    with running_server(_embedded(self_draft=True, extra_args=extra), llama_binary, llama_state_dir) as state:
+        yield state
+
+
+@pytest.fixture(scope="session")
+def llama_server_misconfigured(llama_binary: Path, llama_state_dir: Path) -> Iterator[ServerState]:
+    """Speculation configured wrong: the drafter is loaded and runs, but no proposal is ever confident enough to
+    be kept, so no draft is made while every request still answers 200 (what a DSpark server without --fit off
+    looks like from the outside)."""
+    extra = ("--spec-draft-p-min", "1.01")
+    with running_server(_embedded(self_draft=True, extra_args=extra), llama_binary, llama_state_dir) as state:
+        yield state

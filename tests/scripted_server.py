@@ -1,0 +1,244 @@
+"""A scriptable stand-in for llama-server: real HTTP on 127.0.0.1, SSE streaming, `timings`, recorded requests.
+
+Tests script what the "model" says turn by turn and then assert on what the agent sent. Token counts are
+4 characters per token; `cache_n` is the common prefix with the previous request, as llama-server's slot reuse
+would find it, so prefix stability is observable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One assistant turn. Tool-call arguments: a dict (sent as JSON) or a raw string (sent as is)."""
+
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    content: str = ""
+    reasoning: str = ""
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+
+
+@dataclass
+class Fail:
+    """An HTTP error before any streaming."""
+
+    status: int
+    body: dict[str, Any]
+
+
+@dataclass
+class StreamError:
+    """An SSE error event in the middle of the stream, as llama-server sends when output breaks the format."""
+
+    message: str
+
+
+Step = Reply | Fail | StreamError
+
+FORMAT_ERROR = "The model produced output that does not match the expected DeepSeek V4 format"
+
+
+def tokens_of(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+def rendered_prompt(body: dict[str, Any]) -> str:
+    """Stand-in for the chat template: system message, tool list, then the rest, as in DeepSeek V4's."""
+    messages = body.get("messages", [])
+    return json.dumps([messages[:1], body.get("tools", []), body.get("reasoning_effort"), messages[1:]])
+
+
+def common_prefix(a: str, b: str) -> int:
+    limit = min(len(a), len(b))
+    index = 0
+    while index < limit and a[index] == b[index]:
+        index += 1
+    return index
+
+
+class ScriptedServer:
+    def __init__(self, script: list[Step] | None = None, *, n_ctx: int = 65536) -> None:
+        self.script: list[Step] = list(script or [])
+        self.n_ctx = n_ctx
+        self.requests: list[dict[str, Any]] = []
+        self.prompts: list[str] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def root(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root}/v1"
+
+    def __enter__(self) -> ScriptedServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def next_step(self, body: dict[str, Any]) -> tuple[Step, int, int]:
+        with self._lock:
+            self.requests.append(body)
+            prompt = rendered_prompt(body)
+            previous = self.prompts[-1] if self.prompts else ""
+            self.prompts.append(prompt)
+            step = self.script.pop(0) if self.script else Reply(content="Nothing more to do.")
+        return step, tokens_of(prompt), tokens_of(prompt[: common_prefix(prompt, previous)])
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _json(self, status: int, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/health":
+                    self._json(200, {"status": "ok"})
+                elif self.path == "/props":
+                    self._json(
+                        200,
+                        {
+                            "default_generation_settings": {"n_ctx": server.n_ctx},
+                            "total_slots": 1,
+                            "build_info": "scripted",
+                            "chat_template_caps": {"supports_tools": True, "supports_reasoning_effort": True},
+                        },
+                    )
+                elif self.path == "/v1/models":
+                    self._json(200, {"data": [{"id": "scripted", "meta": {"n_ctx": server.n_ctx}}]})
+                else:
+                    self._json(404, {"error": {"code": 404, "message": "not found", "type": "not_found_error"}})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if self.path == "/tokenize":
+                    self._json(200, {"tokens": list(range(tokens_of(body.get("content", ""))))})
+                elif self.path == "/v1/chat/completions":
+                    self._chat(body)
+                else:
+                    self._json(404, {"error": {"code": 404, "message": "not found", "type": "not_found_error"}})
+
+            def _chat(self, body: dict[str, Any]) -> None:
+                step, prompt_n, cache_n = server.next_step(body)
+                if prompt_n > server.n_ctx:
+                    error = {
+                        "code": 400,
+                        "type": "exceed_context_size_error",
+                        "message": f"request ({prompt_n} tokens) exceeds the available context size ({server.n_ctx})",
+                        "n_prompt_tokens": prompt_n,
+                        "n_ctx": server.n_ctx,
+                    }
+                    self._json(400, {"error": error})
+                    return
+                if isinstance(step, Fail):
+                    self._json(step.status, step.body)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                if isinstance(step, StreamError):
+                    self._event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]})
+                    self._event({"error": {"code": 500, "message": step.message, "type": "server_error"}})
+                    return
+                self._stream_reply(step, prompt_n, cache_n)
+
+            def _event(self, payload: Any) -> None:
+                data = payload if isinstance(payload, str) else json.dumps(payload)
+                self.wfile.write(f"data: {data}\n\n".encode())
+                self.wfile.flush()
+
+            def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> None:
+                self._event(
+                    {
+                        "id": "chatcmpl-scripted",
+                        "object": "chat.completion.chunk",
+                        "created": 0,
+                        "model": "scripted",
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                    }
+                )
+
+            def _stream_reply(self, reply: Reply, prompt_n: int, cache_n: int) -> None:
+                self._chunk({"role": "assistant", "content": None})
+                for piece in _pieces(reply.reasoning):
+                    self._chunk({"reasoning_content": piece})
+                for piece in _pieces(reply.content):
+                    self._chunk({"content": piece})
+                for index, (name, arguments) in enumerate(reply.tool_calls):
+                    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+                    self._chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": index,
+                                    "id": f"call_{len(server.requests)}_{index}",
+                                    "type": "function",
+                                    "function": {"name": name, "arguments": ""},
+                                }
+                            ]
+                        }
+                    )
+                    for piece in _pieces(raw):
+                        self._chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                self._chunk({}, finish="tool_calls" if reply.tool_calls else "stop")
+                generated = tokens_of(reply.reasoning + reply.content + json.dumps(reply.tool_calls))
+                timings: dict[str, Any] = {
+                    "cache_n": cache_n,
+                    "prompt_n": prompt_n - cache_n,
+                    "prompt_ms": 1.0,
+                    "predicted_n": generated,
+                    "predicted_ms": 10.0,
+                    "predicted_per_second": generated * 100.0,
+                }
+                if reply.draft_n:
+                    timings.update(draft_n=reply.draft_n, draft_n_accepted=reply.draft_n_accepted)
+                self._event(
+                    {
+                        "id": "chatcmpl-scripted",
+                        "object": "chat.completion.chunk",
+                        "created": 0,
+                        "model": "scripted",
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": prompt_n,
+                            "completion_tokens": generated,
+                            "total_tokens": prompt_n + generated,
+                            "prompt_tokens_details": {"cached_tokens": cache_n},
+                        },
+                        "timings": timings,
+                    }
+                )
+                self._event("[DONE]")
+
+        return Handler
+
+
+def _pieces(text: str, size: int = 7) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]

@@ -1,0 +1,106 @@
+"""The streaming client against a real HTTP server that speaks llama-server's dialect."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.config import LLMConfig, SamplingConfig
+from agent.llm import ContextOverflow, MalformedOutput, ModelUnavailable, OpenAIChatModel
+from scripted_server import FORMAT_ERROR, Fail, Reply, ScriptedServer, StreamError
+
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
+MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do it"}]
+
+
+def client(server: ScriptedServer, **overrides) -> OpenAIChatModel:
+    config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, **overrides)
+    return OpenAIChatModel(config)
+
+
+def test_request_carries_agentic_sampling_effort_and_string_tool_choice() -> None:
+    with ScriptedServer([Reply(content="hi")]) as server:
+        client(server, effort="high", sampling=SamplingConfig(seed=7)).complete(MESSAGES, TOOLS)
+    sent = server.requests[0]
+    assert (sent["temperature"], sent["top_p"], sent["min_p"]) == (1.0, 0.95, 0.0)
+    assert sent["reasoning_effort"] == "high"
+    assert sent["tool_choice"] == "auto"
+    assert sent["tools"] == TOOLS
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert sent["seed"] == 7
+
+
+def test_streamed_tool_calls_reasoning_and_timings_are_assembled() -> None:
+    reply = Reply(
+        tool_calls=[("bash", {"command": "ls -la"}), ("finish", {"summary": "done"})],
+        reasoning="let me look around first",
+        draft_n=10,
+        draft_n_accepted=6,
+    )
+    with ScriptedServer([reply]) as server:
+        turn = client(server).complete(MESSAGES, TOOLS)
+    assert [call.name for call in turn.tool_calls] == ["bash", "finish"]
+    assert turn.tool_calls[0].arguments == '{"command": "ls -la"}'
+    assert turn.reasoning_content == "let me look around first"
+    assert turn.finish_reason == "tool_calls"
+    assert turn.stats.timings_reported
+    assert (turn.stats.draft_tokens, turn.stats.draft_accepted) == (10, 6)
+    assert turn.stats.prompt_tokens > 0 and turn.stats.completion_tokens > 0
+    message = turn.to_message()
+    assert message["reasoning_content"] == "let me look around first"
+    assert message["tool_calls"][1]["function"] == {"name": "finish", "arguments": '{"summary": "done"}'}
+
+
+def test_second_turn_reports_the_shared_prefix_as_cached() -> None:
+    messages = [{"role": "system", "content": "repository text " * 500}, {"role": "user", "content": "do it"}]
+    with ScriptedServer([Reply(content="a"), Reply(content="b")]) as server:
+        model = client(server)
+        first = model.complete(messages, TOOLS)
+        second = model.complete([*messages, first.to_message(), {"role": "user", "content": "more"}], TOOLS)
+    assert first.stats.cached_tokens == 0
+    assert second.stats.cached_tokens >= 0.8 * second.stats.prompt_tokens
+
+
+def test_loading_and_server_errors_are_retried() -> None:
+    loading = Fail(503, {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
+    crashed = Fail(502, {"error": {"code": 502, "message": "bad gateway", "type": "server_error"}})
+    retries: list[str] = []
+    with ScriptedServer([loading, crashed, Reply(content="ok")]) as server:
+        model = OpenAIChatModel(LLMConfig(server_url=server.url, retry_backoff_s=0.0), on_retry=retries.append)
+        turn = model.complete(MESSAGES, TOOLS)
+    assert turn.content == "ok"
+    assert turn.stats.retries == 2
+    assert len(retries) == 2 and "503" in retries[0]
+
+
+def test_broken_tool_call_format_is_resampled_and_counted() -> None:
+    http_500 = Fail(500, {"error": {"code": 500, "message": FORMAT_ERROR, "type": "server_error"}})
+    with ScriptedServer([http_500, StreamError(FORMAT_ERROR), Reply(content="fine")]) as server:
+        turn = client(server).complete(MESSAGES, TOOLS)
+    assert turn.content == "fine"
+    assert (turn.stats.resamples, turn.stats.retries) == (2, 0)
+
+
+def test_resamples_are_bounded() -> None:
+    with ScriptedServer([StreamError(FORMAT_ERROR)] * 3) as server:
+        with pytest.raises(MalformedOutput, match="tool-call format 3 times"):
+            client(server, max_resamples=2).complete(MESSAGES, TOOLS)
+
+
+def test_context_overflow_is_its_own_error() -> None:
+    with ScriptedServer(n_ctx=10) as server:
+        with pytest.raises(ContextOverflow, match="exceed_context_size_error"):
+            client(server).complete(MESSAGES, TOOLS)
+    assert len(server.requests) == 1  # never retried: the same prompt would overflow again
+
+
+def test_persistent_failure_gives_up_with_the_last_reason() -> None:
+    crashed = Fail(500, {"error": {"code": 500, "message": "CUDA error", "type": "server_error"}})
+    with ScriptedServer([crashed] * 3) as server:
+        with pytest.raises(ModelUnavailable, match="failed 3 times.*CUDA error"):
+            client(server, max_retries=2).complete(MESSAGES, TOOLS)
+
+
+def test_unreachable_server_gives_up_after_retries() -> None:
+    model = OpenAIChatModel(LLMConfig(server_url="http://127.0.0.1:9/v1", retry_backoff_s=0.0, max_retries=1))
+    with pytest.raises(ModelUnavailable, match="APIConnectionError"):
+        model.complete(MESSAGES, TOOLS)

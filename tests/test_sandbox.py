@@ -1,0 +1,315 @@
+"""The Docker sandbox: isolation, ownership, timeouts, output floods and cleanup, against the real daemon."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+
+from sandbox import DEFAULT_IMAGE, LABEL, DockerSandbox, SandboxError, docker_client, require_image, sweep_leftovers
+from sandbox.output import OutputCapture
+from sandbox.owner import current_owner, owner_is_gone
+
+WORKSPACE_OWNER = 1234
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving the workspace another owner needs root")
+
+
+# --- output capping (no Docker) ---
+
+
+def test_short_output_is_kept_whole() -> None:
+    capture = OutputCapture(100)
+    capture.add(b"hello ")
+    capture.add(b"world\n")
+    assert capture.render() == "hello world\n"
+    assert capture.total_bytes == 12
+    assert not capture.truncated
+
+
+def test_long_output_keeps_head_and_tail_and_says_how_much_was_cut() -> None:
+    capture = OutputCapture(20)
+    capture.add(b"A" * 10 + b"middle" * 1000 + b"B" * 10)
+    text = capture.render()
+    assert text.startswith("A" * 10)
+    assert text.endswith("B" * 10)
+    assert "[... 6000 bytes of output cut ...]" in text
+    assert capture.truncated
+    assert capture.total_bytes == 6020
+
+
+def test_memory_stays_bounded_however_much_is_printed() -> None:
+    capture = OutputCapture(1000)
+    chunk = bytes(range(256)) * 64
+    for _ in range(2000):  # 32 MiB in 16 KiB chunks
+        capture.add(chunk)
+    assert len(capture.head) + len(capture.tail) == 1000
+    assert capture.total_bytes == 2000 * len(chunk)
+    assert capture.tail == (chunk * 2)[-500:]
+
+
+def test_how_output_is_chunked_does_not_change_what_is_kept() -> None:
+    data = bytes(i % 251 for i in range(5000))
+    whole, bytewise = OutputCapture(300), OutputCapture(300)
+    whole.add(data)
+    for i in range(len(data)):
+        bytewise.add(data[i : i + 1])
+    assert whole.render() == bytewise.render()
+
+
+def test_invalid_utf8_is_replaced_not_fatal() -> None:
+    capture = OutputCapture(100)
+    capture.add(b"ok \xff\xfe\x00 caf\xc3")
+    assert capture.render() == "ok \ufffd\ufffd\x00 caf\ufffd"
+
+
+# --- owners of containers (no Docker) ---
+
+
+def test_a_live_owner_is_not_gone() -> None:
+    assert not owner_is_gone(current_owner())
+
+
+def test_an_ended_owner_is_gone() -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", "from sandbox.owner import current_owner; print(current_owner())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert owner_is_gone(child.stdout.strip())
+
+
+def test_an_owner_on_another_host_is_never_judged_gone() -> None:
+    assert not owner_is_gone("some-other-host-name:1:1")
+
+
+# --- real containers ---
+
+
+@pytest.fixture(scope="module")
+def client() -> docker.DockerClient:
+    client = docker_client()
+    require_image(client, DEFAULT_IMAGE)
+    return client
+
+
+@pytest.fixture
+def owned_workspace(tmp_path: Path) -> Path:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    if os.geteuid() == 0:
+        os.chown(workspace, WORKSPACE_OWNER, WORKSPACE_OWNER)
+    return workspace
+
+
+@pytest.fixture
+def sandbox(client: docker.DockerClient, owned_workspace: Path) -> Iterator[DockerSandbox]:
+    with DockerSandbox(DEFAULT_IMAGE, owned_workspace, run_id="test-sandbox", client=client) as box:
+        yield box
+
+
+def _container_exists(client: docker.DockerClient, container_id: str) -> bool:
+    try:
+        client.containers.get(container_id)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+@pytest.mark.docker
+def test_exit_code_and_interleaved_output(sandbox: DockerSandbox) -> None:
+    result = sandbox.execute("echo out; echo err >&2; exit 3")
+    assert result.exit_code == 3
+    assert result.output.splitlines() == ["out", "err"]
+    assert not result.timed_out
+    assert not result.truncated
+
+
+@pytest.mark.docker
+def test_commands_run_in_the_workspace_with_home_in_tmp_and_no_stdin(sandbox: DockerSandbox) -> None:
+    result = sandbox.execute('pwd; echo "$HOME"; cat; echo end')
+    assert result.output.splitlines() == ["/workspace", "/tmp", "end"]
+
+
+@pytest.mark.docker
+@needs_root
+def test_files_made_in_the_container_belong_to_the_workspace_owner(
+    sandbox: DockerSandbox, owned_workspace: Path
+) -> None:
+    result = sandbox.execute("id -u; mkdir made && touch made/file")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == str(WORKSPACE_OWNER)
+    for path in (owned_workspace / "made", owned_workspace / "made" / "file"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (WORKSPACE_OWNER, WORKSPACE_OWNER)
+
+
+@pytest.mark.docker
+def test_there_is_no_network(sandbox: DockerSandbox) -> None:
+    # Only loopback exists, so the kernel refuses the connection before any packet could leave.
+    probe = textwrap.dedent(
+        """
+        import errno, os, socket
+        print(sorted(os.listdir("/sys/class/net")))
+        try:
+            socket.create_connection(("192.0.2.1", 80), timeout=5)
+        except OSError as error:
+            print(errno.errorcode.get(error.errno, error))
+        else:
+            print("connected")
+        """
+    )
+    result = sandbox.execute(f"python3 -c '{probe}'")
+    assert result.output.splitlines() == ["['lo']", "ENETUNREACH"]
+
+
+@pytest.mark.docker
+def test_a_timeout_kills_the_command_and_the_container_stays_usable(sandbox: DockerSandbox) -> None:
+    # The ignored TERM is inherited by sleep, so only timeout's follow-up KILL ends it.
+    result = sandbox.execute("trap '' TERM; sleep 300; echo finished", timeout_s=1)
+    assert result.timed_out
+    assert result.exit_code is None
+    assert "finished" not in result.output
+    after = sandbox.execute("ps -eo comm=")
+    assert after.exit_code == 0
+    assert "sleep" in after.output.split()  # the container's own idle `sleep infinity`
+    assert after.output.split().count("sleep") == 1
+
+
+@pytest.mark.docker
+def test_a_command_that_finishes_in_time_is_not_timed_out(sandbox: DockerSandbox) -> None:
+    result = sandbox.execute("sleep 0.2; echo done", timeout_s=30)
+    assert (result.exit_code, result.timed_out, result.output) == (0, False, "done\n")
+
+
+@pytest.mark.docker
+def test_endless_output_is_killed_with_bounded_capture(sandbox: DockerSandbox) -> None:
+    result = sandbox.execute("cat /dev/zero", timeout_s=300, max_output_bytes=10_000)
+    assert result.truncated
+    assert result.exit_code is None
+    assert not result.timed_out
+    assert 10_000 < result.total_bytes < 1024**3
+    assert len(result.output.encode()) < 10_000 + 100
+    assert sandbox.execute("echo alive").output == "alive\n"
+
+
+@pytest.mark.docker
+def test_gigabytes_of_output_do_not_run_to_the_end(sandbox: DockerSandbox) -> None:
+    result = sandbox.execute("yes | head -c 2G")
+    assert result.truncated
+    assert result.exit_code is None
+    assert result.total_bytes < 2 * 1024**3
+    assert len(result.output.encode()) < 256_000 + 100
+
+
+@pytest.mark.docker
+def test_long_output_keeps_its_beginning_and_end(sandbox: DockerSandbox) -> None:
+    result = sandbox.execute("seq 1 200000", max_output_bytes=2_000)
+    expected_bytes = sum(len(f"{n}\n") for n in range(1, 200_001))
+    assert result.exit_code == 0
+    assert result.truncated
+    assert result.total_bytes == expected_bytes
+    assert result.output.startswith("1\n2\n3\n")
+    assert result.output.endswith("199999\n200000\n")
+    assert f"[... {expected_bytes - 2_000} bytes of output cut ...]" in result.output
+
+
+@pytest.mark.docker
+def test_binary_output_is_decoded_leniently(sandbox: DockerSandbox) -> None:
+    result = sandbox.execute("head -c 100000 /dev/urandom")
+    assert result.exit_code == 0
+    assert result.total_bytes == 100_000
+    assert "\ufffd" in result.output
+
+
+@pytest.mark.docker
+def test_capabilities_are_dropped_even_for_root(client: docker.DockerClient, tmp_path: Path) -> None:
+    if tmp_path.stat().st_uid != 0:
+        pytest.skip("needs a root-owned workspace")
+    with DockerSandbox(DEFAULT_IMAGE, tmp_path, run_id="test-caps", client=client) as box:
+        result = box.execute("id -u; touch file; chown 1234 file")
+    lines = result.output.splitlines()
+    assert lines[0] == "0"
+    assert "Operation not permitted" in lines[1]
+    assert result.exit_code != 0
+    assert (tmp_path / "file").stat().st_uid == 0
+
+
+@pytest.mark.docker
+def test_container_is_confined(client: docker.DockerClient, sandbox: DockerSandbox) -> None:
+    container = client.containers.get(sandbox.container_id)
+    host = container.attrs["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["Init"] is True
+    assert host["PidsLimit"] == 512
+    assert host["Memory"] == 4 * 1024**3
+    assert "/tmp" in host["Tmpfs"]
+    assert container.labels[LABEL] == "test-sandbox"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("interruption", [RuntimeError, KeyboardInterrupt])
+def test_leaving_the_block_removes_the_container(
+    client: docker.DockerClient, tmp_path: Path, interruption: type[BaseException]
+) -> None:
+    box = DockerSandbox(DEFAULT_IMAGE, tmp_path, run_id="test-close", client=client)
+    with pytest.raises(interruption), box:
+        container_id = box.container_id
+        assert container_id is not None and _container_exists(client, container_id)
+        raise interruption()
+    assert not _container_exists(client, container_id)
+    box.close()  # a second close is harmless
+
+
+@pytest.mark.docker
+def test_execute_before_start_is_a_clear_error(client: docker.DockerClient, tmp_path: Path) -> None:
+    box = DockerSandbox(DEFAULT_IMAGE, tmp_path, run_id="test-unstarted", client=client)
+    with pytest.raises(SandboxError, match="not started"):
+        box.execute("true")
+
+
+def _sandbox_in_child_process(workspace: Path, run_id: str, then: str) -> tuple[subprocess.Popen[str], str]:
+    """A separate Python process that starts a sandbox, prints its container id, then runs `then`."""
+    program = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from sandbox import DockerSandbox
+        with DockerSandbox({DEFAULT_IMAGE!r}, Path({str(workspace)!r}), run_id={run_id!r}) as box:
+            print(box.container_id, flush=True)
+            {then}
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    return child, child.stdout.readline().strip()
+
+
+@pytest.mark.docker
+def test_ctrl_c_during_a_command_removes_the_container(client: docker.DockerClient, tmp_path: Path) -> None:
+    child, container_id = _sandbox_in_child_process(tmp_path, "test-ctrl-c", "box.execute('sleep 300')")
+    assert _container_exists(client, container_id)
+    time.sleep(0.5)  # let the command start; the test holds whether or not it has
+    child.send_signal(signal.SIGINT)
+    assert child.wait(timeout=60) != 0
+    assert not _container_exists(client, container_id)
+
+
+@pytest.mark.docker
+def test_sweep_removes_containers_of_a_killed_run_only(client: docker.DockerClient, tmp_path: Path) -> None:
+    child, leftover_id = _sandbox_in_child_process(tmp_path, "test-crashed", "sys.stdin.read()")
+    child.kill()
+    child.wait()
+    assert _container_exists(client, leftover_id)
+    with DockerSandbox(DEFAULT_IMAGE, tmp_path, run_id="test-alive", client=client) as alive:
+        assert sweep_leftovers(client, older_than_run="test-alive") >= 1
+        assert not _container_exists(client, leftover_id)
+        assert alive.container_id is not None and _container_exists(client, alive.container_id)

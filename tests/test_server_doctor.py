@@ -1,0 +1,148 @@
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent.server.doctor import (
+    CheckResult,
+    DoctorOptions,
+    _Probe,
+    check_acceptance,
+    check_build,
+    check_context,
+    check_prompt_cache,
+    check_speculation,
+    check_template,
+    estimate_repo_tokens,
+    failed,
+    run_doctor,
+)
+
+METRICS_TEXT = """\
+llamacpp:spec_decode_num_draft_tokens_total 245
+llamacpp:spec_decode_num_accepted_tokens_total 102
+llamacpp:spec_decode_num_drafts_total 51
+"""
+
+
+def _props(n_ctx: int = 8192, slots: int = 1, **extra) -> dict:
+    return {"default_generation_settings": {"n_ctx": n_ctx}, "total_slots": slots, **extra}
+
+
+@pytest.mark.parametrize(
+    ("build", "status"),
+    [("b10228-596a579", "ok"), ("b11434-abc1234", "ok"), ("b9000-deadbee", "warn"), ("b0-unknown", "warn")],
+)
+def test_build_is_compared_with_the_first_dspark_build(build, status):
+    assert check_build({"build_info": build}).status == status
+
+
+def test_unknown_build_says_what_it_cannot_confirm():
+    message = check_build({"build_info": "b0-unknown"}).message
+    assert "b10228" in message and "unknown" in message
+
+
+def _git_repo(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir()
+    for name, text in files.items():
+        (path / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run(["git", "-C", str(path), "add", "."], check=True)
+    return path
+
+
+def test_repo_estimate_counts_tracked_files_only(tmp_path):
+    repo = _git_repo(tmp_path / "repo", {"a.py": "x = 1\n" * 1000})
+    (repo / "untracked.log").write_text("y" * 100_000)
+    assert 1000 < estimate_repo_tokens(repo) < 3000
+
+
+def test_context_fails_when_the_repository_does_not_fit(tmp_path):
+    repo = _git_repo(tmp_path / "repo", {"big.py": "value = 'abcdefgh'\n" * 10_000})
+    result = check_context(_props(n_ctx=8192), repo)
+    assert result.status == "fail"
+    assert "raise --ctx" in result.message
+
+
+def test_context_passes_when_the_repository_fits(tmp_path):
+    repo = _git_repo(tmp_path / "repo", {"small.py": "x = 1\n"})
+    assert check_context(_props(n_ctx=262_144), repo).status == "ok"
+
+
+def test_context_warns_about_shared_slots():
+    result = check_context(_props(slots=4), None)
+    assert result.status == "warn"
+    assert "-np 1" in result.message
+
+
+def test_context_reports_a_path_that_is_not_a_repository(tmp_path):
+    result = check_context(_props(), tmp_path / "missing")
+    assert result.status == "fail"
+    assert "not a readable git repository" in result.message
+
+
+def test_template_without_tools_or_effort_is_a_warning():
+    result = check_template(_props(chat_template_caps={"supports_tools": False, "supports_reasoning_effort": False}))
+    assert result.status == "warn"
+    assert "tools and reasoning_effort" in result.message
+    full = {"supports_tools": True, "supports_reasoning_effort": True}
+    assert check_template(_props(chat_template_caps=full)).status == "ok"
+
+
+def _probe(drafted: int = 0, accepted: int = 0, cached: int = 0, evaluated: int = 300) -> _Probe:
+    return _Probe(drafted=drafted, accepted=accepted, generated=48, cached=cached, evaluated=evaluated)
+
+
+def test_speculation_that_never_drafts_fails_with_the_fit_hint():
+    result = check_speculation(_probe(), configured=True, launched_with_draft=True)
+    assert result.status == "fail"
+    assert result.message.startswith("draft model loaded but no drafts made: is --fit off set?")
+
+
+def test_a_drafter_on_the_command_line_that_the_server_dropped_fails():
+    result = check_speculation(_probe(), configured=False, launched_with_draft=True)
+    assert result.status == "fail"
+    assert "reports no speculative decoding" in result.message
+
+
+def test_speculation_not_configured_is_skipped():
+    assert check_speculation(_probe(), configured=False, launched_with_draft=False).status == "skip"
+    assert check_speculation(_probe(drafted=20, accepted=9), configured=True, launched_with_draft=False).status == "ok"
+
+
+def test_acceptance_is_judged_per_verification_pass():
+    assert check_acceptance(METRICS_TEXT, configured=True, floor=1.5).status == "ok"  # 102 / 51 = 2.0
+    low = check_acceptance(METRICS_TEXT, configured=True, floor=2.5)
+    assert low.status == "fail"
+    assert "2.00 accepted tokens per verification pass" in low.message
+
+
+def test_acceptance_without_metrics_fails_only_when_speculating():
+    assert check_acceptance(None, configured=True, floor=1.0).status == "fail"
+    assert check_acceptance(None, configured=False, floor=1.0).status == "warn"
+    assert "--metrics" in check_acceptance(None, configured=True, floor=1.0).message
+
+
+def test_acceptance_with_zero_passes_fails():
+    result = check_acceptance("llamacpp:spec_decode_num_drafts_total 0\n", configured=True, floor=1.0)
+    assert result.status == "fail"
+
+
+def test_prompt_cache_ratio_against_floor():
+    assert check_prompt_cache(_probe(cached=299, evaluated=1), floor=0.9).status == "ok"
+    cold = check_prompt_cache(_probe(cached=0, evaluated=300), floor=0.9)
+    assert cold.status == "fail"
+    assert "--no-cache-idle-slots" in cold.message
+
+
+def test_failed_means_any_failure():
+    ok = CheckResult(name="a", status="ok", message="")
+    assert not failed([ok, CheckResult(name="b", status="warn", message="")])
+    assert failed([ok, CheckResult(name="c", status="fail", message="")])
+
+
+def test_doctor_without_a_server_fails_with_how_to_start_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    results = run_doctor(DoctorOptions(server_url="http://127.0.0.1:9/v1", check_docker=False))
+    assert [(result.name, result.status) for result in results] == [("server", "fail")]
+    assert "refactor-agent server start" in results[0].message

@@ -1,0 +1,105 @@
+from pathlib import Path
+
+import pytest
+
+from agent.server.binary import find_embedded_model
+from agent.server.presets import (
+    DSPARK_DEFAULT_CTX,
+    EMBEDDED_MAX_CTX,
+    PresetError,
+    PresetRequest,
+    build_preset,
+)
+
+
+def _pairs(arguments: list[str]) -> dict[str, str]:
+    """flag -> value for flags followed by a value; bare flags map to ''."""
+    pairs: dict[str, str] = {}
+    for index, argument in enumerate(arguments):
+        if argument.startswith("--"):
+            following = arguments[index + 1] if index + 1 < len(arguments) else ""
+            pairs[argument] = "" if following.startswith("--") else following
+    return pairs
+
+
+@pytest.fixture
+def ggufs(tmp_path: Path) -> tuple[Path, Path]:
+    model, draft = tmp_path / "V4-Flash-0731-00001-of-00003.gguf", tmp_path / "V4-Flash-0731-DSpark.gguf"
+    model.write_bytes(b"GGUF")
+    draft.write_bytes(b"GGUF")
+    return model, draft
+
+
+def test_dspark_preset_has_every_documented_flag(ggufs):
+    model, draft = ggufs
+    preset = build_preset(PresetRequest(preset="dspark", model=model, draft=draft, port=8081))
+    pairs = _pairs(preset.arguments())
+    assert pairs["--model"] == str(model)
+    assert pairs["--model-draft"] == str(draft)
+    assert pairs["--spec-type"] == "draft-dspark"
+    assert pairs["--spec-draft-n-max"] == "5"
+    assert pairs["--fit"] == "off"
+    assert pairs["--flash-attn"] == "on"
+    assert pairs["--ctx-size"] == str(DSPARK_DEFAULT_CTX)
+    assert pairs["--n-gpu-layers"] == "all"
+    assert pairs["--parallel"] == "1"
+    assert pairs["--cache-ram"] == "0"
+    assert {"--jinja", "--metrics", "--no-cache-idle-slots"} <= pairs.keys()
+    assert (pairs["--temp"], pairs["--top-p"], pairs["--min-p"]) == ("1.0", "0.95", "0.0")
+    assert (pairs["--host"], pairs["--port"]) == ("127.0.0.1", "8081")
+    assert preset.url == "http://127.0.0.1:8081/v1"
+    assert preset.drafting
+
+
+def test_dspark_context_and_gpu_layers_are_the_users_choice(ggufs):
+    model, draft = ggufs
+    preset = build_preset(PresetRequest(preset="dspark", model=model, draft=draft, ctx_size=1_048_576, gpu_layers="40"))
+    pairs = _pairs(preset.arguments())
+    assert (pairs["--ctx-size"], pairs["--n-gpu-layers"]) == ("1048576", "40")
+
+
+def test_dspark_needs_both_model_and_draft(ggufs):
+    model, _ = ggufs
+    with pytest.raises(PresetError, match="--draft"):
+        build_preset(PresetRequest(preset="dspark", model=model))
+
+
+def test_dspark_names_a_missing_file(ggufs, tmp_path):
+    model, _ = ggufs
+    with pytest.raises(PresetError, match="draft model not found"):
+        build_preset(PresetRequest(preset="dspark", model=model, draft=tmp_path / "nope.gguf"))
+
+
+def test_embedded_preset_runs_smollm2_on_cpu_without_drafting():
+    preset = build_preset(PresetRequest())
+    pairs = _pairs(preset.arguments())
+    assert pairs["--model"] == str(find_embedded_model())
+    assert pairs["--ctx-size"] == str(EMBEDDED_MAX_CTX)
+    assert pairs["--n-gpu-layers"] == "0"
+    assert "--metrics" in pairs
+    assert "--spec-type" not in pairs and "--model-draft" not in pairs
+    assert not preset.drafting
+
+
+def test_embedded_self_draft_uses_the_same_gguf():
+    pairs = _pairs(build_preset(PresetRequest(self_draft=True, ctx_size=4096)).arguments())
+    assert pairs["--model-draft"] == pairs["--model"]
+    assert pairs["--spec-type"] == "draft-simple"
+    assert pairs["--ctx-size"] == "4096"
+
+
+def test_embedded_rejects_a_context_beyond_smollm2s_training():
+    with pytest.raises(PresetError, match="8192"):
+        build_preset(PresetRequest(ctx_size=EMBEDDED_MAX_CTX + 1))
+
+
+def test_embedded_rejects_a_foreign_draft(ggufs):
+    _, draft = ggufs
+    with pytest.raises(PresetError, match="--self-draft"):
+        build_preset(PresetRequest(draft=draft))
+
+
+def test_extra_arguments_come_last_so_they_override():
+    preset = build_preset(PresetRequest(self_draft=True, extra_args=["--spec-synth-rates", "0.8,0.6,0.4,0.2,0.1"]))
+    assert preset.arguments()[-2:] == ["--spec-synth-rates", "0.8,0.6,0.4,0.2,0.1"]
+    assert preset.command(Path("/opt/llama-server"))[0] == "/opt/llama-server"

@@ -1,0 +1,124 @@
+"""Tool registry: schemas the model sees and dispatch of its calls.
+
+Nothing the model sends can crash the run: invalid JSON, unknown names, bad arguments and exceptions inside a
+tool all come back as an error result the model reads. Only `finish` leaves, by raising FinishRequested.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from tools.output import cap_text
+from tools.paths import PathOutsideWorkspace
+
+
+class ExecutionResult(Protocol):
+    exit_code: int | None
+    output: str
+    total_bytes: int
+    truncated: bool
+    timed_out: bool
+    duration_s: float
+
+
+class Executor(Protocol):
+    """Where commands run: the Docker sandbox in the product."""
+
+    def execute(self, command: str, *, timeout_s: float | None = None, max_output_bytes: int = ...) -> Any: ...
+
+
+@dataclass
+class ToolContext:
+    workspace: Path
+    executor: Executor
+    test_command: str | None
+    command_timeout_s: float
+    output_chars: int
+
+
+class ToolError(Exception):
+    """A problem the model caused and can fix; its text is what the model reads."""
+
+
+class FinishRequested(Exception):
+    def __init__(self, summary: str) -> None:
+        super().__init__(summary)
+        self.summary = summary
+
+
+class ToolResult(BaseModel):
+    text: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    arguments: type[BaseModel]
+    handler: Callable[[Any, ToolContext], str]
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.arguments.model_json_schema(),
+            },
+        }
+
+
+def _validation_message(error: ValidationError) -> str:
+    problems = [f"{'.'.join(str(p) for p in item['loc']) or 'arguments'}: {item['msg']}" for item in error.errors()]
+    return "; ".join(problems)
+
+
+class ToolRegistry:
+    def __init__(self, specs: list[ToolSpec]) -> None:
+        self._specs = {spec.name: spec for spec in specs}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._specs)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [spec.schema() for spec in self._specs.values()]
+
+    def dispatch(self, name: str, raw_arguments: str, context: ToolContext) -> ToolResult:
+        spec = self._specs.get(name)
+        if spec is None:
+            return ToolResult(text=f"error: unknown tool '{name}'; available: {', '.join(self._specs)}", is_error=True)
+        try:
+            payload = json.loads(raw_arguments or "{}")
+        except json.JSONDecodeError as error:
+            return ToolResult(text=f"error: arguments are not valid JSON ({error}); send a JSON object", is_error=True)
+        if not isinstance(payload, dict):
+            return ToolResult(text="error: arguments must be a JSON object", is_error=True)
+        try:
+            arguments = spec.arguments.model_validate(payload)
+        except ValidationError as error:
+            return ToolResult(text=f"error: invalid arguments for {name}: {_validation_message(error)}", is_error=True)
+        try:
+            text = spec.handler(arguments, context)
+        except FinishRequested:
+            raise
+        except (ToolError, PathOutsideWorkspace) as error:
+            return ToolResult(text=f"error: {error}", is_error=True)
+        except Exception as error:  # a tool bug must not end the night's run; the model sees it and moves on
+            return ToolResult(text=f"error: {name} failed: {error.__class__.__name__}: {error}", is_error=True)
+        return ToolResult(text=cap_text(text, context.output_chars))
+
+
+def default_registry() -> ToolRegistry:
+    from tools.files import FILE_TOOLS
+    from tools.finish import FINISH_TOOL
+    from tools.shell import SHELL_TOOLS
+
+    return ToolRegistry([*SHELL_TOOLS, *FILE_TOOLS, FINISH_TOOL])
