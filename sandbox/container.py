@@ -16,7 +16,7 @@ import docker.errors
 from docker.utils.socket import frames_iter
 
 from sandbox.daemon import docker_client, require_image
-from sandbox.errors import SandboxError
+from sandbox.errors import SandboxError, one_line
 from sandbox.models import ExecResult, SandboxLimits
 from sandbox.output import OutputCapture
 from sandbox.owner import current_owner, owner_is_gone
@@ -43,10 +43,6 @@ log = logging.getLogger(__name__)
 def _container_name(run_id: str) -> str:
     safe_run_id = re.sub(r"[^a-zA-Z0-9_.-]", "-", run_id)[:60]
     return f"refactor-agent-{safe_run_id}-{secrets.token_hex(3)}"
-
-
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())
 
 
 def _os_socket(exec_socket: Any) -> socket.socket:
@@ -153,7 +149,7 @@ class DockerSandbox:
             self._container.start()
         except docker.errors.APIError as error:
             self.close()
-            raise SandboxError(f"cannot start a sandbox container from {self.image}: {_one_line(error)}") from error
+            raise SandboxError(f"cannot start a sandbox container from {self.image}: {one_line(error)}") from error
         except BaseException:
             self.close()
             raise
@@ -187,7 +183,7 @@ class DockerSandbox:
             exec_id = api.exec_create(self._container.id, ["sh", "-c", wrapper, "_", command], workdir=WORKSPACE)["Id"]
             exec_socket = api.exec_start(exec_id, socket=True)
         except docker.errors.APIError as error:
-            raise SandboxError(f"cannot run a command in {self._container.name}: {_one_line(error)}") from error
+            raise SandboxError(f"cannot run a command in {self._container.name}: {one_line(error)}") from error
         stream = _CommandStream(exec_socket, OutputCapture(max_output_bytes))
         deadline = started + timeout + KILL_AFTER_S + BACKSTOP_GRACE_S
         killed_at: float | None = None
@@ -223,7 +219,7 @@ class DockerSandbox:
         try:
             self._container.exec_run(["bash", "-c", kill], workdir=WORKSPACE)
         except docker.errors.APIError as error:
-            log.warning("could not kill a command in %s: %s", self._container.name, _one_line(error))
+            log.warning("could not kill a command in %s: %s", self._container.name, one_line(error))
 
     def close(self) -> None:
         """Remove the container; safe to call twice, and never raises: it runs while unwinding errors."""
@@ -233,7 +229,7 @@ class DockerSandbox:
         try:
             container.remove(force=True)
         except Exception as error:
-            log.warning("could not remove sandbox container %s: %s", container.name, _one_line(error))
+            log.warning("could not remove sandbox container %s: %s", container.name, one_line(error))
 
 
 def sweep_leftovers(client: docker.DockerClient, *, older_than_run: str | None = None) -> int:

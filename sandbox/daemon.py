@@ -5,13 +5,9 @@ import os
 import docker
 import docker.errors
 
-from sandbox.errors import DockerUnavailable, ImageMissing
+from sandbox.errors import DockerUnavailable, ImageMissing, one_line
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def docker_client(*, timeout_s: float = 120) -> docker.DockerClient:
@@ -21,7 +17,7 @@ def docker_client(*, timeout_s: float = 120) -> docker.DockerClient:
         client = docker.from_env(timeout=int(timeout_s))
         client.ping()
     except docker.errors.DockerException as error:
-        raise DockerUnavailable(f"Docker daemon unreachable at {address}: {_one_line(str(error))}") from error
+        raise DockerUnavailable(f"Docker daemon unreachable at {address}: {one_line(error)}") from error
     return client
 
 

@@ -1,6 +1,11 @@
 """Errors a user can cause around the sandbox; each renders as one line."""
 
 
+def one_line(error: object) -> str:
+    """Docker's messages can span lines and nest reasons; a user-facing message may not."""
+    return " ".join(str(error).split())
+
+
 class SandboxError(Exception):
     """Base of every sandbox failure; ``str(error)`` is a one-line message meant for the user."""
 

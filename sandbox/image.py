@@ -1,6 +1,7 @@
 """Building the sandbox image: from the Dockerfile, or from a root filesystem made by debootstrap."""
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from docker.utils import parse_repository_tag
 
 from sandbox.daemon import docker_client
-from sandbox.errors import SandboxError
+from sandbox.errors import SandboxError, one_line
 from sandbox.mirrors import choose_mirror
 
 DEFAULT_IMAGE = "refactor-agent-sandbox:latest"
@@ -41,11 +43,14 @@ def build_image(
         raise SandboxError("choose either --bootstrap or --base: bootstrapping makes its own base")
     client = docker_client(timeout_s=BUILD_CLIENT_TIMEOUT_S)
     started = time.monotonic()
-    if bootstrap:
-        bootstrap_base_image(client, ROOTFS_IMAGE, log=log)
-        base = ROOTFS_IMAGE
-    # The bootstrapped base already holds every package, so its build needs (and gets) no network.
-    build_from_dockerfile(client, tag, base=base, network_mode="none" if bootstrap else None, log=log)
+    try:
+        if bootstrap:
+            bootstrap_base_image(client, ROOTFS_IMAGE, log=log)
+            base = ROOTFS_IMAGE
+        # The bootstrapped base already holds every package, so its build needs (and gets) no network.
+        build_from_dockerfile(client, tag, base=base, network_mode="none" if bootstrap else None, log=log)
+    except docker.errors.DockerException as error:
+        raise SandboxError(f"building {tag} failed: {one_line(error)}") from error
     log(f"built {tag} in {time.monotonic() - started:.0f}s")
 
 
@@ -65,7 +70,7 @@ def build_from_dockerfile(
     )
     for chunk in stream:
         if "error" in chunk:
-            raise SandboxError(f"docker build of {tag} failed: {' '.join(str(chunk['error']).split())}")
+            raise SandboxError(f"docker build of {tag} failed: {one_line(chunk['error'])}")
         text = str(chunk.get("stream", "")).strip()
         if text:
             log(f"  {text}")
@@ -82,14 +87,23 @@ def bootstrap_base_image(client: docker.DockerClient, tag: str, *, log: Log) -> 
     try:
         run_debootstrap(rootfs, mirror, log=log)
         log(f"importing the root filesystem as {tag}")
-        client.api.import_image_from_stream(
-            tar_stream(rootfs),
-            repository=tag.rsplit(":", 1)[0],
-            tag=tag.rsplit(":", 1)[1],
-            changes=["ENV LANG=C.UTF-8", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-        )
+        import_rootfs(client, rootfs, tag)
     finally:
         remove_rootfs(workdir, log=log)
+
+
+def import_rootfs(client: docker.DockerClient, rootfs: Path, tag: str) -> None:
+    repository, version = parse_repository_tag(tag)
+    progress = client.api.import_image_from_stream(
+        tar_stream(rootfs),
+        repository=repository,
+        tag=version,
+        changes=["ENV LANG=C.UTF-8", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+    )
+    # The daemon reports a failed import inside a successful response, as JSON lines.
+    for line in filter(None, str(progress).splitlines()):
+        if "error" in (message := json.loads(line)):
+            raise SandboxError(f"docker import of {tag} failed: {one_line(message['error'])}")
 
 
 def run_debootstrap(rootfs: Path, mirror: str, *, log: Log) -> None:

@@ -71,9 +71,8 @@ def llama_server(llama_binary: Path, llama_state_dir: Path) -> Iterator[ServerSt
 
 @pytest.fixture(scope="session")
 def llama_server_synthetic(llama_binary: Path, llama_state_dir: Path) -> Iterator[ServerState]:
-    """Self-draft with llama-server's synthetic acceptance at SYNTHETIC_RATES; every drafter proposal is kept full."""
-    rates = ",".join(str(rate) for rate in SYNTHETIC_RATES)
-    extra = ("--spec-synth-rates", rates, "--spec-draft-p-min", "0")
+    """Self-draft with llama-server's synthetic acceptance: position i of a draft is kept with SYNTHETIC_RATES[i]."""
+    extra = ("--spec-synth-rates", ",".join(str(rate) for rate in SYNTHETIC_RATES))
     with running_server(_embedded(self_draft=True, extra_args=extra), llama_binary, llama_state_dir) as state:
         yield state
 

@@ -6,6 +6,7 @@ import pytest
 
 from agent.config import LLMConfig, SamplingConfig
 from agent.llm import ContextOverflow, MalformedOutput, ModelUnavailable, OpenAIChatModel
+
 from scripted_server import FORMAT_ERROR, Fail, Reply, ScriptedServer, StreamError
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
@@ -87,16 +88,15 @@ def test_resamples_are_bounded() -> None:
 
 
 def test_context_overflow_is_its_own_error() -> None:
-    with ScriptedServer(n_ctx=10) as server:
-        with pytest.raises(ContextOverflow, match="exceed_context_size_error"):
-            client(server).complete(MESSAGES, TOOLS)
+    with ScriptedServer(n_ctx=10) as server, pytest.raises(ContextOverflow, match="exceed_context_size_error"):
+        client(server).complete(MESSAGES, TOOLS)
     assert len(server.requests) == 1  # never retried: the same prompt would overflow again
 
 
 def test_persistent_failure_gives_up_with_the_last_reason() -> None:
     crashed = Fail(500, {"error": {"code": 500, "message": "CUDA error", "type": "server_error"}})
     with ScriptedServer([crashed] * 3) as server:
-        with pytest.raises(ModelUnavailable, match="failed 3 times.*CUDA error"):
+        with pytest.raises(ModelUnavailable, match=r"failed 3 times.*CUDA error"):
             client(server, max_retries=2).complete(MESSAGES, TOOLS)
 
 

@@ -81,10 +81,26 @@ def _stats(**fields) -> RequestStats:
 
 def test_summary_prefers_metrics_deltas_for_accepted_per_pass():
     stats = [
-        _stats(prompt_tokens=1000, cached_tokens=0, completion_tokens=40, predicted_ms=1000, draft_tokens=50,
-               draft_accepted=20, ttft_s=0.5, latency_s=2.0),
-        _stats(prompt_tokens=1100, cached_tokens=1050, completion_tokens=60, predicted_ms=1000, draft_tokens=70,
-               draft_accepted=40, ttft_s=0.1, latency_s=1.0),
+        _stats(
+            prompt_tokens=1000,
+            cached_tokens=0,
+            completion_tokens=40,
+            predicted_ms=1000,
+            draft_tokens=50,
+            draft_accepted=20,
+            ttft_s=0.5,
+            latency_s=2.0,
+        ),
+        _stats(
+            prompt_tokens=1100,
+            cached_tokens=1050,
+            completion_tokens=60,
+            predicted_ms=1000,
+            draft_tokens=70,
+            draft_accepted=40,
+            ttft_s=0.1,
+            latency_s=1.0,
+        ),
     ]
     summary = summarize(stats, SpecCounters(drafts=20, draft_tokens=120, accepted_tokens=60))
     assert summary.requests == 2

@@ -1,6 +1,8 @@
 """Reaching the daemon, the image checks, and building the sandbox image for real (no registry needed)."""
 
+import io
 import secrets
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from sandbox import (
     require_image,
 )
 from sandbox.cli import sandbox_app
-from sandbox.image import ROOTFS_IMAGE
+from sandbox.image import ROOTFS_IMAGE, import_rootfs
 from sandbox.mirrors import DEBOOTSTRAP_DEFAULT_MIRROR, choose_mirror, configured_mirrors
 
 PACKAGE_CHECK = "python3 -m pytest --version && git --version && timeout --version && bash --version"
@@ -110,6 +112,31 @@ def test_a_missing_image_names_the_build_command(client: docker.DockerClient) ->
         "sandbox image 'refactor-agent-sandbox:no-such-tag' not found: "
         "build it with `refactor-agent sandbox build --bootstrap`"
     )
+
+
+@pytest.mark.docker
+def test_a_root_filesystem_is_imported_as_an_image(client: docker.DockerClient, tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "hello").write_text("from the rootfs\n")
+    tag = f"refactor-agent-sandbox-test-import:{secrets.token_hex(4)}"
+    import_rootfs(client, tmp_path, tag)
+    try:
+        assert "LANG=C.UTF-8" in client.images.get(tag).attrs["Config"]["Env"]
+        # Nothing in this root filesystem can run: read the file back without starting the container.
+        container = client.containers.create(tag, ["none"])
+        archive, _ = container.get_archive("/etc/hello")
+        container.remove()
+        with tarfile.open(fileobj=io.BytesIO(b"".join(archive))) as tar:
+            member = tar.extractfile("hello")
+            assert member is not None and member.read() == b"from the rootfs\n"
+    finally:
+        client.images.remove(tag, force=True)
+
+
+@pytest.mark.docker
+def test_a_missing_root_filesystem_is_a_clear_error(client: docker.DockerClient, tmp_path: Path) -> None:
+    with pytest.raises(SandboxError, match=r"tar of .* failed"):
+        import_rootfs(client, tmp_path / "absent", "refactor-agent-sandbox-test-import:never")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from agent.server.presets import PresetName, PresetRequest, build_preset
 
 server_app = typer.Typer(help="Start, stop and inspect the local llama-server.", no_args_is_help=True)
 
-STATUS_MARK = {"ok": " ok ", "warn": "warn", "fail": "FAIL", "skip": "skip"}
+STATUS_MARK = {"ok": "[ok]", "warn": "[warn]", "fail": "[FAIL]", "skip": "[skip]"}
 
 
 def _fail(error: Exception) -> typer.Exit:
@@ -102,6 +102,6 @@ def doctor(
         typer.echo(json.dumps([result.model_dump() for result in results], indent=2))
     else:
         for result in results:
-            typer.echo(f"[{STATUS_MARK[result.status]}] {result.name:<12} {result.message}")
+            typer.echo(f"{STATUS_MARK[result.status]:<6} {result.name:<12} {result.message}")
     if failed(results):
         raise typer.Exit(1)

@@ -1,0 +1,60 @@
+"""Real git repositories for tests, and a byte-level fingerprint of a user's checkout."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+SAMPLE_FILES = {
+    "pkg/__init__.py": "",
+    "pkg/geometry.py": (
+        'def compute_area(width, height):\n    """Area of a rectangle."""\n    return width * height\n'
+    ),
+    "pkg/report.py": (
+        "from pkg.geometry import compute_area\n\n\n"
+        "def describe(width, height):\n"
+        '    return f"area={compute_area(width, height)}"\n'
+    ),
+    "tests/test_geometry.py": (
+        "from pkg.geometry import compute_area\nfrom pkg.report import describe\n\n\n"
+        "def test_area():\n    assert compute_area(2, 3) == 6\n\n\n"
+        "def test_describe():\n    assert describe(2, 3) == 'area=6'\n"
+    ),
+    "pytest.ini": "[pytest]\naddopts = -p no:cacheprovider\n",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(path: Path, files: dict[str, str] = SAMPLE_FILES) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "dev@example.com")
+    git(path, "config", "user.name", "Dev")
+    for name, content in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+def checkout_fingerprint(repo: Path) -> dict[str, str]:
+    """Everything of the user's checkout that a run must not touch: work tree bytes, index, HEAD, stash."""
+    digest: dict[str, str] = {}
+    for file in sorted(repo.rglob("*")):
+        relative = file.relative_to(repo).as_posix()
+        if file.is_file() and not relative.startswith(".git/"):
+            digest[relative] = hashlib.sha256(file.read_bytes()).hexdigest()
+    for name in ("index", "HEAD"):
+        file = repo / ".git" / name
+        digest[f".git/{name}"] = hashlib.sha256(file.read_bytes()).hexdigest() if file.exists() else "-"
+    digest["head-commit"] = git(repo, "rev-parse", "HEAD").strip()
+    digest["branch"] = git(repo, "symbolic-ref", "-q", "HEAD").strip()
+    digest["stash"] = git(repo, "stash", "list")
+    digest["status"] = git(repo, "status", "--porcelain", "--untracked-files=all")
+    return digest

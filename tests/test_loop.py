@@ -1,0 +1,85 @@
+"""The loop against the scripted server: what it sends, and how each kind of ending is reached."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from agent.config import LLMConfig
+from agent.llm import OpenAIChatModel
+from agent.loop import AgentLoop, LoopResult
+from tools import ToolContext, default_registry
+
+from local_executor import LocalExecutor
+from repos import make_repo
+from scripted_server import Fail, Reply, ScriptedServer
+
+
+def run_loop(
+    tmp_path: Path, script: list, *, max_turns: int = 10, n_ctx: int = 65536
+) -> tuple[LoopResult, list[dict], ScriptedServer]:
+    repo = make_repo(tmp_path / "repo")
+    context = ToolContext(repo, LocalExecutor(repo), "python3 -m pytest -q", 30, 4_000)
+    events: list[dict] = []
+    with ScriptedServer(script, n_ctx=n_ctx) as server:
+        model = OpenAIChatModel(LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=1))
+        loop = AgentLoop(model, default_registry(), context, max_turns=max_turns, emit=events.append)
+        result = loop.run("SYSTEM " * 200, "Rename compute_area to area")
+    return result, events, server
+
+
+def test_history_is_append_only_and_the_prefix_never_changes(tmp_path: Path) -> None:
+    script = [
+        Reply(tool_calls=[("view_file", {"path": "pkg/geometry.py"})], reasoning="look first"),
+        Reply(tool_calls=[("str_replace", {"path": "pkg/geometry.py", "old": "def compute_area", "new": "def area"})]),
+        Reply(tool_calls=[("finish", {"summary": "Rename compute_area"})]),
+    ]
+    result, _events, server = run_loop(tmp_path, script)
+    requests = server.requests
+    assert result.outcome == "finished" and result.summary == "Rename compute_area"
+    assert len(requests) == 3
+    for earlier, later in itertools.pairwise(requests):
+        assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
+        assert later["tools"] == earlier["tools"]
+    assert requests[1]["messages"][2]["reasoning_content"] == "look first"
+    later_turns = [r.cached_tokens / r.prompt_tokens for r in result.requests[1:]]
+    assert min(later_turns) > 0.9
+
+
+def test_malformed_calls_are_survived(tmp_path: Path) -> None:
+    script = [
+        Reply(tool_calls=[("bash", '{"command": "ls" ')]),
+        Reply(tool_calls=[("teleport", {"to": "prod"})]),
+        Reply(tool_calls=[("view_file", {"path": "../../etc/passwd"})]),
+        Reply(tool_calls=[("finish", {"summary": "gave up"})]),
+    ]
+    result, events, _ = run_loop(tmp_path, script)
+    errors = [e["text"] for e in events if e["type"] == "tool_result" and e["is_error"]]
+    assert result.outcome == "finished"
+    assert len(errors) == 3
+    assert "not valid JSON" in errors[0] and "unknown tool" in errors[1] and "'..' is not allowed" in errors[2]
+
+
+def test_turn_limit_ends_the_loop(tmp_path: Path) -> None:
+    script = [Reply(tool_calls=[("bash", {"command": "true"})])] * 5
+    result, _, _ = run_loop(tmp_path, script, max_turns=3)
+    assert (result.outcome, result.turns) == ("max_turns", 3)
+
+
+def test_an_answer_without_tool_calls_stops(tmp_path: Path) -> None:
+    result, _, _ = run_loop(tmp_path, [Reply(content="I cannot help with that.")])
+    assert result.outcome == "stopped" and result.summary == "I cannot help with that."
+
+
+@pytest.mark.parametrize(
+    ("script", "n_ctx", "reason"),
+    [
+        ([Fail(500, {"error": {"message": "boom", "type": "server_error"}})] * 3, 65536, "failed 2 times"),
+        ([], 100, "exceed_context_size_error"),
+    ],
+)
+def test_model_failures_end_with_a_reason(tmp_path: Path, script: list, n_ctx: int, reason: str) -> None:
+    result, _, _ = run_loop(tmp_path, script, n_ctx=n_ctx)
+    assert result.outcome == "error" and reason in result.reason
