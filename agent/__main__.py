@@ -1,0 +1,3 @@
+from agent.cli import app
+
+app(prog_name="refactor-agent")
