@@ -17,7 +17,15 @@ def _tool_label(event: dict[str, Any]) -> str:
 class RunView:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console()
-        self.state: dict[str, Any] = {"task": "-", "turn": 0, "tok_s": None, "cache": None, "tool": "-", "status": ""}
+        self.state: dict[str, Any] = {
+            "task": "-",
+            "turn": 0,
+            "tok_s": None,
+            "cache": None,
+            "acceptance": None,
+            "tool": "-",
+            "status": "",
+        }
         self._live: Live | None = None
 
     def __enter__(self) -> RunView:
@@ -50,10 +58,12 @@ class RunView:
             stats = event["stats"]
             state["turn"] = event["turn"]
             state["tok_s"] = stats.predicted_per_second
-            state["cache"] = stats.cached_tokens / stats.prompt_tokens if stats.prompt_tokens else None
+            state["cache"] = stats.cache_hit_ratio
+            state["acceptance"] = stats.acceptance_rate
+            drafts = f", {stats.draft_accepted}/{stats.draft_tokens} drafts accepted" if stats.draft_tokens else ""
             return (
                 f"turn {event['turn']}: {stats.prompt_tokens} prompt tokens ({stats.cached_tokens} cached), "
-                f"{stats.completion_tokens} generated, {stats.latency_s:.1f}s"
+                f"{stats.completion_tokens} generated{drafts}, {stats.latency_s:.1f}s"
             )
         if kind == "tool_result":
             state["tool"] = _tool_label(event)
@@ -70,11 +80,13 @@ class RunView:
         table = Table(show_header=False, box=None, padding=(0, 1))
         tok_s = "-" if state["tok_s"] is None else f"{state['tok_s']:.1f}"
         cache = "-" if state["cache"] is None else f"{state['cache']:.0%}"
+        acceptance = "-" if state["acceptance"] is None else f"{state['acceptance']:.0%}"
         for label, value in (
             ("task", state["task"]),
             ("turn", str(state["turn"])),
             ("decode tok/s", tok_s),
             ("cache hit", cache),
+            ("draft acceptance", acceptance),
             ("last tool", state["tool"]),
             ("status", state["status"]),
         ):

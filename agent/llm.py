@@ -7,12 +7,13 @@ tool-call format (resampled here, counted), a prompt over the context (ContextOv
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import openai
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from agent.config import LLMConfig
 
@@ -38,6 +39,16 @@ class ToolCall(BaseModel):
     name: str
     arguments: str
 
+    def history_arguments(self) -> str:
+        """Arguments as they go back into the history. Chat templates parse them as a JSON object, so raw
+        garbage from the model would make every later request fail; it is wrapped instead, still visible."""
+        try:
+            if isinstance(json.loads(self.arguments), dict):
+                return self.arguments
+        except json.JSONDecodeError:
+            pass
+        return json.dumps({"unparsed_arguments": self.arguments})
+
 
 class RequestStats(BaseModel):
     """One request as llama-server reports it (usage + the non-standard `timings` object) plus our clock."""
@@ -56,6 +67,16 @@ class RequestStats(BaseModel):
     retries: int = 0
     resamples: int = 0
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        return round(self.cached_tokens / self.prompt_tokens, 4) if self.prompt_tokens else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def acceptance_rate(self) -> float | None:
+        return round(self.draft_accepted / self.draft_tokens, 4) if self.draft_tokens else None
+
 
 class AssistantTurn(BaseModel):
     content: str = ""
@@ -71,7 +92,11 @@ class AssistantTurn(BaseModel):
             message["reasoning_content"] = self.reasoning_content
         if self.tool_calls:
             message["tool_calls"] = [
-                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.history_arguments()},
+                }
                 for call in self.tool_calls
             ]
         return message

@@ -6,30 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from agent.llm import RequestStats
+from agent.metrics import MetricsSummary
 
 TaskStatus = Literal["committed", "no_changes", "failed"]
-
-
-class TokenTotals(BaseModel):
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    draft_tokens: int = 0
-    draft_accepted: int = 0
-
-    @classmethod
-    def of(cls, requests: list[RequestStats]) -> TokenTotals:
-        return cls(
-            prompt_tokens=sum(r.prompt_tokens for r in requests),
-            cached_tokens=sum(r.cached_tokens for r in requests),
-            completion_tokens=sum(r.completion_tokens for r in requests),
-            draft_tokens=sum(r.draft_tokens for r in requests),
-            draft_accepted=sum(r.draft_accepted for r in requests),
-        )
-
-    def __add__(self, other: TokenTotals) -> TokenTotals:
-        return TokenTotals(**{name: getattr(self, name) + getattr(other, name) for name in TokenTotals.model_fields})
 
 
 class TaskSummary(BaseModel):
@@ -42,8 +21,8 @@ class TaskSummary(BaseModel):
     commit: str | None = None
     summary: str = ""
     turns: int = 0
-    tokens: TokenTotals = TokenTotals()
     wall_time_s: float = 0.0
+    metrics: MetricsSummary | None = None
     warnings: list[str] = []
 
 
@@ -52,9 +31,10 @@ class RunSummary(BaseModel):
     repo: str
     model: str
     server_url: str
+    speculation_configured: bool = False
     tasks: list[TaskSummary] = []
-    tokens: TokenTotals = TokenTotals()
     wall_time_s: float = 0.0
+    metrics: MetricsSummary | None = None
     warnings: list[str] = []
 
     @property

@@ -12,19 +12,34 @@ from typing import Any
 
 import docker
 import git
+import httpx
 
 from agent.config import RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
 from agent.journal import RunJournal
-from agent.llm import ChatModel
+from agent.llama_api import LlamaServerAPI, ServerError
+from agent.llm import ChatModel, RequestStats
 from agent.loop import AgentLoop, LoopResult
-from agent.report import RunSummary, TaskSummary, TokenTotals
+from agent.metrics import SpecCounters, scrape_spec_counters, speculation_configured, speculation_warning, summarize
+from agent.report import RunSummary, TaskSummary
 from agent.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits
 from tools import ToolContext, default_registry
 from tools.test_command import detect_test_command
 
 Emit = Callable[[dict[str, Any]], None]
+
+
+def _spec_counters(api: LlamaServerAPI) -> SpecCounters | None:
+    """Metrics are for the report: a server that cannot give them must not fail the task."""
+    try:
+        return scrape_spec_counters(api)
+    except (ServerError, httpx.HTTPError):
+        return None
+
+
+def _delta(after: SpecCounters | None, before: SpecCounters | None) -> SpecCounters | None:
+    return after - before if after is not None and before is not None else None
 
 
 class Run:
@@ -47,6 +62,12 @@ class Run:
         self.journal = journal
         self.observe = observe
         self.registry = default_registry()
+        self.server_api = LlamaServerAPI(server_url)
+        self.requests: list[RequestStats] = []
+        try:
+            self.speculation = speculation_configured(self.server_api)
+        except (ServerError, httpx.HTTPError):
+            self.speculation = False
 
     def emit(self, event: dict[str, Any]) -> None:
         self.journal.record(event)
@@ -59,15 +80,20 @@ class Run:
             repo=str(self.config.repo),
             model=self.model.name,
             server_url=self.server_url,
+            speculation_configured=self.speculation,
         )
         self.emit({"type": "run_start", "run_id": self.journal.run_id, "tasks": len(self.config.tasks)})
+        counters_at_start = _spec_counters(self.server_api)
         try:
             for index, task in enumerate(self.config.tasks, start=1):
                 summary.tasks.append(self.run_task(index, task))
-                summary.tokens = sum((t.tokens for t in summary.tasks), TokenTotals())
+                summary.metrics = summarize(self.requests, _delta(_spec_counters(self.server_api), counters_at_start))
+                warning = speculation_warning(summary.metrics, self.speculation)
+                summary.warnings = [warning] if warning else []
                 summary.wall_time_s = round(time.monotonic() - started, 3)
                 self.journal.write_summary(summary)
         finally:
+            self.server_api.close()
             self.emit({"type": "run_end", "exit_code": summary.exit_code, "wall_time_s": summary.wall_time_s})
         return summary
 
@@ -117,7 +143,6 @@ class Run:
     def _settle(self, workspace: Workspace, outcome: TaskSummary, result: LoopResult, index: int) -> TaskSummary:
         """The run hook: patch and commit happen here, outside the loop."""
         outcome.turns = result.turns
-        outcome.tokens = TokenTotals.of(result.requests)
         outcome.summary = result.summary
         outcome.reason = result.reason
         self.journal.append_patch(f"task {index}: {outcome.task}", workspace.diff())

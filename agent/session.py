@@ -9,6 +9,7 @@ from agent.llm import OpenAIChatModel
 from agent.preflight import PreflightError, preflight
 from agent.report import RunSummary
 from agent.runner import Run
+from sandbox import sweep_leftovers
 
 EXIT_PREFLIGHT = 2
 
@@ -19,6 +20,9 @@ def execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
     except PreflightError as error:
         view.log(f"error: {error}")
         return EXIT_PREFLIGHT
+    swept = sweep_leftovers(prepared.docker)
+    if swept:
+        view.log(f"removed {swept} sandbox container(s) left behind by earlier runs that did not finish")
     config = config.model_copy(update={"llm": config.llm.model_copy(update={"server_url": prepared.server_url})})
     journal = RunJournal(config.runs_dir, new_run_id())
     journal.write_config(config)

@@ -130,6 +130,8 @@ class ScriptedServer:
                             "chat_template_caps": {"supports_tools": True, "supports_reasoning_effort": True},
                         },
                     )
+                elif self.path == "/slots":
+                    self._json(200, [{"id": 0, "n_ctx": server.n_ctx, "speculative": False}])
                 elif self.path == "/v1/models":
                     self._json(200, {"data": [{"id": "scripted", "meta": {"n_ctx": server.n_ctx}}]})
                 else:

@@ -4,7 +4,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from llama_fixtures import TEST_CTX, free_port
 
 from agent.config import LLMConfig
 from agent.llama_api import LlamaServerAPI, ServerUnreachable
@@ -13,6 +12,8 @@ from agent.server.binary import binary_version, find_binary, supported_flags
 from agent.server.errors import LaunchError
 from agent.server.launcher import check_flags, find_state, server_status, start_server, stop_server
 from agent.server.presets import PresetRequest, ServerPreset, build_preset
+
+from llama_fixtures import TEST_CTX, free_port
 
 pytestmark = pytest.mark.llama_server
 
@@ -69,12 +70,6 @@ def test_ensure_server_returns_a_running_server_untouched(llama_server):
     logged: list[str] = []
     assert ensure_server(LLMConfig(server_url=llama_server.url), log=logged.append) == llama_server.url
     assert logged == []
-
-
-def test_ensure_server_refuses_to_stand_in_for_an_explicit_url():
-    url = f"http://127.0.0.1:{free_port()}/v1"
-    with pytest.raises(ServerUnreachable, match="refactor-agent server start --preset"):
-        ensure_server(LLMConfig(server_url=url, server_explicit=True), log=lambda _message: None)
 
 
 def test_ensure_server_starts_the_embedded_preset_loudly(llama_binary, llama_state_dir):

@@ -1,10 +1,11 @@
 """Speculative decoding with llama-server's synthetic acceptance: the counters must show the configured rates."""
 
 import pytest
-from llama_fixtures import SYNTHETIC_RATES
 
 from agent.llama_api import LlamaServerAPI
 from agent.metrics import accepted_per_position, spec_counters_from_text
+
+from llama_fixtures import SYNTHETIC_RATES
 
 pytestmark = pytest.mark.llama_server
 

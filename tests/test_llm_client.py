@@ -104,3 +104,16 @@ def test_unreachable_server_gives_up_after_retries() -> None:
     model = OpenAIChatModel(LLMConfig(server_url="http://127.0.0.1:9/v1", retry_backoff_s=0.0, max_retries=1))
     with pytest.raises(ModelUnavailable, match="APIConnectionError"):
         model.complete(MESSAGES, TOOLS)
+
+
+def test_garbage_arguments_go_back_wrapped_as_a_json_object() -> None:
+    garbage = Reply(tool_calls=[("bash", '{"command": "ls'), ("bash", "[1]"), ("bash", '{"command": "ls"}')])
+    with ScriptedServer([garbage]) as server:
+        turn = client(server).complete(MESSAGES, TOOLS)
+    sent_back = [call["function"]["arguments"] for call in turn.to_message()["tool_calls"]]
+    assert sent_back == [
+        '{"unparsed_arguments": "{\\"command\\": \\"ls"}',
+        '{"unparsed_arguments": "[1]"}',
+        '{"command": "ls"}',
+    ]
+    assert turn.tool_calls[0].arguments == '{"command": "ls'  # the transcript keeps what the model really sent

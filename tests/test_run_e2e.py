@@ -82,7 +82,7 @@ def test_rename_across_files_lands_as_one_commit_on_a_branch(tmp_path: Path) -> 
     assert "def area(" in (run_dir / "patch.diff").read_text()
     config = json.loads((run_dir / "config.json").read_text())
     assert config["llm"]["effort"] == "max" and config["llm"]["sampling"]["top_p"] == 0.95
-    assert task["tokens"]["cached_tokens"] > 0
+    assert task["metrics"]["cached_tokens"] > 0 and task["metrics"]["latency_p99_s"] is not None
     first_request = next(e for e in transcript if e["type"] == "request")
     system = first_request["new_messages"][0]["content"]
     assert '<file path="pkg/geometry.py">' in system and "def compute_area" in system

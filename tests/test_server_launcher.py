@@ -1,9 +1,13 @@
+import socket
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from agent.config import LLMConfig
+from agent.llama_api import ServerUnreachable
+from agent.server import ensure_server
 from agent.server.errors import LaunchError
 from agent.server.launcher import ServerState, default_state_dir, find_state, read_states, stop_server
 
@@ -82,3 +86,12 @@ def test_stop_asks_for_a_port_when_several_run(tmp_path):
     _write_state(tmp_path, pid=_dead_pid(), port=8081)
     with pytest.raises(LaunchError, match="pass --port"):
         stop_server(state_dir=tmp_path, log=lambda _message: None)
+
+
+def test_ensure_server_never_stands_in_for_an_explicit_url():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = LLMConfig(server_url=f"http://127.0.0.1:{port}/v1", server_explicit=True)
+    with pytest.raises(ServerUnreachable, match="refactor-agent server start --preset"):
+        ensure_server(config, log=lambda _message: None)
