@@ -60,6 +60,9 @@ def run(
     top_p: Annotated[float, typer.Option()] = SamplingConfig().top_p,
     min_p: Annotated[float, typer.Option()] = SamplingConfig().min_p,
     seed: Annotated[int | None, typer.Option(help="Sampling seed (reproducible runs).")] = None,
+    max_retries: Annotated[
+        int, typer.Option(min=0, help="Retries of a failing server, backoff from 2 s.")
+    ] = LLMConfig().max_retries,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Cap per response (default: the server's).")] = None,
     allow_dirty: Annotated[
         bool, typer.Option(help="Run although REPO has uncommitted changes (they are ignored).")
@@ -74,6 +77,7 @@ def run(
             server_explicit=server is not None,
             model=model,
             effort=effort,
+            max_retries=max_retries,
             sampling=SamplingConfig(
                 temperature=temperature, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max_tokens
             ),

@@ -17,6 +17,7 @@ def _tool_label(event: dict[str, Any]) -> str:
 class RunView:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console()
+        self.errors = Console(stderr=True)
         self.state: dict[str, Any] = {
             "task": "-",
             "turn": 0,
@@ -39,7 +40,11 @@ class RunView:
             self._live.__exit__(None, None, None)
 
     def log(self, message: str) -> None:
-        self.console.print(message, markup=False, highlight=False)
+        # soft_wrap: a line stays one line in logs and cron mail, whatever the terminal width.
+        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+    def error(self, message: str) -> None:
+        self.errors.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
 
     def handle(self, event: dict[str, Any]) -> None:
         line = self._update(event)

@@ -18,7 +18,7 @@ def execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
     try:
         prepared = preflight(config, allow_dirty=allow_dirty, log=view.log)
     except PreflightError as error:
-        view.log(f"error: {error}")
+        view.error(str(error))
         return EXIT_PREFLIGHT
     swept = sweep_leftovers(prepared.docker)
     if swept:

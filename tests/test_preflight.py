@@ -49,7 +49,7 @@ def test_explicit_server_that_is_down(tmp_path: Path) -> None:
     before = checkout_fingerprint(repo)
     code, output = run_cli(str(repo), "--task", "x", "--server", "http://127.0.0.1:9/v1")
     assert code == 2
-    assert output.startswith("error: llama-server unreachable at http://127.0.0.1:9")
+    assert output.startswith("error: no llama-server answers at http://127.0.0.1:9: start one with")
     assert len(output.strip().splitlines()) == 1
     assert checkout_fingerprint(repo) == before
 

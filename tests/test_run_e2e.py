@@ -132,7 +132,7 @@ def test_failure_paths_end_with_a_status_and_a_complete_transcript(
 ) -> None:
     repo = make_repo(tmp_path / "repo")
     with ScriptedServer(script) as server:
-        exit_code = invoke(repo, server, tmp_path / "runs")
+        exit_code = invoke(repo, server, tmp_path / "runs", "--max-retries", "1")
     run_dir, summary, transcript = read_run(tmp_path / "runs")
     (task,) = summary["tasks"]
     assert (task["status"], exit_code) == (status, 1 if status == "failed" else 0)
