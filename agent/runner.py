@@ -42,6 +42,14 @@ def _delta(after: SpecCounters | None, before: SpecCounters | None) -> SpecCount
     return after - before if after is not None and before is not None else None
 
 
+def _measure(
+    report: TaskSummary | RunSummary, requests: list[RequestStats], spec_delta: SpecCounters | None, speculation: bool
+) -> None:
+    report.metrics = summarize(requests, spec_delta)
+    warning = speculation_warning(report.metrics, speculation)
+    report.warnings = [warning] if warning else []
+
+
 class Run:
     def __init__(
         self,
@@ -87,9 +95,8 @@ class Run:
         try:
             for index, task in enumerate(self.config.tasks, start=1):
                 summary.tasks.append(self.run_task(index, task))
-                summary.metrics = summarize(self.requests, _delta(_spec_counters(self.server_api), counters_at_start))
-                warning = speculation_warning(summary.metrics, self.speculation)
-                summary.warnings = [warning] if warning else []
+                run_delta = _delta(_spec_counters(self.server_api), counters_at_start)
+                _measure(summary, self.requests, run_delta, self.speculation)
                 summary.wall_time_s = round(time.monotonic() - started, 3)
                 self.journal.write_summary(summary)
         finally:
@@ -109,8 +116,12 @@ class Run:
             branch=workspace.branch,
             base_commit=workspace.base_commit,
         )
+        counters_before = _spec_counters(self.server_api)
         try:
             result = self._run_loop(workspace, task)
+            self.requests += result.requests
+            task_delta = _delta(_spec_counters(self.server_api), counters_before)
+            _measure(outcome, result.requests, task_delta, self.speculation)
             outcome = self._settle(workspace, outcome, result, index)
         except KeyboardInterrupt:
             outcome.reason = "interrupted (Ctrl-C)"

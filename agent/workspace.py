@@ -7,12 +7,43 @@ bookkeeping for the worktree (removed with it).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
 import git
+
+
+# Caches that test runs and tools leave behind: never part of a refactoring, even where the repository's own
+# .gitignore forgets them. Untracked files only; changes to tracked files are always committed.
+ARTIFACT_PATTERNS = (
+    "__pycache__/",
+    "*.py[cod]",
+    ".pytest_cache/",
+    ".mypy_cache/",
+    ".ruff_cache/",
+    ".hypothesis/",
+    ".coverage",
+    ".coverage.*",
+    ".tox/",
+    ".nox/",
+)
+
+
+def _user_excludes(repo: git.Repo) -> str:
+    """The user's global ignore file, which a -c core.excludesFile of ours would otherwise replace."""
+    try:
+        configured = repo.git.config("--get", "core.excludesFile")
+    except git.GitCommandError:
+        configured = ""
+    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    path = Path(configured).expanduser() if configured else config_home / "git" / "ignore"
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 class WorkspaceError(Exception):
@@ -56,6 +87,9 @@ class Workspace:
         self.branch = branch
         self.base_commit = base_commit
         self.repo = git.Repo(path)
+        # Outside the worktree, so the model can neither see nor edit it.
+        self.excludes_file = path.parent / "excludes"
+        self.excludes_file.write_text(_user_excludes(repo) + "\n" + "\n".join(ARTIFACT_PATTERNS) + "\n")
 
     @classmethod
     def create(cls, repo: git.Repo, *, run_id: str, task: str, scratch_root: Path | None = None) -> Workspace:
@@ -68,7 +102,7 @@ class Workspace:
         return cls(repo, path, branch, base_commit)
 
     def _stage_everything(self) -> None:
-        self.repo.git.add("--all")
+        self.repo.git.execute(["git", "-c", f"core.excludesFile={self.excludes_file}", "add", "--all"])
 
     def diff(self) -> str:
         """Everything the task changed against its base, new files included."""

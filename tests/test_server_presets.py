@@ -77,6 +77,7 @@ def test_embedded_preset_runs_smollm2_on_cpu_without_drafting():
     assert pairs["--ctx-size"] == str(EMBEDDED_MAX_CTX)
     assert pairs["--n-gpu-layers"] == "0"
     assert "--metrics" in pairs
+    assert "--no-repack" in pairs
     assert "--spec-type" not in pairs and "--model-draft" not in pairs
     assert not preset.drafting
 

@@ -63,3 +63,18 @@ def test_slug_is_safe_for_branch_names() -> None:
     assert task_slug("Rename `foo()` → bar, everywhere!!") == "rename-foo-bar-everywhere"
     assert task_slug("???") == "task"
     assert len(task_slug("x" * 200)) <= 40
+
+
+def test_cache_artifacts_are_not_committed_but_tracked_changes_are(tmp_path: Path) -> None:
+    workspace = Workspace.create(open_repository(make_repo(tmp_path / "repo")), run_id="r3", task="artifacts")
+    try:
+        (workspace.path / "pkg/__pycache__").mkdir()
+        (workspace.path / "pkg/__pycache__/geometry.cpython-311.pyc").write_bytes(b"\0cache")
+        (workspace.path / ".pytest_cache").mkdir()
+        (workspace.path / ".pytest_cache/README.md").write_text("cache")
+        (workspace.path / "pkg/geometry.py").write_text("def area(w, h):\n    return w * h\n")
+        commit = workspace.commit("Rename", {})
+        files = sorted(git.Repo(workspace.path).commit(commit).stats.files)
+    finally:
+        workspace.remove()
+    assert files == ["pkg/geometry.py"]

@@ -1,0 +1,49 @@
+"""The agent against a real llama-server (SmolLM2-135M on CPU): what a tiny real model does must not break a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
+from agent.config import LLMConfig, SamplingConfig
+from agent.llm import AssistantTurn, OpenAIChatModel, ToolCall
+from agent.server.launcher import ServerState
+from tools import default_registry
+
+from repos import checkout_fingerprint, make_repo
+
+pytestmark = [pytest.mark.llama_server, pytest.mark.docker]
+
+
+def test_a_model_that_answers_without_tool_calls_ends_as_no_changes(tmp_path: Path, llama_server: ServerState) -> None:
+    repo = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo)
+    arguments = ["run", str(repo), "--task", "Rename compute_area to area", "--server", llama_server.url]
+    options = ["--runs-dir", str(tmp_path / "runs"), "--max-tokens", "48", "--seed", "1", "--max-turns", "3"]
+    result = CliRunner().invoke(app, [*arguments, *options, "--model", "smollm2"])
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (task,) = summary["tasks"]
+    assert result.exit_code == 0, result.output
+    assert task["status"] == "no_changes", task
+    assert task["metrics"]["prompt_tokens"] > 0 and task["metrics"]["generated_tokens"] > 0
+    assert checkout_fingerprint(repo) == before
+
+
+def test_garbage_tool_arguments_in_history_are_survived(llama_server: ServerState) -> None:
+    """A model's broken JSON goes back into the history; the server's template must still render the next turn."""
+    config = LLMConfig(server_url=llama_server.url, sampling=SamplingConfig(max_tokens=8, seed=3), max_retries=0)
+    model = OpenAIChatModel(config)
+    garbage = AssistantTurn(tool_calls=[ToolCall(id="call_1", name="bash", arguments='{"command": "ls -la')])
+    messages = [
+        {"role": "system", "content": "You refactor code."},
+        {"role": "user", "content": "List the files."},
+        garbage.to_message(),
+        {"role": "tool", "tool_call_id": "call_1", "content": "error: arguments are not valid JSON"},
+    ]
+    turn = model.complete(messages, default_registry().schemas())
+    assert turn.stats.prompt_tokens > 0 and turn.stats.completion_tokens > 0

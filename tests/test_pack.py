@@ -1,0 +1,302 @@
+"""The packer on real git repositories: selection, determinism, ranking, outlines, budgets and the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.pack_repos import commit_all, make_module_repo, make_planted_repo
+from typer.testing import CliRunner
+
+from agent.packing import PackError, PackOptions, pack_repository
+from agent.packing.rank import rank_files
+from agent.packing.tags import extract_tags
+
+from repos import make_repo
+from scripted_server import ScriptedServer, tokens_of
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Path:
+    return make_planted_repo(tmp_path / "planted", tmp_path)
+
+
+def views(packed) -> dict[str, tuple[str, str | None]]:
+    return {stat.path: (stat.view, stat.reason) for stat in packed.stats.files}
+
+
+def test_selection_follows_git_and_content(planted: Path, cache_dir: Path) -> None:
+    packed = pack_repository(planted, PackOptions(cache_dir=cache_dir))
+    seen = views(packed)
+    text = packed.text
+
+    # Ignored paths (root anchored, nested .gitignore, info/exclude) and untracked files are never listed.
+    for ignored in ("build/out.py", "sub/debug.log", "notes.txt", "untracked.py"):
+        assert ignored not in seen
+    # An anchored ignore pattern does not reach deeper folders of the same name.
+    assert seen["pkg/build/helper.py"] == ("full", None)
+    assert '<file path="pkg/build/helper.py">' in text
+    # Secrets inside ordinary source are no reason to drop it.
+    assert seen["pkg/settings.py"][0] == "full"
+    assert seen[".env.example"][0] == "full"
+    assert "café crème" in text  # Latin-1 content, re-encoded
+    assert seen["caf\\xe9_name.txt"][0] == "full"
+    assert '<file path="caf\\xe9_name.txt">' in text
+
+    expected_exclusions = {
+        "data.bin": "binary content",
+        ".env": "likely holds credentials (file name)",
+        "deploy.pem": "likely holds credentials (file name)",
+        "model.bin": "Git LFS pointer",
+        "package-lock.json": "lock file",
+        "gen/schema_pb2.py": "generated (marker in its header)",
+        "vendor_sub": "submodule (listed, not entered)",
+        "outside_link": "symlink to /etc/hostname (not followed)",
+        "inside_link.py": "symlink to pkg/geometry.py (not followed)",
+    }
+    for path, reason in expected_exclusions.items():
+        assert seen[path] == ("excluded", reason), path
+        assert f'path="{path}"' not in text
+    assert seen["static/app.min.js"][0] == "excluded"
+    assert seen["static/app.min.js"][1].startswith("minified")
+    assert "data.bin" not in text  # no placeholder for binaries
+    assert "sk-live-123" not in text and "PRIVATE KEY" not in text
+    assert packed.stats.counts == "estimated"
+    assert packed.stats.files_listed == len(seen)
+    assert packed.stats.files_full + packed.stats.files_excluded == packed.stats.files_listed
+
+
+def test_flags_bring_back_generated_secret_and_untracked_files(planted: Path, cache_dir: Path) -> None:
+    options = PackOptions(cache_dir=cache_dir, include_generated=True, include_secrets=True, include_untracked=True)
+    seen = views(pack_repository(planted, options))
+    for path in ("model.bin", "package-lock.json", "gen/schema_pb2.py", "static/app.min.js", ".env", "deploy.pem"):
+        assert seen[path][0] == "full", path
+    assert seen["untracked.py"][0] == "full"
+    assert seen["data.bin"][0] == "excluded"  # binaries stay out whatever the flags
+
+
+def test_empty_repository_and_bad_input(tmp_path: Path, cache_dir: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=empty, check=True)
+    packed = pack_repository(empty, PackOptions(cache_dir=cache_dir))
+    assert packed.text == "<repository>\n</repository>\n"
+    assert packed.stats.files_listed == 0
+    with pytest.raises(PackError, match="not inside a git work tree"):
+        pack_repository(tmp_path, PackOptions(cache_dir=cache_dir))
+    with pytest.raises(PackError, match="not a directory"):
+        pack_repository(tmp_path / "missing", PackOptions(cache_dir=cache_dir))
+
+
+def test_outline_of_python() -> None:
+    source = (
+        '"""Module docstring."""\n'
+        "LIMIT = 10\n"
+        "\n"
+        "class Shape(Base):\n"
+        '    """A shape.\n'
+        "\n"
+        '    Long description."""\n'
+        "\n"
+        "    def area(self,\n"
+        "             scale: float = 1.0) -> float:\n"
+        '        """Area of the shape."""\n'
+        "        def helper():\n"
+        "            return 2\n"
+        "        return helper() * scale\n"
+        "\n"
+        "def main() -> None: print(Shape())\n"
+    )
+    tags = extract_tags("python", source)
+    assert tags.outline == (
+        "2: LIMIT = 10\n"
+        "4: class Shape(Base):\n"
+        '5:     """A shape.\n'
+        "9:     def area(self,\n"
+        "10:              scale: float = 1.0) -> float:\n"
+        '11:         """Area of the shape."""\n'
+        "16: def main() -> None:\n"
+    )
+    assert tags.definitions == ("LIMIT", "Shape", "area", "helper", "main")
+    assert dict(tags.reference_counts())["Shape"] == 2
+
+
+def test_outline_of_typescript() -> None:
+    source = (
+        "/** Greets people. */\n"
+        "export class Greeter<T> extends Base {\n"
+        "  // Says hello.\n"
+        "  greet(name: string): string {\n"
+        "    const inner = () => 1;\n"
+        '    return "hi " + name;\n'
+        "  }\n"
+        "}\n"
+        "export interface Shape {\n"
+        "  area(): number;\n"
+        "}\n"
+        "type Id = string | number;\n"
+        "export const add = (a: number, b: number): number => a + b;\n"
+        "enum Color { Red, Green }\n"
+    )
+    tags = extract_tags("typescript", source)
+    assert tags.outline == (
+        "1: /** Greets people. */\n"
+        "2: export class Greeter<T> extends Base\n"
+        "3:   // Says hello.\n"
+        "4:   greet(name: string): string\n"
+        "9: export interface Shape\n"
+        "10:   area(): number;\n"
+        "12: type Id = string | number;\n"
+        "13: export const add = (a: number, b: number): number =>\n"
+        "14: enum Color\n"
+    )
+    assert "inner" not in tags.outline
+    assert extract_tags("tsx", "export function App(): JSX.Element { return <div/>; }\n").outline == (
+        "1: export function App(): JSX.Element\n"
+    )
+
+
+def test_ranking_puts_task_named_files_first(tmp_path: Path, cache_dir: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=12)
+    paths = sorted(f"proj/mod{number:02d}.py" for number in range(12))
+    tags = [extract_tags("python", (repo / path).read_text()) for path in paths]
+    assert paths[rank_files(paths, tags, "Rename things in proj/mod07.py please")[0]] == "proj/mod07.py"
+    assert paths[rank_files(paths, tags, "mod03.py has a bug")[0]] == "proj/mod03.py"
+    # Identifiers named in the task pull their defining file up.
+    by_identifier = [paths[index] for index in rank_files(paths, tags, "function_09 should return a float")]
+    untouched = [paths[index] for index in rank_files(paths, tags, None)]
+    assert by_identifier.index("proj/mod09.py") < untouched.index("proj/mod09.py")
+    # Without a task, what everything depends on ranks first: mod00 is at the bottom of the call chain.
+    assert untouched[0] == "proj/mod00.py"
+
+    # Through the packer: a budget for a few whole files gives one to the file the task names.
+    fifth = views(pack_repository(repo, PackOptions(cache_dir=cache_dir, budget_tokens=1500, task="Fix proj/mod05.py")))
+    eighth = views(
+        pack_repository(repo, PackOptions(cache_dir=cache_dir, budget_tokens=1500, task="Fix proj/mod08.py"))
+    )
+    assert fifth["proj/mod05.py"][0] == eighth["proj/mod08.py"][0] == "full"
+    assert fifth["proj/mod08.py"][0] != "full" and eighth["proj/mod05.py"][0] != "full"
+    assert {view for view, _ in fifth.values()} == {"full", "outline", "path"}
+
+
+def _pack_in_subprocess(repo: Path, cache_dir: Path, seed: str, budget: int, task: str) -> str:
+    script = (
+        "import sys, hashlib; from pathlib import Path; from agent.packing import PackOptions, pack_repository;"
+        f"p = pack_repository(Path({str(repo)!r}), PackOptions(cache_dir=Path({str(cache_dir)!r}),"
+        f" budget_tokens={budget}, task={task!r}));"
+        "print(hashlib.sha256(p.text.encode()).hexdigest())"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    completed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    return completed.stdout.strip()
+
+
+def test_deterministic_across_processes(tmp_path: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=40)
+    task = "Make function_17 and Widget23 faster"
+    digests = {
+        _pack_in_subprocess(repo, tmp_path / f"cache-{seed}", seed, budget=6000, task=task) for seed in ("1", "2")
+    }
+    # A third process reads the tags and counts the second one cached: same bytes again.
+    digests.add(_pack_in_subprocess(repo, tmp_path / "cache-2", "3", budget=6000, task=task))
+    assert len(digests) == 1
+    inline = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache-1", budget_tokens=6000, task=task))
+    assert hashlib.sha256(inline.text.encode()).hexdigest() in digests
+    assert inline.stats.files_outline > 0 and inline.stats.files_full > 0
+
+
+def test_budget_is_never_exceeded_with_exact_counts(tmp_path: Path, cache_dir: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=40)
+    with ScriptedServer() as server:
+        for budget in (150, 400, 1500, 3000, 6000, 12000):
+            for format_name in ("xml", "markdown"):
+                options = PackOptions(
+                    cache_dir=cache_dir, server_url=server.url, budget_tokens=budget, format=format_name
+                )
+                packed = pack_repository(repo, options)
+                assert packed.stats.counts == "exact"
+                assert packed.stats.total_tokens <= budget
+                # The server's own count of the whole text: pieces were counted apart, the sum must hold.
+                assert tokens_of(packed.text) <= packed.stats.total_tokens
+        everything = pack_repository(repo, PackOptions(cache_dir=cache_dir, server_url=server.url))
+    # No budget given: the server's window (65,536 here) minus reserves holds this whole repository.
+    assert everything.stats.budget_tokens is not None and everything.stats.budget_tokens < server.n_ctx
+    assert everything.stats.files_full == everything.stats.files_listed
+
+
+def test_tasks_on_one_commit_share_the_rendered_prefix(tmp_path: Path, cache_dir: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=10)
+    with ScriptedServer() as server:
+        first = pack_repository(repo, PackOptions(cache_dir=cache_dir, server_url=server.url, task="Rename Widget03"))
+        second = pack_repository(repo, PackOptions(cache_dir=cache_dir, server_url=server.url, task="Speed up mod07"))
+    assert first.stats.files_full == first.stats.files_listed
+    assert first.text == second.text
+    assert "Rename" not in first.text and "Speed up" not in second.text
+
+
+def test_counts_are_cached_per_blob(tmp_path: Path, cache_dir: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=6)
+    database = cache_dir / "pack-cache.sqlite3"
+
+    def cached_counts() -> int:
+        with sqlite3.connect(database) as connection:
+            tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE name LIKE 'tokens%'")]
+            return sum(connection.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in tables)
+
+    with ScriptedServer() as server:
+        options = PackOptions(cache_dir=cache_dir, server_url=server.url)
+        pack_repository(repo, options)
+        after_first = cached_counts()
+        pack_repository(repo, options)
+        assert cached_counts() == after_first  # nothing new counted
+        (repo / "proj" / "mod02.py").write_text("changed = True\n")
+        commit_all(repo, "change one file")
+        pack_repository(repo, options)
+        assert cached_counts() == after_first + 1  # only the changed file
+    assert after_first == 7  # README + 6 modules
+
+
+def test_offline_estimates_use_the_last_measured_ratio(tmp_path: Path, cache_dir: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=60)
+    with ScriptedServer() as server:
+        exact = pack_repository(repo, PackOptions(cache_dir=cache_dir, server_url=server.url))
+    offline = pack_repository(repo, PackOptions(cache_dir=cache_dir))
+    assert offline.stats.counts == "estimated"
+    assert offline.stats.tokens_per_byte == pytest.approx(exact.stats.tokens_per_byte)
+    assert abs(offline.stats.total_tokens - exact.stats.total_tokens) < exact.stats.total_tokens * 0.05
+
+
+def test_cli_writes_text_and_stats(tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.cli import app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_dir))
+    repo = make_repo(tmp_path / "repo")
+    output, stats = tmp_path / "pack.md", tmp_path / "stats.json"
+    arguments = ["pack", str(repo), "--format", "markdown", "--output", str(output), "--stats", str(stats)]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 0, result.output
+    assert output.read_text().startswith("# Repository at commit ")
+    assert "## File: pkg/geometry.py" in output.read_text()
+    loaded = json.loads(stats.read_text())
+    assert loaded["files_full"] == loaded["files_listed"] == 5
+    assert loaded["counts"] == "estimated"
+    assert set(loaded["elapsed_s"]) >= {"list", "read", "count", "render"}
+
+    printed = CliRunner().invoke(app, ["pack", str(repo)])
+    assert printed.exit_code == 0
+    assert '<file path="pkg/report.py">' in printed.stdout
+
+    failed = CliRunner().invoke(app, ["pack", str(tmp_path / "nowhere")])
+    assert failed.exit_code == 2
+    assert "is not a directory" in failed.output

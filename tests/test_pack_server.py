@@ -1,0 +1,98 @@
+"""The packer against a real llama-server (SmolLM2-135M): exact counts from the model's own tokenizer."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fixtures.pack_repos import make_module_repo, make_planted_repo
+
+from agent.llama_api import LlamaServerAPI, ServerError
+from agent.packing import PackOptions, pack_repository
+from agent.packing.budget import context_budget
+
+from llama_fixtures import free_port
+
+pytestmark = pytest.mark.llama_server
+READY_TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def tokenizer_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A plain SmolLM2 llama-server (no speculation): all these tests need is /props and /tokenize."""
+    from agent.server.binary import find_binary, find_embedded_model
+
+    try:
+        binary, model = find_binary(), find_embedded_model()
+    except ServerError as error:
+        pytest.fail(f"llama_server tests need a real llama-server: {error}", pytrace=False)
+    port = free_port()
+    log = tmp_path_factory.mktemp("pack-server") / "llama-server.log"
+    command = [str(binary), "-m", str(model), "-c", "4096", "--host", "127.0.0.1", "--port", str(port), "-np", "1"]
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"llama-server exited ({process.returncode}); see {log}", pytrace=False)
+            try:
+                with LlamaServerAPI(url, timeout_s=2.0) as api:
+                    api.health()
+                break
+            except ServerError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"llama-server not ready after {READY_TIMEOUT_S} s; see {log}", pytrace=False)
+                time.sleep(0.25)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_budget_never_exceeded_by_the_real_tokenizer(tokenizer_server: str, tmp_path: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=40)
+    cache_dir = tmp_path / "cache"
+    with LlamaServerAPI(tokenizer_server) as api:
+        for budget in (200, 700, 2000, 5000, 9000):
+            for format_name in ("xml", "markdown"):
+                options = PackOptions(
+                    cache_dir=cache_dir,
+                    server_url=tokenizer_server,
+                    budget_tokens=budget,
+                    format=format_name,
+                    task="Widget12",
+                )
+                packed = pack_repository(repo, options)
+                assert packed.stats.counts == "exact"
+                assert packed.stats.tokenizer is not None and packed.stats.tokenizer.endswith(".gguf")
+                assert packed.stats.total_tokens <= budget
+                whole = len(api.tokenize(packed.text))
+                assert whole <= budget, (budget, format_name)
+                # Pieces counted apart add up to the whole (give or take merges at the seams).
+                assert whole <= packed.stats.total_tokens <= whole + packed.stats.files_full + 64
+
+
+def test_window_sized_budget_and_exact_counts_of_a_planted_repo(tokenizer_server: str, tmp_path: Path) -> None:
+    repo = make_planted_repo(tmp_path / "planted", tmp_path)
+    packed = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache", server_url=tokenizer_server))
+    with LlamaServerAPI(tokenizer_server) as api:
+        n_ctx = api.context_size()
+        assert packed.stats.budget_tokens == context_budget(n_ctx, "max", None)
+        assert packed.stats.total_tokens == pytest.approx(len(api.tokenize(packed.text)), abs=8)
+        geometry = next(stat for stat in packed.stats.files if stat.path == "pkg/geometry.py")
+        rendered = f'<file path="pkg/geometry.py">\n{(repo / "pkg/geometry.py").read_text()}</file>\n'
+        assert geometry.tokens_full == len(api.tokenize(rendered))
+
+
+def test_warm_run_reuses_every_count(tokenizer_server: str, tmp_path: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=30)
+    options = PackOptions(cache_dir=tmp_path / "cache", server_url=tokenizer_server, budget_tokens=3000)
+    cold = pack_repository(repo, options)
+    warm = pack_repository(repo, options)
+    assert warm.text == cold.text
+    assert warm.stats.model_dump(exclude={"elapsed_s"}) == cold.stats.model_dump(exclude={"elapsed_s"})
