@@ -8,12 +8,10 @@ from typing import Annotated
 import typer
 
 from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig
-from agent.live import RunView
 from agent.pack_cli import pack
 from agent.server.cli import doctor, server_app
-from agent.session import execute
-from sandbox import DEFAULT_IMAGE
 from sandbox.cli import sandbox_app
+from sandbox.models import DEFAULT_IMAGE
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Overnight whole-repository refactoring with a local llama-server."
@@ -69,6 +67,10 @@ def run(
     ] = False,
 ) -> None:
     """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/."""
+    # The run's machinery (openai, docker, rich) loads here, not for `pack` or `server`.
+    from agent.live import RunView
+    from agent.session import execute
+
     config = RunConfig(
         repo=repo.resolve(),
         tasks=_read_tasks(task, task_file),

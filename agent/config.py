@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from sandbox import DEFAULT_IMAGE
+from sandbox.models import DEFAULT_IMAGE
 
 Effort = Literal["low", "high", "max"]
 

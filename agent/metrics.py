@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
 from agent.llama_api import LlamaServerAPI
-from agent.llm import RequestStats
+
+if TYPE_CHECKING:
+    from agent.llm import RequestStats  # the openai client behind it is not needed to summarise
 
 METRIC_PREFIX = "llamacpp:"
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import git
 
-
 # Caches that test runs and tools leave behind: never part of a refactoring, even where the repository's own
 # .gitignore forgets them. Untracked files only; changes to tracked files are always committed.
 ARTIFACT_PATTERNS = (

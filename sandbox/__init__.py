@@ -1,11 +1,35 @@
-"""Docker sandbox: one container per task, no network, commands with timeouts and bounded output."""
+"""Docker sandbox: one container per task, no network, commands with timeouts and bounded output.
 
-from sandbox.container import LABEL, DockerSandbox, sweep_leftovers
-from sandbox.daemon import docker_client, require_image
-from sandbox.errors import DockerUnavailable, ImageMissing, SandboxError
-from sandbox.image import DEFAULT_IMAGE, build_image
-from sandbox.models import ExecResult, SandboxLimits
+Exports load on first use (PEP 562): importing `docker` costs most of a second, and commands that never start a
+container (`pack`, `server`) should not pay it.
+"""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sandbox.container import LABEL, DockerSandbox, sweep_leftovers
+    from sandbox.daemon import docker_client, require_image
+    from sandbox.errors import DockerUnavailable, ImageMissing, SandboxError
+    from sandbox.image import build_image
+    from sandbox.models import DEFAULT_IMAGE, ExecResult, SandboxLimits
+
+_EXPORTS = {
+    "DEFAULT_IMAGE": "sandbox.models",
+    "LABEL": "sandbox.container",
+    "DockerSandbox": "sandbox.container",
+    "DockerUnavailable": "sandbox.errors",
+    "ExecResult": "sandbox.models",
+    "ImageMissing": "sandbox.errors",
+    "SandboxError": "sandbox.errors",
+    "SandboxLimits": "sandbox.models",
+    "build_image": "sandbox.image",
+    "docker_client": "sandbox.daemon",
+    "require_image": "sandbox.daemon",
+    "sweep_leftovers": "sandbox.container",
+}
 __all__ = [
     "DEFAULT_IMAGE",
     "LABEL",
@@ -20,3 +44,9 @@ __all__ = [
     "require_image",
     "sweep_leftovers",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'sandbox' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

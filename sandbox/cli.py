@@ -4,10 +4,8 @@ from typing import Annotated
 
 import typer
 
-from sandbox.container import sweep_leftovers
-from sandbox.daemon import docker_client
 from sandbox.errors import SandboxError
-from sandbox.image import DEFAULT_IMAGE, build_image
+from sandbox.models import DEFAULT_IMAGE
 
 sandbox_app = typer.Typer(
     help="Build and maintain the Docker sandbox the agent runs commands in.", no_args_is_help=True
@@ -31,6 +29,8 @@ def build(
     ] = False,
 ) -> None:
     """Build the sandbox image (python3, pytest, git, bash, coreutils)."""
+    from sandbox.image import build_image  # docker loads only for the commands that use it
+
     try:
         build_image(tag, base=base, bootstrap=bootstrap, log=typer.echo)
     except SandboxError as error:
@@ -40,6 +40,9 @@ def build(
 @sandbox_app.command()
 def sweep() -> None:
     """Remove sandbox containers left behind by runs that crashed or were killed."""
+    from sandbox.container import sweep_leftovers
+    from sandbox.daemon import docker_client
+
     try:
         removed = sweep_leftovers(docker_client())
     except SandboxError as error:

@@ -19,8 +19,8 @@ from docker.utils import parse_repository_tag
 from sandbox.daemon import docker_client
 from sandbox.errors import SandboxError, one_line
 from sandbox.mirrors import choose_mirror
+from sandbox.models import DEFAULT_IMAGE
 
-DEFAULT_IMAGE = "refactor-agent-sandbox:latest"
 ROOTFS_IMAGE = "refactor-agent-sandbox-rootfs:bookworm"
 SUITE = "bookworm"
 BOOTSTRAP_PACKAGES = ("python3", "python3-pytest", "git", "bash", "coreutils", "procps")

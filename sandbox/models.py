@@ -2,6 +2,8 @@
 
 from pydantic import BaseModel, Field
 
+DEFAULT_IMAGE = "refactor-agent-sandbox:latest"
+
 # Sizes as Docker and tmpfs both take them: a number of bytes, or of k, m or g.
 SIZE_PATTERN = r"^[0-9]+[kmgKMG]?$"
 

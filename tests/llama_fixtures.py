@@ -59,7 +59,10 @@ def running_server(request: PresetRequest, binary: Path, state_dir: Path) -> Ite
 
 
 def _embedded(*, self_draft: bool, extra_args: tuple[str, ...] = ()) -> PresetRequest:
-    return PresetRequest(self_draft=self_draft, ctx_size=TEST_CTX, port=free_port(), extra_args=list(extra_args))
+    # One thread: the test process shares the (often 2) cores, and spinning ggml workers that lose their core to it
+    # decode at half the speed of a single thread.
+    extra = ["--threads", "1", *extra_args]
+    return PresetRequest(self_draft=self_draft, ctx_size=TEST_CTX, port=free_port(), extra_args=extra)
 
 
 @pytest.fixture(scope="session")

@@ -22,9 +22,10 @@ TOOLS = [
 ]
 # About a thousand tokens of stable prefix, like the packed repository in front of a real conversation.
 REPOSITORY = "".join(
-    f"def helper_{number}(value: int) -> int:\n    return value * {number} + {number % 7}\n\n" for number in range(60)
+    f"def helper_{number}(value: int) -> int:\n    return value * {number} + {number % 7}\n\n" for number in range(40)
 )
 SYSTEM = f"You are a refactoring assistant. The repository:\n{REPOSITORY}"
+TURNS = 4
 
 
 def _model(state: ServerState, max_tokens: int) -> OpenAIChatModel:
@@ -46,8 +47,8 @@ def test_streamed_turn_carries_usage_and_timings(llama_server):
     assert turn.finish_reason in {"stop", "length", "tool_calls"}
     assert stats.timings_reported
     with LlamaServerAPI(llama_server.url) as api:
-        # The tool schema is rendered into the prompt, so the prompt is far longer than the two short messages.
-        assert stats.prompt_tokens > len(api.tokenize("You help with code. Say hello.")) + 20
+        # The template wraps the two messages in role markers: more tokens than their text alone.
+        assert stats.prompt_tokens > len(api.tokenize("You help with code. Say hello."))
         assert abs(len(api.tokenize(turn.content)) - stats.completion_tokens) <= 2
     assert 0 < stats.completion_tokens <= 24
     assert stats.prompt_ms is not None and stats.prompt_ms > 0
@@ -62,6 +63,7 @@ def test_second_turn_reads_the_prefix_from_the_cache(llama_server):
     first = model.complete(history, TOOLS)
     history += [first.to_message(), {"role": "user", "content": "And helper_4?"}]
     second = model.complete(history, TOOLS)
+    print(f"\nturn 2: {second.stats.cached_tokens} of {second.stats.prompt_tokens} prompt tokens cached")
     assert first.stats.cached_tokens < 0.5 * first.stats.prompt_tokens
     assert second.stats.prompt_tokens > first.stats.prompt_tokens > 1000
     assert second.stats.cached_tokens >= 0.95 * second.stats.prompt_tokens
@@ -84,12 +86,12 @@ def test_self_draft_speculation_shows_in_timings_and_metrics(llama_server):
 
 
 def test_a_short_session_summarises_cache_speculation_and_latency(llama_server):
-    model = _model(llama_server, max_tokens=32)
+    model = _model(llama_server, max_tokens=16)
     history = [{"role": "system", "content": SYSTEM}]
     stats = []
     with LlamaServerAPI(llama_server.url) as api:
         before = scrape_spec_counters(api)
-        for number in range(6):
+        for number in range(TURNS):
             history.append({"role": "user", "content": f"Rewrite helper_{number} with a docstring."})
             turn = model.complete(history, TOOLS)
             history.append(turn.to_message())
@@ -98,7 +100,7 @@ def test_a_short_session_summarises_cache_speculation_and_latency(llama_server):
     assert before is not None and after is not None
     summary = summarize(stats, after - before)
     print(f"\nmeasured on SmolLM2 self-draft: {summary.model_dump_json(indent=2)}")
-    assert summary.requests == 6
+    assert summary.requests == TURNS
     assert summary.cache_hit_ratio is not None and summary.cache_hit_ratio > 0.8
     assert summary.accepted_per_pass_source == "metrics"
     assert summary.acceptance_rate is not None and 0 < summary.acceptance_rate <= 1

@@ -9,9 +9,10 @@ from llama_fixtures import SYNTHETIC_RATES
 
 pytestmark = pytest.mark.llama_server
 
-# Drafts of full length most of the time, and enough verification passes that sampling noise stays small.
-REQUESTS = 3
-TOKENS_PER_REQUEST = 200
+# Each request seeds llama-server's acceptance draws, so with full-length drafts the outcome is reproducible;
+# the tolerance covers the few short drafts at the end of a request and drafted end-of-text tokens.
+SEEDS = (0, 1)
+TOKENS_PER_REQUEST = 160
 TOLERANCE = 0.12
 
 
@@ -24,14 +25,14 @@ def test_synthetic_acceptance_matches_the_configured_rates(llama_server_syntheti
     }
     with LlamaServerAPI(llama_server_synthetic.url, timeout_s=300) as api:
         before = api.metrics_text()
-        for seed in range(REQUESTS):
+        for seed in SEEDS:
             api.chat_completion({**body, "seed": seed})
         after = api.metrics_text()
     assert before is not None and after is not None
     delta = spec_counters_from_text(after) - spec_counters_from_text(before)
     before_positions = accepted_per_position(before) or [0.0] * len(SYNTHETIC_RATES)
     positions = [late - early for late, early in zip(accepted_per_position(after), before_positions, strict=True)]
-    assert delta.drafts > 100
+    assert delta.drafts > 60
     measured = [count / delta.drafts for count in positions]
     print(f"\nsynthetic rates {SYNTHETIC_RATES}, measured per position {[round(rate, 3) for rate in measured]}")
     print(f"accepted per pass {delta.accepted_per_pass:.3f} (expected {sum(SYNTHETIC_RATES):.2f})")

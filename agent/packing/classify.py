@@ -77,10 +77,18 @@ def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
-def read_bytes_nofollow(repo_dir: Path, listed: ListedPath) -> bytes:
-    """Raises OSError; ELOOP when the path is a symlink (never followed)."""
+class TooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def read_bytes_nofollow(repo_dir: Path, listed: ListedPath, max_bytes: int | None = None) -> bytes:
+    """Raises OSError (ELOOP when the path is a symlink: never followed) or TooLarge."""
     fd = os.open(os.path.join(os.fsencode(repo_dir), listed.raw), os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(fd).st_size
+        if max_bytes is not None and size > max_bytes:
+            raise TooLarge(size)
         return handle.read()
 
 
@@ -107,19 +115,52 @@ def _credential_name(path: PurePosixPath) -> bool:
     return name == "credentials" and path.parent.name in {".aws", ".docker", "gcloud"}
 
 
-def _credential_content(data: bytes) -> bool:
+def _minified(text: str) -> float | None:
+    """The mean line length when lines are long enough to mean minified or generated output."""
+    mean = len(text) / (text.count("\n") + 1)
+    if mean < MINIFIED_MEAN_LINE:
+        return None  # the common case, decided without splitting the text
+    return mean if max(map(len, text.splitlines())) >= MINIFIED_LONGEST_LINE else None
+
+
+@dataclass(frozen=True, slots=True)
+class ContentFacts:
+    """All that classification needs from a blob's bytes: cached per blob id, so warm runs read nothing."""
+
+    size: int
+    encoding: str | None  # None: binary
+    lfs_pointer: bool = False
+    private_key: bool = False
+    generated_marker: bool = False
+    minified_mean: float | None = None
+
+    def to_json(self) -> list[object]:
+        return [self.size, self.encoding, self.lfs_pointer, self.private_key, self.generated_marker, self.minified_mean]
+
+    @classmethod
+    def from_json(cls, value: list[object]) -> ContentFacts:
+        size, encoding, lfs, key, marker, mean = value
+        return cls(int(size), encoding, bool(lfs), bool(key), bool(marker), mean)  # type: ignore[arg-type]
+
+
+def content_facts(data: bytes) -> ContentFacts:
+    decoded = decode_text(data)
+    if decoded is None:
+        return ContentFacts(size=len(data), encoding=None)
+    text, encoding = decoded
     head = data[:4096]
-    return bool(PRIVATE_KEY_HEADER.match(head) or SERVICE_ACCOUNT_KEY.search(head))
+    return ContentFacts(
+        size=len(data),
+        encoding=encoding,
+        lfs_pointer=data.startswith(LFS_POINTER_PREFIX) and len(data) < 1024,
+        private_key=bool(PRIVATE_KEY_HEADER.match(head) or SERVICE_ACCOUNT_KEY.search(head)),
+        generated_marker=bool(GENERATED_MARKERS.search(data[:2048])),
+        minified_mean=_minified(text),
+    )
 
 
-def _long_lines(text: str) -> tuple[int, float]:
-    lines = text.splitlines() or [""]
-    longest = max(map(len, lines))
-    return longest, len(text) / len(lines)
-
-
-def generated_reason(path: PurePosixPath, data: bytes, text: str, linguist: str | None) -> str | None:
-    if data.startswith(LFS_POINTER_PREFIX) and len(data) < 1024:
+def _generated_reason(path: PurePosixPath, facts: ContentFacts, linguist: str | None) -> str | None:
+    if facts.lfs_pointer:
         return "Git LFS pointer"
     if path.name.lower() in LOCK_FILE_NAMES:
         return "lock file"
@@ -128,49 +169,46 @@ def generated_reason(path: PurePosixPath, data: bytes, text: str, linguist: str 
     vendored = next((part for part in path.parts[:-1] if part.lower() in VENDOR_DIRECTORIES), None)
     if vendored is not None:
         return f"vendored (inside {vendored}/)"
-    if GENERATED_MARKERS.search(data[:2048]):
+    if facts.generated_marker:
         return "generated (marker in its header)"
-    longest, mean = _long_lines(text)
-    if longest >= MINIFIED_LONGEST_LINE and mean >= MINIFIED_MEAN_LINE:
-        return f"minified or generated (lines average {mean:.0f} characters)"
+    if facts.minified_mean is not None:
+        return f"minified or generated (lines average {facts.minified_mean:.0f} characters)"
     return None
 
 
-def classify(
-    repo_dir: Path,
-    listed: ListedPath,
-    *,
-    linguist: str | None,
-    include_generated: bool,
-    include_secrets: bool,
-    max_file_bytes: int,
-) -> tuple[TextFile | ExcludedFile, str | None]:
-    """The verdict, plus the decoded text when the file is packable (so callers need not read it twice)."""
+@dataclass(frozen=True, slots=True)
+class SelectionFlags:
+    include_generated: bool
+    include_secrets: bool
+    max_file_bytes: int
+
+
+def excluded_by_name(listed: ListedPath, flags: SelectionFlags) -> ExcludedFile | None:
+    """Verdicts that need no content: submodules and credential file names."""
     if listed.mode == SUBMODULE_MODE:
-        return ExcludedFile(listed, "submodule (listed, not entered)", "special"), None
-    path = PurePosixPath(listed.display)
-    if not include_secrets and _credential_name(path):
-        return ExcludedFile(listed, "likely holds credentials (file name)", "secret"), None
-    try:
-        data = read_bytes_nofollow(repo_dir, listed)
-    except OSError as exc:
-        return _unreadable(repo_dir, listed, exc), None
-    if len(data) > max_file_bytes:
-        return ExcludedFile(listed, f"larger than {max_file_bytes} bytes ({len(data)})", "large"), None
-    decoded = decode_text(data)
-    if decoded is None:
-        return ExcludedFile(listed, "binary content", "binary"), None
-    text, encoding = decoded
-    if not include_secrets and _credential_content(data):
-        return ExcludedFile(listed, "likely holds credentials (private key)", "secret"), None
-    if not include_generated:
-        reason = generated_reason(path, data, text, linguist)
+        return ExcludedFile(listed, "submodule (listed, not entered)", "special")
+    if not flags.include_secrets and _credential_name(PurePosixPath(listed.display)):
+        return ExcludedFile(listed, "likely holds credentials (file name)", "secret")
+    return None
+
+
+def verdict(
+    listed: ListedPath, blob_id: str, facts: ContentFacts, linguist: str | None, flags: SelectionFlags
+) -> TextFile | ExcludedFile:
+    if facts.size > flags.max_file_bytes:
+        return ExcludedFile(listed, f"{facts.size} bytes, over the {flags.max_file_bytes}-byte limit", "large")
+    if facts.encoding is None:
+        return ExcludedFile(listed, "binary content", "binary")
+    if not flags.include_secrets and facts.private_key:
+        return ExcludedFile(listed, "likely holds credentials (private key)", "secret")
+    if not flags.include_generated:
+        reason = _generated_reason(PurePosixPath(listed.display), facts, linguist)
         if reason is not None:
-            return ExcludedFile(listed, reason, "generated"), None
-    return TextFile(listed, git_blob_id(data), len(data), encoding), text
+            return ExcludedFile(listed, reason, "generated")
+    return TextFile(listed, blob_id, facts.size, facts.encoding)
 
 
-def _unreadable(repo_dir: Path, listed: ListedPath, exc: OSError) -> ExcludedFile:
+def unreadable(repo_dir: Path, listed: ListedPath, exc: OSError) -> ExcludedFile:
     full = os.path.join(os.fsencode(repo_dir), listed.raw)
     if os.path.islink(full):
         target = os.readlink(full).decode("utf-8", errors="backslashreplace")

@@ -10,6 +10,7 @@ from pathlib import Path
 from agent.packing.options import PackError
 
 SUBMODULE_MODE = "160000"
+SYMLINK_MODE = "120000"
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -17,6 +18,7 @@ CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 class ListedPath:
     raw: bytes  # as git stores it: file names need not be UTF-8
     mode: str | None  # index mode; None for untracked files
+    index_blob: str | None = None  # the blob id git's index holds for it; None for untracked files
 
     @property
     def display(self) -> str:
@@ -72,13 +74,19 @@ def list_paths(repo_dir: Path, *, include_untracked: bool) -> list[ListedPath]:
         if not record:
             continue
         meta, _, raw = record.partition(b"\t")
+        mode, blob, _stage = meta.decode().split(" ")
         # Unmerged paths appear once per stage; any stage names the same path.
-        by_path[raw] = ListedPath(raw=raw, mode=meta.split(b" ", 1)[0].decode())
+        by_path[raw] = ListedPath(raw=raw, mode=mode, index_blob=blob)
     if include_untracked:
         for raw in _git(repo_dir, "ls-files", "--others", "--exclude-standard", "-z").split(b"\0"):
             if raw and raw not in by_path:
                 by_path[raw] = ListedPath(raw=raw, mode=None)
     return [by_path[raw] for raw in sorted(by_path)]
+
+
+def modified_paths(repo_dir: Path) -> set[bytes]:
+    """Tracked paths whose work-tree file may differ from the index (git compares stat data, a fast check)."""
+    return {raw for raw in _git(repo_dir, "diff-files", "--name-only", "-z").split(b"\0") if raw}
 
 
 def linguist_attributes(repo_dir: Path, paths: list[ListedPath]) -> dict[bytes, str]:

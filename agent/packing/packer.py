@@ -10,19 +10,23 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from agent.packing.budget import resolve_budget
-from agent.packing.classify import ExcludedFile, TextFile, classify, read_text
+from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_text
+from agent.packing.inventory import take_inventory
 from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
 from agent.packing.options import PackOptions, resolved_cache_dir
 from agent.packing.rank import rank_files
 from agent.packing.render import Renderer, renderer_for
-from agent.packing.repomap import load_tags
+from agent.packing.repomap import TagsExtraction
 from agent.packing.select import Candidate, View, fill_budget
 from agent.packing.stats import FileStat, PackStats, timed
+from agent.packing.tags import FileTags
 from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece_key
 
 WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
 PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
 MAX_SELECTION_ROUNDS = 8
+# Parse early (overlapping the server's counting) when the estimate says the repository is this close to the budget.
+EARLY_MAP_SHARE = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,19 +118,31 @@ class _Packer:
 
     def pack(self, budget: int | None) -> PackedRepository:
         files, excluded = self._inventory()
-        with timed(self.stats, "count"):
-            full_costs = self._count_full(files)
-            header = self.counter.count_text(self.renderer.header(self.stats.commit, partial=False))
-            footer = self.counter.count_text(self.renderer.footer())
-        if budget is None or header + footer + sum(full_costs) <= budget:
-            views: dict[int, View] = dict.fromkeys(range(len(files)), "full")
-            outlines: dict[int, str] = {}
-            outline_costs: dict[int, int] = {}
-            unshown_cost = 0
-            partial = False
-        else:
-            partial = True
-            views, outlines, outline_costs, unshown_cost = self._select(files, full_costs, budget)
+        tags: TagsExtraction | None = None
+        try:
+            estimate = sum(text_file.size for text_file in files) * self.counter.tokens_per_byte
+            if budget is not None and estimate > budget * EARLY_MAP_SHARE:
+                with timed(self.stats, "map"):
+                    tags = TagsExtraction(self.repo_dir, files, self.cache_dir)
+            with timed(self.stats, "count"):
+                full_costs = self._count_full(files)
+                header = self.counter.count_text(self.renderer.header(self.stats.commit, partial=False))
+                footer = self.counter.count_text(self.renderer.footer())
+            if budget is None or header + footer + sum(full_costs) <= budget:
+                views: dict[int, View] = dict.fromkeys(range(len(files)), "full")
+                outlines: dict[int, str] = {}
+                outline_costs: dict[int, int] = {}
+                unshown_cost = 0
+                partial = False
+            else:
+                partial = True
+                with timed(self.stats, "map"):
+                    tags = tags or TagsExtraction(self.repo_dir, files, self.cache_dir)
+                    file_tags = tags.result()
+                views, outlines, outline_costs, unshown_cost = self._select(files, file_tags, full_costs, budget)
+        finally:
+            if tags is not None:
+                tags.close()
         self.stats.tokens_per_byte = self.counter.tokens_per_byte
         return self._result(files, excluded, views, full_costs, outlines, outline_costs, unshown_cost, partial)
 
@@ -135,20 +151,13 @@ class _Packer:
             self.stats.commit = head_commit(self.repo_dir)
             listed = list_paths(self.repo_dir, include_untracked=self.options.include_untracked)
             linguist = linguist_attributes(self.repo_dir, listed) if not self.options.include_generated else {}
-        files: list[TextFile] = []
-        excluded: list[ExcludedFile] = []
+        flags = SelectionFlags(
+            include_generated=self.options.include_generated,
+            include_secrets=self.options.include_secrets,
+            max_file_bytes=self.options.max_file_bytes,
+        )
         with timed(self.stats, "read"):
-            for path in listed:
-                verdict, _ = classify(
-                    self.repo_dir,
-                    path,
-                    linguist=linguist.get(path.raw),
-                    include_generated=self.options.include_generated,
-                    include_secrets=self.options.include_secrets,
-                    max_file_bytes=self.options.max_file_bytes,
-                )
-                (files if isinstance(verdict, TextFile) else excluded).append(verdict)  # type: ignore[arg-type]
-        return files, excluded
+            return take_inventory(self.repo_dir, listed, linguist, flags, self.cache_dir)
 
     def _count_full(self, files: list[TextFile]) -> list[int]:
         renderer, repo_dir, fmt = self.renderer, self.repo_dir, self.options.format
@@ -163,15 +172,15 @@ class _Packer:
         return self.counter.count([request(text_file) for text_file in files])
 
     def _select(
-        self, files: list[TextFile], full_costs: list[int], budget: int
+        self, files: list[TextFile], tags: list[FileTags | None], full_costs: list[int], budget: int
     ) -> tuple[dict[int, View], dict[int, str], dict[int, int], int]:
-        with timed(self.stats, "map"):
-            tags = load_tags(self.repo_dir, files, self.cache_dir)
         with timed(self.stats, "rank"):
             paths = [text_file.path for text_file in files]
             ranked = rank_files(paths, tags, self.options.task)
         with timed(self.stats, "count"):
-            outlines = {index: file_tags.outline for index, file_tags in enumerate(tags) if file_tags and file_tags.outline}
+            outlines = {
+                index: file_tags.outline for index, file_tags in enumerate(tags) if file_tags and file_tags.outline
+            }
             outline_costs = self._count_outlines(files, outlines)
             fixed = sum(
                 self.counter.count_text(piece)

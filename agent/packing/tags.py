@@ -1,4 +1,4 @@
-"""Definitions, references and an outline per file, from tree-sitter and the tag queries in queries/*.scm.
+"""Definitions (tree-sitter, queries/*.scm), references and an outline per file.
 
 The grammars come from tree-sitter-language-pack 0.13.0, which ships them compiled (offline). A file's tags
 depend only on its bytes and language, so they are cached per blob id.
@@ -7,6 +7,7 @@ depend only on its bytes and language, so they are cached per blob id.
 from __future__ import annotations
 
 import functools
+import re
 from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
@@ -34,21 +35,26 @@ FUNCTION_KINDS = frozenset({"function", "method"})
 MAX_HEADER_LINES = 8
 MAX_LINE_CHARS = 200
 WRAPPER_TYPES = frozenset({"export_statement", "decorated_definition"})
+IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
 class FileTags:
     definitions: tuple[str, ...]  # sorted, unique
-    references: tuple[tuple[str, int], ...]  # (name, occurrences), sorted by name
+    references: str  # "name count name count ...", sorted by name: compact until the ranking reads it
     outline: str  # numbered signature lines; "" when nothing is defined
 
     def to_json(self) -> list[object]:
-        return [list(self.definitions), [list(pair) for pair in self.references], self.outline]
+        return [list(self.definitions), self.references, self.outline]
 
     @classmethod
     def from_json(cls, value: list[object]) -> FileTags:
         definitions, references, outline = value
-        return cls(tuple(definitions), tuple((name, count) for name, count in references), str(outline))
+        return cls(tuple(definitions), str(references), str(outline))
+
+    def reference_counts(self) -> list[tuple[str, int]]:
+        words = self.references.split()
+        return [(name, int(count)) for name, count in zip(words[::2], words[1::2], strict=True)]
 
 
 def language_for(path: str) -> str | None:
@@ -57,7 +63,9 @@ def language_for(path: str) -> str | None:
 
 @functools.cache
 def _parser_and_query(language: str) -> tuple[tree_sitter.Parser, tree_sitter.Query]:
-    source = resources.files("agent.packing").joinpath("queries").joinpath(f"{language}.scm").read_text(encoding="utf-8")
+    source = (
+        resources.files("agent.packing").joinpath("queries").joinpath(f"{language}.scm").read_text(encoding="utf-8")
+    )
     grammar = tree_sitter_language_pack.get_language(language)  # type: ignore[arg-type]
     return tree_sitter_language_pack.get_parser(language), tree_sitter.Query(grammar, source)  # type: ignore[arg-type]
 
@@ -75,34 +83,29 @@ def extract_tags(language: str, text: str) -> FileTags:
     root = parser.parse(source).root_node
     definitions: list[_Definition] = []
     names: set[str] = set()
-    references: Counter[bytes] = Counter()
     for _, captures in tree_sitter.QueryCursor(query).matches(root):
-        reference = captures.get("name.reference")
-        if reference:
-            references[reference[0].text or b""] += 1
-            continue
         kind_capture = next(name for name in captures if name.startswith("definition."))
         names.add((captures["name." + kind_capture][0].text or b"").decode("utf-8", errors="replace"))
         body = captures.get("body")
         definitions.append(_Definition(captures[kind_capture][0], body[0] if body else None, kind_capture[11:]))
     lines = source.split(b"\n")
-    decoded_references = sorted(
-        (name.decode("utf-8", errors="replace"), count) for name, count in references.items() if name
-    )
-    return FileTags(tuple(sorted(names)), tuple(decoded_references), _outline(definitions, lines, language))
+    # References are the identifier-shaped words of the file, prose included: a regex over the bytes finds them
+    # several times faster than walking the syntax tree in Python, and a name in a docstring is a real link too.
+    references = Counter(IDENTIFIER.findall(source))
+    encoded = " ".join(f"{name.decode('ascii')} {count}" for name, count in sorted(references.items()))
+    return FileTags(tuple(sorted(names)), encoded, _outline(definitions, lines, language))
 
 
 def _outline(definitions: list[_Definition], lines: list[bytes], language: str) -> str:
     """Signatures of top-level and class-level definitions (not those nested in functions), in file order."""
     ordered = sorted(definitions, key=lambda d: (d.node.start_byte, -d.node.end_byte))
     shown: dict[int, str] = {}
-    function_spans: list[tuple[int, int]] = []
+    enclosing_function_end = -1  # shown functions never overlap, so the latest one is the only possible parent
     for definition in ordered:
-        start, end = definition.node.start_byte, definition.node.end_byte
-        if any(outer_start <= start and end <= outer_end for outer_start, outer_end in function_spans):
+        if definition.node.start_byte < enclosing_function_end:
             continue
         if definition.kind in FUNCTION_KINDS:
-            function_spans.append((start, end))
+            enclosing_function_end = definition.node.end_byte
         shown.update(_header_lines(definition, lines))
         doc_row = _doc_line_row(definition, language, lines)
         if doc_row is not None:

@@ -24,6 +24,7 @@ from agent.packing.options import PackError
 
 # Bytes per token of source code under common BPE vocabularies; replaced by a measured ratio once a server is seen.
 DEFAULT_TOKENS_PER_BYTE = 0.3
+CALIBRATION_MIN_BYTES = 20_000  # a smaller sample says more about its few files than about the tokenizer
 TOKENIZER_PROBE = "def __init__(self, x: int) -> None:\n\treturn {'naïve': 12345, \"日本語\": [0x1F]}  # ✓\n"
 
 
@@ -128,7 +129,9 @@ class ServerCounter:
             response.raise_for_status()
         except httpx.HTTPError as exc:
             raise PackError(f"llama-server /tokenize failed at {self.root}: {exc}") from exc
-        return len(response.json()["tokens"])
+        # {"tokens":[1,2,3]}: counting commas spares decoding a million-token JSON array.
+        body = response.content
+        return 0 if b"[]" in body else body.count(b",") + 1
 
     def count_text(self, text: str) -> int:
         return self._tokenize(text)
@@ -153,7 +156,7 @@ class ServerCounter:
 
     def close(self) -> None:
         self._cache.close()
-        if self._measured_bytes > 100_000:
+        if self._measured_bytes >= CALIBRATION_MIN_BYTES:
             self._calibration.save(self.tokens_per_byte, self.tokenizer)
         self._http.close()
 

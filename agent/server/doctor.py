@@ -22,13 +22,12 @@ from agent.metrics import spec_counters_from_text, speculation_configured
 from agent.packing.budget import context_budget
 from agent.packing.tokens import DEFAULT_TOKENS_PER_BYTE
 from agent.server.launcher import find_state
-from sandbox import SandboxError, docker_client, require_image
 
 Status = Literal["ok", "warn", "fail", "skip"]
 
 # llama.cpp release b10228 (merge 596a579, PR #25784) is the first with DeepSeek V4 and DSpark.
 FIRST_DSPARK_BUILD = 10228
-PROBE_MAX_TOKENS = 48
+PROBE_MAX_TOKENS = 32
 # A system prompt long enough (a few hundred tokens) that one re-evaluated token does not skew the cache ratio.
 PROBE_SYSTEM = "You are a terse assistant used for a health check of a local inference server.\n" + "".join(
     f"Rule {number}: answer in plain text, keep numbers in ascending order, and never add commentary.\n"
@@ -94,8 +93,8 @@ def check_build(props: dict[str, Any]) -> CheckResult:
         return CheckResult(
             name="build",
             status="warn",
-            message=f"build {build} is unknown: cannot confirm it includes DSpark (llama.cpp b{FIRST_DSPARK_BUILD}"
-            ", commit 596a579); pin the build you tested",
+            message=f"build_info {build}: cannot confirm the build includes DSpark (llama.cpp b{FIRST_DSPARK_BUILD}, "
+            "commit 596a579); pin the build you tested",
         )
     if number < FIRST_DSPARK_BUILD:
         return CheckResult(
@@ -235,6 +234,8 @@ def check_prompt_cache(repeat: _Probe, floor: float) -> CheckResult:
 
 
 def check_docker(image: str) -> CheckResult:
+    from sandbox import SandboxError, docker_client, require_image  # docker loads only when checked
+
     try:
         client = docker_client(timeout_s=20)
         require_image(client, image)

@@ -133,14 +133,13 @@ def start_server(
 
 
 def _answers(api: LlamaServerAPI) -> bool:
+    """Anything listening on the port, loading or not, llama-server or not."""
     try:
         api.health()
-    except ServerLoading:
-        return True
     except ServerUnreachable:
         return False
-    except httpx.HTTPStatusError:
-        return True
+    except (ServerLoading, httpx.HTTPStatusError):
+        pass
     return True
 
 
@@ -150,6 +149,11 @@ def _wait_until_ready(state: ServerState, timeout_s: float, log: Log) -> None:
     with LlamaServerAPI(state.url, timeout_s=5.0) as api:
         while True:
             exit_code = _exit_code(state.pid)
+            if exit_code == -signal.SIGILL:
+                raise LaunchError(
+                    "llama-server died of an illegal instruction: this CPU advertises instructions it cannot run "
+                    f"(often AMX in a VM); pass `-- --no-repack` or rebuild llama.cpp here (log: {state.log_file})"
+                )
             if exit_code is not None:
                 raise LaunchError(
                     f"llama-server exited ({exit_code}) while starting: {_log_tail(state.log_file)} "

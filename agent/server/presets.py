@@ -45,6 +45,7 @@ class ServerPreset(BaseModel):
     parallel: int = Field(1, ge=1)
     cache_idle_slots: bool = False
     cache_ram_mib: int | None = None
+    repack: bool = True
     temperature: float = 1.0
     top_p: float = 0.95
     min_p: float = 0.0
@@ -80,6 +81,8 @@ class ServerPreset(BaseModel):
         arguments.append("--cache-idle-slots" if self.cache_idle_slots else "--no-cache-idle-slots")
         if self.cache_ram_mib is not None:
             arguments += ["--cache-ram", str(self.cache_ram_mib)]
+        if not self.repack:
+            arguments.append("--no-repack")
         arguments += ["--temp", str(self.temperature), "--top-p", str(self.top_p), "--min-p", str(self.min_p)]
         arguments += ["--host", self.host, "--port", str(self.port)]
         return arguments + self.extra_args
@@ -146,6 +149,9 @@ def embedded_preset(request: PresetRequest) -> ServerPreset:
         gpu_layers=request.gpu_layers or "0",
         spec_type="draft-simple" if request.self_draft else None,
         spec_draft_n_max=DSPARK_DRAFT_N_MAX if request.self_draft else None,
+        # Repacked weights run AMX kernels that die with SIGILL on VMs advertising AMX without enabling it
+        # (Firecracker); a 135M Q4_1 model gains nothing measurable from repacking.
+        repack=False,
         host=request.host,
         port=request.port,
         extra_args=request.extra_args,

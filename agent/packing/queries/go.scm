@@ -15,7 +15,3 @@
   (type_spec
     name: (type_identifier) @name.definition.type
     type: [(type_identifier) (qualified_type) (function_type) (map_type) (slice_type) (pointer_type) (generic_type)])) @definition.type
-
-(identifier) @name.reference
-(field_identifier) @name.reference
-(type_identifier) @name.reference

@@ -25,6 +25,3 @@
 (constructor_declaration
   name: (identifier) @name.definition.method
   body: (constructor_body) @body) @definition.method
-
-(identifier) @name.reference
-(type_identifier) @name.reference

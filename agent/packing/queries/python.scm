@@ -10,6 +10,3 @@
 (module
   (assignment
     left: (identifier) @name.definition.constant) @definition.constant)
-
-; References: every identifier (names in calls, attributes, bases, annotations, imports).
-(identifier) @name.reference

@@ -32,7 +32,3 @@
 
 (macro_definition
   name: (identifier) @name.definition.macro) @definition.macro
-
-(identifier) @name.reference
-(field_identifier) @name.reference
-(type_identifier) @name.reference

@@ -50,7 +50,3 @@
   (variable_declarator
     name: (identifier) @name.definition.function
     value: [(arrow_function body: (_) @body) (function_expression body: (_) @body)])) @definition.function
-
-(identifier) @name.reference
-(property_identifier) @name.reference
-(type_identifier) @name.reference
