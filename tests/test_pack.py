@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from agent.packing import PackError, PackOptions, pack_repository
 from agent.packing.rank import rank_files
-from agent.packing.tags import extract_tags
+from agent.packing.outline import extract_outline
+from agent.packing.symbols import extract_symbols
 
 from repos import make_repo
 from scripted_server import ScriptedServer, tokens_of
@@ -118,8 +119,7 @@ def test_outline_of_python() -> None:
         "\n"
         "def main() -> None: print(Shape())\n"
     )
-    tags = extract_tags("python", source)
-    assert tags.outline == (
+    assert extract_outline("python", source) == (
         "2: LIMIT = 10\n"
         "4: class Shape(Base):\n"
         '5:     """A shape.\n'
@@ -128,8 +128,9 @@ def test_outline_of_python() -> None:
         '11:         """Area of the shape."""\n'
         "16: def main() -> None:\n"
     )
-    assert tags.definitions == ("LIMIT", "Shape", "area", "helper", "main")
-    assert dict(tags.reference_counts())["Shape"] == 2
+    symbols = extract_symbols("python", source.encode())
+    assert symbols.definitions == ("LIMIT", "Shape", "area", "helper", "main")
+    assert dict(symbols.reference_counts())["Shape"] == 2
 
 
 def test_outline_of_typescript() -> None:
@@ -149,8 +150,8 @@ def test_outline_of_typescript() -> None:
         "export const add = (a: number, b: number): number => a + b;\n"
         "enum Color { Red, Green }\n"
     )
-    tags = extract_tags("typescript", source)
-    assert tags.outline == (
+    outline = extract_outline("typescript", source)
+    assert outline == (
         "1: /** Greets people. */\n"
         "2: export class Greeter<T> extends Base\n"
         "3:   // Says hello.\n"
@@ -161,8 +162,8 @@ def test_outline_of_typescript() -> None:
         "13: export const add = (a: number, b: number): number =>\n"
         "14: enum Color\n"
     )
-    assert "inner" not in tags.outline
-    assert extract_tags("tsx", "export function App(): JSX.Element { return <div/>; }\n").outline == (
+    assert "inner" not in outline
+    assert extract_outline("tsx", "export function App(): JSX.Element { return <div/>; }\n") == (
         "1: export function App(): JSX.Element\n"
     )
 
@@ -170,12 +171,12 @@ def test_outline_of_typescript() -> None:
 def test_ranking_puts_task_named_files_first(tmp_path: Path, cache_dir: Path) -> None:
     repo = make_module_repo(tmp_path / "proj", modules=12)
     paths = sorted(f"proj/mod{number:02d}.py" for number in range(12))
-    tags = [extract_tags("python", (repo / path).read_text()) for path in paths]
-    assert paths[rank_files(paths, tags, "Rename things in proj/mod07.py please")[0]] == "proj/mod07.py"
-    assert paths[rank_files(paths, tags, "mod03.py has a bug")[0]] == "proj/mod03.py"
+    symbols = [extract_symbols("python", (repo / path).read_bytes()) for path in paths]
+    assert paths[rank_files(paths, symbols, "Rename things in proj/mod07.py please")[0]] == "proj/mod07.py"
+    assert paths[rank_files(paths, symbols, "mod03.py has a bug")[0]] == "proj/mod03.py"
     # Identifiers named in the task pull their defining file up.
-    by_identifier = [paths[index] for index in rank_files(paths, tags, "function_09 should return a float")]
-    untouched = [paths[index] for index in rank_files(paths, tags, None)]
+    by_identifier = [paths[index] for index in rank_files(paths, symbols, "function_09 should return a float")]
+    untouched = [paths[index] for index in rank_files(paths, symbols, None)]
     assert by_identifier.index("proj/mod09.py") < untouched.index("proj/mod09.py")
     # Without a task, what everything depends on ranks first: mod00 is at the bottom of the call chain.
     assert untouched[0] == "proj/mod00.py"
@@ -208,7 +209,7 @@ def test_deterministic_across_processes(tmp_path: Path) -> None:
     digests = {
         _pack_in_subprocess(repo, tmp_path / f"cache-{seed}", seed, budget=6000, task=task) for seed in ("1", "2")
     }
-    # A third process reads the tags and counts the second one cached: same bytes again.
+    # A third process reads the symbols, outlines and counts the second one cached: same bytes again.
     digests.add(_pack_in_subprocess(repo, tmp_path / "cache-2", "3", budget=6000, task=task))
     assert len(digests) == 1
     inline = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache-1", budget_tokens=6000, task=task))

@@ -1,7 +1,7 @@
 """Packs a whole repository into the model's context: every text file when it fits, a ranked selection when not.
 
-Exports load on first use (PEP 562), so tag-extraction worker processes importing agent.packing.tags_worker
-do not pay for the packer's HTTP client and numpy.
+Exports load on first use (PEP 562): importing the package (as `refactor-agent --help` does) costs nothing until
+a pack is asked for.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ cache, so a warm run reads no file it does not render.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.packing.cache import ContentCache
@@ -35,8 +36,14 @@ def _trusted_blob(listed: ListedPath, modified: set[bytes]) -> str | None:
 
 
 def take_inventory(
-    repo_dir: Path, listed: list[ListedPath], linguist: dict[bytes, str], flags: SelectionFlags, cache_dir: Path
+    repo_dir: Path,
+    listed: list[ListedPath],
+    linguist: dict[bytes, str],
+    flags: SelectionFlags,
+    cache_dir: Path,
+    visit: Callable[[TextFile, bytes], None] | None = None,
 ) -> tuple[list[TextFile], list[ExcludedFile]]:
+    """visit(file, bytes) sees every text file this run had to read, so later phases need not read it again."""
     modified = modified_paths(repo_dir)
     cache = ContentCache(cache_dir / "pack-cache.sqlite3", FACTS_TABLE)
     try:
@@ -49,6 +56,7 @@ def take_inventory(
                 excluded.append(early)
                 continue
             blob = _trusted_blob(path, modified)
+            data = None
             if blob is not None and blob in known:
                 facts = ContentFacts.from_json(known[blob])
             else:
@@ -66,7 +74,12 @@ def take_inventory(
                 facts = content_facts(data)
                 cache.put(blob, facts.to_json())
             judged = verdict(path, blob, facts, linguist.get(path.raw), flags)
-            (files if isinstance(judged, TextFile) else excluded).append(judged)  # type: ignore[arg-type]
+            if isinstance(judged, TextFile):
+                files.append(judged)
+                if visit is not None and data is not None:
+                    visit(judged, data)
+            else:
+                excluded.append(judged)
     finally:
         cache.close()
     return files, excluded

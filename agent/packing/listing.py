@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.packing.options import PackError
@@ -19,12 +19,13 @@ class ListedPath:
     raw: bytes  # as git stores it: file names need not be UTF-8
     mode: str | None  # index mode; None for untracked files
     index_blob: str | None = None  # the blob id git's index holds for it; None for untracked files
+    # What the model sees: undecodable bytes and control characters shown as \xNN, never dropped. Computed once,
+    # since every phase asks for it.
+    display: str = field(init=False, compare=False)
 
-    @property
-    def display(self) -> str:
-        """What the model sees: undecodable bytes and control characters shown as \\xNN, never dropped."""
+    def __post_init__(self) -> None:
         text = self.raw.decode("utf-8", errors="backslashreplace")
-        return CONTROL_CHARACTERS.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+        object.__setattr__(self, "display", CONTROL_CHARACTERS.sub(lambda match: f"\\x{ord(match.group()):02x}", text))
 
 
 def _git(repo_dir: Path, *args: str) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
@@ -14,19 +15,19 @@ from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_
 from agent.packing.inventory import take_inventory
 from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
 from agent.packing.options import PackOptions, resolved_cache_dir
-from agent.packing.rank import rank_files
 from agent.packing.render import Renderer, renderer_for
-from agent.packing.repomap import TagsExtraction
+from agent.packing.repomap import Outlines, SymbolCollector, load_symbols
 from agent.packing.select import Candidate, View, fill_budget
 from agent.packing.stats import FileStat, PackStats, timed
-from agent.packing.tags import FileTags
+from agent.packing.symbols import FileSymbols
 from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece_key
 
 WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
 PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
 MAX_SELECTION_ROUNDS = 8
-# Parse early (overlapping the server's counting) when the estimate says the repository is this close to the budget.
-EARLY_MAP_SHARE = 0.8
+# Outlines parsed, then counted, together: a batch keeps a few /tokenize requests in flight, and costs little
+# beyond the last outline the budget takes.
+OUTLINE_BATCH = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,40 @@ class PackedRepository:
         return self._text
 
 
+class _LazyOutlines:
+    """Outlines and their costs, made a batch at a time in rank order, the first time the selection asks."""
+
+    def __init__(
+        self,
+        order: list[int],
+        source: Outlines,
+        count: Callable[[dict[int, str]], dict[int, int]],
+        stats: PackStats,
+    ) -> None:
+        self._order = order  # indices of files that may have an outline, most relevant first
+        self._position = {index: position for position, index in enumerate(order)}
+        self._source = source
+        self._count = count
+        self._stats = stats
+        self.texts: dict[int, str] = {}
+        self.costs: dict[int, int | None] = {}
+
+    def cost(self, index: int) -> int | None:
+        if index not in self.costs:
+            start = self._position[index]
+            batch = [later for later in self._order[start : start + OUTLINE_BATCH] if later not in self.costs]
+            with timed(self._stats, "outline"):
+                texts = {later: text for later, text in self._source.get_many(batch).items() if text}
+            with timed(self._stats, "count"):
+                counted = self._count(texts)
+            self.costs.update((later, counted.get(later)) for later in batch)
+            self.texts.update(texts)
+        return self.costs[index]
+
+    def close(self) -> None:
+        self._source.close()
+
+
 def pack_repository(repo_dir: Path, options: PackOptions) -> PackedRepository:
     started = time.perf_counter()
     repo_dir = Path(repo_dir).resolve()
@@ -117,36 +152,28 @@ class _Packer:
         )
 
     def pack(self, budget: int | None) -> PackedRepository:
-        files, excluded = self._inventory()
-        tags: TagsExtraction | None = None
-        try:
-            estimate = sum(text_file.size for text_file in files) * self.counter.tokens_per_byte
-            if budget is not None and estimate > budget * EARLY_MAP_SHARE:
-                with timed(self.stats, "map"):
-                    tags = TagsExtraction(self.repo_dir, files, self.cache_dir)
-            with timed(self.stats, "count"):
-                full_costs = self._count_full(files)
-                header = self.counter.count_text(self.renderer.header(self.stats.commit, partial=False))
-                footer = self.counter.count_text(self.renderer.footer())
-            if budget is None or header + footer + sum(full_costs) <= budget:
-                views: dict[int, View] = dict.fromkeys(range(len(files)), "full")
-                outlines: dict[int, str] = {}
-                outline_costs: dict[int, int] = {}
-                unshown_cost = 0
-                partial = False
-            else:
-                partial = True
-                with timed(self.stats, "map"):
-                    tags = tags or TagsExtraction(self.repo_dir, files, self.cache_dir)
-                    file_tags = tags.result()
-                views, outlines, outline_costs, unshown_cost = self._select(files, file_tags, full_costs, budget)
-        finally:
-            if tags is not None:
-                tags.close()
+        # Without a budget nothing is ever ranked, so symbols are not worth extracting while reading.
+        collector = SymbolCollector() if budget is not None else None
+        files, excluded = self._inventory(collector)
+        with timed(self.stats, "count"):
+            full_costs = self._count_full(files)
+            header = self.counter.count_text(self.renderer.header(self.stats.commit, partial=False))
+            footer = self.counter.count_text(self.renderer.footer())
+        if budget is None or collector is None or header + footer + sum(full_costs) <= budget:
+            views: dict[int, View] = dict.fromkeys(range(len(files)), "full")
+            outlines: dict[int, str] = {}
+            outline_costs: dict[int, int] = {}
+            unshown_cost = 0
+            partial = False
+        else:
+            partial = True
+            with timed(self.stats, "map"):
+                symbols = load_symbols(self.repo_dir, files, self.cache_dir, collector.collected)
+            views, outlines, outline_costs, unshown_cost = self._select(files, symbols, full_costs, budget)
         self.stats.tokens_per_byte = self.counter.tokens_per_byte
         return self._result(files, excluded, views, full_costs, outlines, outline_costs, unshown_cost, partial)
 
-    def _inventory(self) -> tuple[list[TextFile], list[ExcludedFile]]:
+    def _inventory(self, collector: SymbolCollector | None) -> tuple[list[TextFile], list[ExcludedFile]]:
         with timed(self.stats, "list"):
             self.stats.commit = head_commit(self.repo_dir)
             listed = list_paths(self.repo_dir, include_untracked=self.options.include_untracked)
@@ -157,7 +184,8 @@ class _Packer:
             max_file_bytes=self.options.max_file_bytes,
         )
         with timed(self.stats, "read"):
-            return take_inventory(self.repo_dir, listed, linguist, flags, self.cache_dir)
+            visit = collector.visit if collector is not None else None
+            return take_inventory(self.repo_dir, listed, linguist, flags, self.cache_dir, visit)
 
     def _count_full(self, files: list[TextFile]) -> list[int]:
         renderer, repo_dir, fmt = self.renderer, self.repo_dir, self.options.format
@@ -172,40 +200,47 @@ class _Packer:
         return self.counter.count([request(text_file) for text_file in files])
 
     def _select(
-        self, files: list[TextFile], tags: list[FileTags | None], full_costs: list[int], budget: int
+        self, files: list[TextFile], symbols: list[FileSymbols | None], full_costs: list[int], budget: int
     ) -> tuple[dict[int, View], dict[int, str], dict[int, int], int]:
         with timed(self.stats, "rank"):
+            from agent.packing.rank import rank_files  # numpy loads only when a repository does not fit
+
             paths = [text_file.path for text_file in files]
-            ranked = rank_files(paths, tags, self.options.task)
+            ranked = rank_files(paths, symbols, self.options.task)
         with timed(self.stats, "count"):
-            outlines = {
-                index: file_tags.outline for index, file_tags in enumerate(tags) if file_tags and file_tags.outline
-            }
-            outline_costs = self._count_outlines(files, outlines)
             fixed = sum(
                 self.counter.count_text(piece)
                 for piece in (self.renderer.header(self.stats.commit, partial=True), self.renderer.footer())
             )
             list_wrapper = self.counter.count_text(self.renderer.unshown_open() + self.renderer.unshown_close())
-        with timed(self.stats, "select"):
-            ratio = self.counter.tokens_per_byte * PATH_ESTIMATE_MARGIN
-            candidates = [
-                Candidate(
-                    index=index,
-                    full=full_costs[index],
-                    outline=outline_costs.get(index),
-                    path=math.ceil(len(self.renderer.unshown_line(paths[index]).encode()) * ratio),
-                )
-                for index in ranked
-            ]
+        ratio = self.counter.tokens_per_byte * PATH_ESTIMATE_MARGIN
+        candidates = [
+            Candidate(
+                index=index,
+                full=full_costs[index],
+                outlinable=bool(symbols[index] and symbols[index].definitions),  # type: ignore[union-attr]
+                path=math.ceil(len(self.renderer.unshown_line(paths[index]).encode()) * ratio),
+            )
+            for index in ranked
+        ]
+        outlines = _LazyOutlines(
+            [candidate.index for candidate in candidates if candidate.outlinable],
+            Outlines(self.repo_dir, files, self.cache_dir),
+            lambda texts: self._count_outlines(files, texts),
+            self.stats,
+        )
+        selecting = time.perf_counter()
+        nested = self.stats.elapsed_s.get("outline", 0.0) + self.stats.elapsed_s["count"]
+        try:
             # Path lines are estimates: count the resulting list exactly, and shrink until the total fits.
             shortfall = 0
             for _ in range(MAX_SELECTION_ROUNDS):
-                views = fill_budget(candidates, max(0, budget - fixed - list_wrapper - shortfall))
+                views = fill_budget(candidates, max(0, budget - fixed - list_wrapper - shortfall), outlines.cost)
                 unshown = [paths[index] for index in range(len(files)) if views[index] == "path"]
-                unshown_cost = self._unshown_cost(unshown, list_wrapper)
+                with timed(self.stats, "count"):
+                    unshown_cost = self._unshown_cost(unshown, list_wrapper)
                 shown_cost = sum(
-                    full_costs[index] if view == "full" else outline_costs[index]
+                    full_costs[index] if view == "full" else outlines.costs[index] or 0
                     for index, view in views.items()
                     if view in ("full", "outline")
                 )
@@ -213,7 +248,14 @@ class _Packer:
                 if overshoot <= 0:
                     break
                 shortfall += overshoot
-        return views, outlines, outline_costs, unshown_cost
+        finally:
+            outlines.close()
+        # Outlines are made and counted inside the selection: those phases are timed apart.
+        nested = self.stats.elapsed_s.get("outline", 0.0) + self.stats.elapsed_s["count"] - nested
+        self.stats.elapsed_s["select"] = round(time.perf_counter() - selecting - nested, 4)
+        shown_outlines = {index: outlines.texts[index] for index, view in views.items() if view == "outline"}
+        outline_costs = {index: outlines.costs[index] or 0 for index in shown_outlines}
+        return views, shown_outlines, outline_costs, unshown_cost
 
     def _count_outlines(self, files: list[TextFile], outlines: dict[int, str]) -> dict[int, int]:
         renderer, fmt = self.renderer, self.options.format

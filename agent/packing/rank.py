@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 import numpy
 
-from agent.packing.tags import FileTags
+from agent.packing.symbols import FileSymbols
 
 DAMPING = 0.85
 MAX_ITERATIONS = 50
@@ -24,6 +23,16 @@ TASK_SHARE = 0.5  # of the restart probability, given to files the task points a
 TASK_PATH_WEIGHT = 10.0
 TASK_NAME_WEIGHT = 2.0
 TASK_DEFINITION_WEIGHT = 5.0
+
+
+def _basename(path: str) -> str:
+    # String operations, not PurePosixPath: these run for every file of the repository.
+    return path.rpartition("/")[2]
+
+
+def _stem(path: str) -> str:
+    stem, dot, _ = _basename(path).rpartition(".")
+    return stem if dot and stem else _basename(path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +52,7 @@ def named_files(paths: list[str], hints: TaskHints) -> set[int]:
     """Files the task points at: their whole path, or a base name few files share."""
     by_basename: dict[str, list[int]] = {}
     for index, path in enumerate(paths):
-        by_basename.setdefault(PurePosixPath(path).name.lower(), []).append(index)
+        by_basename.setdefault(_basename(path).lower(), []).append(index)
     named = {index for index, path in enumerate(paths) if path.lower() in hints.words}
     for basename, indices in by_basename.items():
         if "." in basename and basename in hints.words and len(indices) <= AMBIGUOUS_BASENAME:
@@ -65,14 +74,16 @@ def _identifier_weight(name: str, definer_count: int, hints: TaskHints) -> float
     return weight
 
 
-def _personalization(paths: list[str], tags: list[FileTags | None], hints: TaskHints, named: set[int]) -> list[float]:
+def _personalization(
+    paths: list[str], tags: list[FileSymbols | None], hints: TaskHints, named: set[int]
+) -> list[float]:
     """Where a random walk restarts: half uniformly, half on the files the task points at (when it does)."""
     pointed = []
     for index, path in enumerate(paths):
         weight = 0.0
         if index in named:
             weight += TASK_PATH_WEIGHT
-        stem = PurePosixPath(path).stem.lower()
+        stem = _stem(path).lower()
         if len(stem) >= 3 and stem in hints.words:
             weight += TASK_NAME_WEIGHT
         file_tags = tags[index]
@@ -86,7 +97,7 @@ def _personalization(paths: list[str], tags: list[FileTags | None], hints: TaskH
     return [TASK_SHARE * weight / total + (1.0 - TASK_SHARE) * uniform for weight in pointed]
 
 
-def pagerank_scores(paths: list[str], tags: list[FileTags | None], hints: TaskHints, named: set[int]) -> list[float]:
+def pagerank_scores(paths: list[str], tags: list[FileSymbols | None], hints: TaskHints, named: set[int]) -> list[float]:
     definers: dict[str, list[int]] = {}
     for index, file_tags in enumerate(tags):
         for name in file_tags.definitions if file_tags is not None else ():
@@ -157,7 +168,7 @@ def _power_iteration(
     return rank
 
 
-def rank_files(paths: list[str], tags: list[FileTags | None], task: str | None) -> list[int]:
+def rank_files(paths: list[str], tags: list[FileSymbols | None], task: str | None) -> list[int]:
     """Indices into paths, most relevant first: files the task names, then by PageRank, ties by path."""
     hints = TaskHints.parse(task)
     named = named_files(paths, hints)

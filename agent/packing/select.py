@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 View = Literal["full", "outline", "path", "dropped"]
-# Whole files may not crowd out every outline: at most this share of the budget is held back for outlines.
+# Whole files may not crowd out every outline: this share of the budget is held back for outlines, and whatever
+# outlines leave of it goes to whole files again.
 OUTLINE_RESERVE_SHARE = 0.2
+# Outlines are made on demand (a parse each): once this many in a row did not fit, the budget is deemed full.
+MAX_OUTLINE_MISSES = 32
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
     index: int
     full: int
-    outline: int | None  # None: no outline for this file (unknown language, nothing defined)
+    outlinable: bool  # a grammar applies and the file defines something: an outline may exist
     path: int  # its line in the list of files not shown
 
 
-def fill_budget(ranked: list[Candidate], available: int) -> dict[int, View]:
-    """Views per candidate index. Deterministic: only rank order and costs decide."""
+def fill_budget(ranked: list[Candidate], available: int, outline_cost: Callable[[int], int | None]) -> dict[int, View]:
+    """Views per candidate index. outline_cost(index) gives the cost of a file's outline (None: it has none);
+    it is asked in rank order and only as far as needed. Deterministic: only rank order and costs decide."""
     views: dict[int, View] = {candidate.index: "path" for candidate in ranked}
     used = sum(candidate.path for candidate in ranked)
     for candidate in reversed(ranked):
@@ -28,22 +33,32 @@ def fill_budget(ranked: list[Candidate], available: int) -> dict[int, View]:
         views[candidate.index] = "dropped"
         used -= candidate.path
     listed = [candidate for candidate in ranked if views[candidate.index] == "path"]
+    outlines: dict[int, int] = {}
 
-    def upgrade(candidate: Candidate, view: View, cost: int, limit: int) -> None:
+    def upgrade(candidate: Candidate, view: View, cost: int, limit: int) -> bool:
         nonlocal used
         current = views[candidate.index]
-        current_cost = candidate.path if current == "path" else candidate.outline or 0
-        if used - current_cost + cost <= limit:
-            views[candidate.index] = view
-            used += cost - current_cost
+        current_cost = candidate.path if current == "path" else outlines.get(candidate.index, 0)
+        if used - current_cost + cost > limit:
+            return False
+        views[candidate.index] = view
+        used += cost - current_cost
+        return True
 
-    outline_gain = sum(max(0, c.outline - c.path) for c in listed if c.outline is not None)
-    reserve = min(outline_gain, int(available * OUTLINE_RESERVE_SHARE))
+    reserve = int(available * OUTLINE_RESERVE_SHARE) if any(c.outlinable for c in listed) else 0
     for candidate in listed:
         upgrade(candidate, "full", candidate.full, available - reserve)
+    misses = 0
     for candidate in listed:
-        if views[candidate.index] == "path" and candidate.outline is not None and candidate.outline < candidate.full:
-            upgrade(candidate, "outline", candidate.outline, available)
+        if misses >= MAX_OUTLINE_MISSES:
+            break
+        if views[candidate.index] != "path" or not candidate.outlinable:
+            continue
+        cost = outline_cost(candidate.index)
+        if cost is None or cost >= candidate.full:
+            continue
+        outlines[candidate.index] = cost
+        misses = 0 if upgrade(candidate, "outline", cost, available) else misses + 1
     for candidate in listed:
         if views[candidate.index] != "full":
             upgrade(candidate, "full", candidate.full, available)

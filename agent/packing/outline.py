@@ -1,64 +1,25 @@
-"""Definitions (tree-sitter, queries/*.scm), references and an outline per file.
+"""Outlines: signatures and docstrings' first lines of a file's definitions, drawn with tree-sitter grammars.
 
-The grammars come from tree-sitter-language-pack 0.13.0, which ships them compiled (offline). A file's tags
-depend only on its bytes and language, so they are cached per blob id.
+The grammars come from tree-sitter-language-pack 0.13.0, which ships them compiled (offline); the queries
+(queries/*.scm) name the definitions. Only files chosen to be shown as outlines are parsed, in rank order, and
+an outline depends only on the file's bytes and language, so it is cached per blob id. An outline is capped
+in size, so one huge test module cannot take the room of dozens of other files' outlines.
 """
 
 from __future__ import annotations
 
 import functools
-import re
-from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import PurePosixPath
 
 import tree_sitter
 import tree_sitter_language_pack
 
-LANGUAGE_BY_SUFFIX = {
-    ".py": "python",
-    ".pyi": "python",
-    ".js": "javascript",
-    ".jsx": "javascript",
-    ".mjs": "javascript",
-    ".cjs": "javascript",
-    ".ts": "typescript",
-    ".mts": "typescript",
-    ".cts": "typescript",
-    ".tsx": "tsx",
-    ".go": "go",
-    ".rs": "rust",
-    ".java": "java",
-}
 FUNCTION_KINDS = frozenset({"function", "method"})
 MAX_HEADER_LINES = 8
 MAX_LINE_CHARS = 200
+MAX_OUTLINE_BYTES = 4096
 WRAPPER_TYPES = frozenset({"export_statement", "decorated_definition"})
-IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass(frozen=True, slots=True)
-class FileTags:
-    definitions: tuple[str, ...]  # sorted, unique
-    references: str  # "name count name count ...", sorted by name: compact until the ranking reads it
-    outline: str  # numbered signature lines; "" when nothing is defined
-
-    def to_json(self) -> list[object]:
-        return [list(self.definitions), self.references, self.outline]
-
-    @classmethod
-    def from_json(cls, value: list[object]) -> FileTags:
-        definitions, references, outline = value
-        return cls(tuple(definitions), str(references), str(outline))
-
-    def reference_counts(self) -> list[tuple[str, int]]:
-        words = self.references.split()
-        return [(name, int(count)) for name, count in zip(words[::2], words[1::2], strict=True)]
-
-
-def language_for(path: str) -> str | None:
-    return LANGUAGE_BY_SUFFIX.get(PurePosixPath(path).suffix.lower())
 
 
 @functools.cache
@@ -77,40 +38,82 @@ class _Definition:
     kind: str
 
 
-def extract_tags(language: str, text: str) -> FileTags:
+@dataclass(slots=True)
+class _Line:
+    text: str
+    nested: bool  # belongs only to definitions inside another shown one (methods, nested classes)
+    doc: bool  # a docstring's or comment's line, not a signature
+
+
+def extract_outline(language: str, text: str) -> str:
+    """Numbered signature lines of top-level and class-level definitions; "" when nothing is defined."""
     source = text.encode("utf-8", errors="surrogatepass")
     parser, query = _parser_and_query(language)
     root = parser.parse(source).root_node
     definitions: list[_Definition] = []
-    names: set[str] = set()
     for _, captures in tree_sitter.QueryCursor(query).matches(root):
         kind_capture = next(name for name in captures if name.startswith("definition."))
-        names.add((captures["name." + kind_capture][0].text or b"").decode("utf-8", errors="replace"))
         body = captures.get("body")
         definitions.append(_Definition(captures[kind_capture][0], body[0] if body else None, kind_capture[11:]))
-    lines = source.split(b"\n")
-    # References are the identifier-shaped words of the file, prose included: a regex over the bytes finds them
-    # several times faster than walking the syntax tree in Python, and a name in a docstring is a real link too.
-    references = Counter(IDENTIFIER.findall(source))
-    encoded = " ".join(f"{name.decode('ascii')} {count}" for name, count in sorted(references.items()))
-    return FileTags(tuple(sorted(names)), encoded, _outline(definitions, lines, language))
+    return _capped(_outline_lines(definitions, source.split(b"\n"), language))
 
 
-def _outline(definitions: list[_Definition], lines: list[bytes], language: str) -> str:
-    """Signatures of top-level and class-level definitions (not those nested in functions), in file order."""
+def _outline_lines(definitions: list[_Definition], lines: list[bytes], language: str) -> dict[int, _Line]:
+    """Lines per row of definitions not nested in functions, in file order."""
     ordered = sorted(definitions, key=lambda d: (d.node.start_byte, -d.node.end_byte))
-    shown: dict[int, str] = {}
+    shown: dict[int, _Line] = {}
     enclosing_function_end = -1  # shown functions never overlap, so the latest one is the only possible parent
+    top_level_end = -1
+
+    def show(row: int, text: str, *, nested: bool, doc: bool) -> None:
+        earlier = shown.get(row)
+        if earlier is not None:  # one row, several definitions: it is as important as the most important
+            nested, doc = nested and earlier.nested, doc and earlier.doc
+        shown[row] = _Line(text, nested, doc)
+
     for definition in ordered:
-        if definition.node.start_byte < enclosing_function_end:
+        start = definition.node.start_byte
+        if start < enclosing_function_end:
             continue
+        nested = start < top_level_end
+        if not nested:
+            top_level_end = definition.node.end_byte
         if definition.kind in FUNCTION_KINDS:
             enclosing_function_end = definition.node.end_byte
-        shown.update(_header_lines(definition, lines))
+        for row, text in _header_lines(definition, lines).items():
+            show(row, text, nested=nested, doc=False)
         doc_row = _doc_line_row(definition, language, lines)
         if doc_row is not None:
-            shown[doc_row] = _line(lines, doc_row)
-    return "".join(f"{row + 1}: {shown[row]}\n" for row in sorted(shown))
+            show(doc_row, _line(lines, doc_row), nested=nested, doc=True)
+    return {row: shown[row] for row in sorted(shown)}
+
+
+def _render(lines: dict[int, _Line], omitted: int) -> str:
+    text = "".join(f"{row + 1}: {line.text}\n" for row, line in lines.items())
+    return text + (f"... {omitted} more outline lines not shown\n" if omitted else "")
+
+
+def _capped(lines: dict[int, _Line]) -> str:
+    """The whole outline when it fits the cap; else without nested docstrings, then without nested
+    definitions, then the first top-level lines that fit."""
+    stages = (
+        lambda line: True,
+        lambda line: not (line.nested and line.doc),
+        lambda line: not line.nested,
+    )
+    for keep in stages:
+        kept = {row: line for row, line in lines.items() if keep(line)}
+        text = _render(kept, len(lines) - len(kept))
+        if len(text.encode("utf-8", errors="surrogatepass")) <= MAX_OUTLINE_BYTES:
+            return text
+    room = MAX_OUTLINE_BYTES - len(_render({}, len(lines)).encode())
+    first: dict[int, _Line] = {}
+    for row, line in kept.items():
+        room -= len(f"{row + 1}: {line.text}\n".encode("utf-8", errors="surrogatepass"))
+        if room < 0:
+            break
+        first[row] = line
+    return _render(first, len(lines) - len(first))
 
 
 def _line(lines: list[bytes], row: int, end_column: int | None = None) -> str:

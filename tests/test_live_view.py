@@ -1,0 +1,53 @@
+"""The view: a live panel on a terminal, one plain line per step in a log."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from agent.live import RunView
+from agent.llm import RequestStats
+
+EVENTS = [
+    {"type": "task_start", "index": 1, "task": "Rename compute_area", "branch": "refactor-agent/r/1-rename"},
+    {
+        "type": "response",
+        "turn": 1,
+        "stats": RequestStats(
+            prompt_tokens=1000,
+            cached_tokens=950,
+            completion_tokens=40,
+            draft_tokens=20,
+            draft_accepted=10,
+            predicted_per_second=42.0,
+            latency_s=2.5,
+        ),
+    },
+    {"type": "tool_result", "turn": 1, "name": "bash", "is_error": True, "text": "boom"},
+    {"type": "retry", "message": "retry 1/6 in 2.0s after HTTP 503"},
+    {"type": "task_end", "index": 1, "status": "committed", "reason": "the model called finish"},
+]
+
+
+def test_plain_lines_when_not_a_terminal() -> None:
+    output = io.StringIO()
+    with RunView(Console(file=output, force_terminal=False, width=60)) as view:
+        for event in EVENTS:
+            view.handle(event)
+    assert output.getvalue().splitlines() == [
+        "task 1 started on branch refactor-agent/r/1-rename",
+        "turn 1: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
+        "turn 1: bash (error)",
+        "model: retry 1/6 in 2.0s after HTTP 503",
+        "task 1 committed: the model called finish",
+    ]
+
+
+def test_live_panel_on_a_terminal_shows_speed_cache_and_drafts() -> None:
+    output = io.StringIO()
+    with RunView(Console(file=output, force_terminal=True, width=80)) as view:
+        for event in EVENTS:
+            view.handle(event)
+    screen = output.getvalue()
+    assert "42.0" in screen and "95%" in screen and "50%" in screen and "bash (error)" in screen
