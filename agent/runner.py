@@ -138,7 +138,12 @@ class Run:
         test_command = self.config.test_cmd or detect_test_command(workspace.path)
         limits = SandboxLimits(command_timeout_s=self.config.command_timeout_s)
         with DockerSandbox(
-            self.config.image, workspace.path, run_id=self.journal.run_id, limits=limits, client=self.docker
+            self.config.image,
+            workspace.path,
+            run_id=self.journal.run_id,
+            limits=limits,
+            client=self.docker,
+            read_only_paths=[workspace.git_common_dir],
         ) as sandbox:
             context = ToolContext(
                 workspace=workspace.path,

@@ -100,6 +100,11 @@ class Workspace:
         repo.git.worktree("add", "--quiet", "-b", branch, str(path), base_commit)
         return cls(repo, path, branch, base_commit)
 
+    @property
+    def git_common_dir(self) -> Path:
+        """The user's .git directory, which the worktree's `.git` file points into."""
+        return Path(self.user_repo.git.rev_parse("--path-format=absolute", "--git-common-dir"))
+
     def _stage_everything(self) -> None:
         self.repo.git.execute(["git", "-c", f"core.excludesFile={self.excludes_file}", "add", "--all"])
 

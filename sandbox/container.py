@@ -7,6 +7,7 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -103,9 +104,13 @@ class DockerSandbox:
         run_id: str,
         limits: SandboxLimits | None = None,
         client: docker.DockerClient | None = None,
+        read_only_paths: Sequence[Path] = (),
     ) -> None:
         self.image = image
         self.workspace = Path(workspace).resolve()
+        # Mounted at their own absolute paths: a git worktree's `.git` file points at the repository's git
+        # directory by absolute path, and read-only lets `git diff`/`git log` work without any write to it.
+        self.read_only_paths = [Path(path).resolve() for path in read_only_paths]
         self.run_id = run_id
         self.limits = limits or SandboxLimits()
         self._client = client
@@ -132,10 +137,14 @@ class DockerSandbox:
                 command=["sleep", "infinity"],
                 name=_container_name(self.run_id),
                 labels={LABEL: self.run_id, OWNER_LABEL: current_owner()},
-                volumes={str(self.workspace): {"bind": WORKSPACE, "mode": "rw"}},
+                volumes={
+                    str(self.workspace): {"bind": WORKSPACE, "mode": "rw"},
+                    **{str(path): {"bind": str(path), "mode": "ro"} for path in self.read_only_paths},
+                },
                 working_dir=WORKSPACE,
                 user=f"{owner.st_uid}:{owner.st_gid}",
-                environment={"HOME": "/tmp"},
+                # GIT_OPTIONAL_LOCKS=0: `git status` would otherwise try to refresh the read-only index.
+                environment={"HOME": "/tmp", "GIT_OPTIONAL_LOCKS": "0", "PYTHONDONTWRITEBYTECODE": "1"},
                 network_mode="none",
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],

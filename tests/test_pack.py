@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from agent.packing import PackError, PackOptions, pack_repository
 from agent.packing.rank import rank_files
+from agent.packing.graph import build_graph
 from agent.packing.outline import extract_outline
 from agent.packing.symbols import extract_symbols
 
@@ -171,12 +172,12 @@ def test_outline_of_typescript() -> None:
 def test_ranking_puts_task_named_files_first(tmp_path: Path, cache_dir: Path) -> None:
     repo = make_module_repo(tmp_path / "proj", modules=12)
     paths = sorted(f"proj/mod{number:02d}.py" for number in range(12))
-    symbols = [extract_symbols("python", (repo / path).read_bytes()) for path in paths]
-    assert paths[rank_files(paths, symbols, "Rename things in proj/mod07.py please")[0]] == "proj/mod07.py"
-    assert paths[rank_files(paths, symbols, "mod03.py has a bug")[0]] == "proj/mod03.py"
+    graph = build_graph([extract_symbols("python", (repo / path).read_bytes()) for path in paths])
+    assert paths[rank_files(paths, graph, "Rename things in proj/mod07.py please")[0]] == "proj/mod07.py"
+    assert paths[rank_files(paths, graph, "mod03.py has a bug")[0]] == "proj/mod03.py"
     # Identifiers named in the task pull their defining file up.
-    by_identifier = [paths[index] for index in rank_files(paths, symbols, "function_09 should return a float")]
-    untouched = [paths[index] for index in rank_files(paths, symbols, None)]
+    by_identifier = [paths[index] for index in rank_files(paths, graph, "function_09 should return a float")]
+    untouched = [paths[index] for index in rank_files(paths, graph, None)]
     assert by_identifier.index("proj/mod09.py") < untouched.index("proj/mod09.py")
     # Without a task, what everything depends on ranks first: mod00 is at the bottom of the call chain.
     assert untouched[0] == "proj/mod00.py"

@@ -34,7 +34,7 @@ RENAME_SCRIPT = [
             ("bash", {"command": "sed -i 's/compute_area/area/g' tests/test_geometry.py && grep -c area tests/*.py"}),
         ]
     ),
-    Reply(tool_calls=[("run_tests", {})]),
+    Reply(tool_calls=[("bash", {"command": "git status --short && git diff --stat"}), ("run_tests", {})]),
     Reply(tool_calls=[("finish", {"summary": "Rename compute_area to area\n\nCallers and tests follow."})]),
 ]
 
@@ -80,6 +80,9 @@ def test_rename_across_files_lands_as_one_commit_on_a_branch(tmp_path: Path) -> 
     test_result = next(e for e in transcript if e["type"] == "tool_result" and e["name"] == "run_tests")
     assert "exit code 0" in test_result["text"] and "2 passed" in test_result["text"]
     assert "def area(" in (run_dir / "patch.diff").read_text()
+    git_call = next(e for e in transcript if e["type"] == "tool_call" and "git status" in e["arguments"])
+    git_in_sandbox = next(e for e in transcript if e["type"] == "tool_result" and e["id"] == git_call["id"])
+    assert "exit code 0" in git_in_sandbox["text"] and "pkg/geometry.py" in git_in_sandbox["text"]
     config = json.loads((run_dir / "config.json").read_text())
     assert config["llm"]["effort"] == "max" and config["llm"]["sampling"]["top_p"] == 0.95
     assert task["metrics"]["cached_tokens"] > 0 and task["metrics"]["latency_p99_s"] is not None

@@ -7,7 +7,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from agent.packing.listing import SUBMODULE_MODE, ListedPath
 
@@ -106,13 +106,15 @@ def decode_text(data: bytes) -> tuple[str, str] | None:
     return data.decode("latin-1"), "latin-1"
 
 
-def _credential_name(path: PurePosixPath) -> bool:
-    name = path.name.lower()
+def _credential_name(path: str) -> bool:
+    # Paths as strings, not PurePosixPath: this runs for every listed file, and git always separates with "/".
+    directories, _, name = path.rpartition("/")
+    name = name.lower()
     if name in CREDENTIAL_FILE_NAMES or name.endswith(CREDENTIAL_SUFFIXES):
         return True
     if name.startswith(".env.") and not name.endswith(ENV_TEMPLATE_SUFFIXES):
         return True
-    return name == "credentials" and path.parent.name in {".aws", ".docker", "gcloud"}
+    return name == "credentials" and directories.rpartition("/")[2] in {".aws", ".docker", "gcloud"}
 
 
 def _minified(text: str) -> float | None:
@@ -159,14 +161,15 @@ def content_facts(data: bytes) -> ContentFacts:
     )
 
 
-def _generated_reason(path: PurePosixPath, facts: ContentFacts, linguist: str | None) -> str | None:
+def _generated_reason(path: str, facts: ContentFacts, linguist: str | None) -> str | None:
     if facts.lfs_pointer:
         return "Git LFS pointer"
-    if path.name.lower() in LOCK_FILE_NAMES:
+    directories, _, name = path.rpartition("/")
+    if name.lower() in LOCK_FILE_NAMES:
         return "lock file"
     if linguist is not None:
         return f"marked {linguist} in .gitattributes"
-    vendored = next((part for part in path.parts[:-1] if part.lower() in VENDOR_DIRECTORIES), None)
+    vendored = next((part for part in directories.split("/") if part.lower() in VENDOR_DIRECTORIES), None)
     if vendored is not None:
         return f"vendored (inside {vendored}/)"
     if facts.generated_marker:
@@ -187,7 +190,7 @@ def excluded_by_name(listed: ListedPath, flags: SelectionFlags) -> ExcludedFile 
     """Verdicts that need no content: submodules and credential file names."""
     if listed.mode == SUBMODULE_MODE:
         return ExcludedFile(listed, "submodule (listed, not entered)", "special")
-    if not flags.include_secrets and _credential_name(PurePosixPath(listed.display)):
+    if not flags.include_secrets and _credential_name(listed.display):
         return ExcludedFile(listed, "likely holds credentials (file name)", "secret")
     return None
 
@@ -202,7 +205,7 @@ def verdict(
     if not flags.include_secrets and facts.private_key:
         return ExcludedFile(listed, "likely holds credentials (private key)", "secret")
     if not flags.include_generated:
-        reason = _generated_reason(PurePosixPath(listed.display), facts, linguist)
+        reason = _generated_reason(listed.display, facts, linguist)
         if reason is not None:
             return ExcludedFile(listed, reason, "generated")
     return TextFile(listed, blob_id, facts.size, facts.encoding)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from agent.packing.budget import resolve_budget
 from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_text
@@ -16,11 +16,14 @@ from agent.packing.inventory import take_inventory
 from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
 from agent.packing.options import PackOptions, resolved_cache_dir
 from agent.packing.render import Renderer, renderer_for
-from agent.packing.repomap import Outlines, SymbolCollector, load_symbols
+from agent.packing.languages import language_for
+from agent.packing.repomap import Outlines, SymbolCollector
 from agent.packing.select import Candidate, View, fill_budget
 from agent.packing.stats import FileStat, PackStats, timed
-from agent.packing.symbols import FileSymbols
 from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece_key
+
+if TYPE_CHECKING:
+    from agent.packing.graph import ReferenceGraph
 
 WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
 PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
@@ -168,8 +171,10 @@ class _Packer:
         else:
             partial = True
             with timed(self.stats, "map"):
-                symbols = load_symbols(self.repo_dir, files, self.cache_dir, collector.collected)
-            views, outlines, outline_costs, unshown_cost = self._select(files, symbols, full_costs, budget)
+                from agent.packing.graph import reference_graph  # numpy loads only when a repository does not fit
+
+                graph = reference_graph(self.repo_dir, files, self.cache_dir, collector.collected)
+            views, outlines, outline_costs, unshown_cost = self._select(files, graph, full_costs, budget)
         self.stats.tokens_per_byte = self.counter.tokens_per_byte
         return self._result(files, excluded, views, full_costs, outlines, outline_costs, unshown_cost, partial)
 
@@ -200,13 +205,14 @@ class _Packer:
         return self.counter.count([request(text_file) for text_file in files])
 
     def _select(
-        self, files: list[TextFile], symbols: list[FileSymbols | None], full_costs: list[int], budget: int
+        self, files: list[TextFile], graph: ReferenceGraph, full_costs: list[int], budget: int
     ) -> tuple[dict[int, View], dict[int, str], dict[int, int], int]:
         with timed(self.stats, "rank"):
-            from agent.packing.rank import rank_files  # numpy loads only when a repository does not fit
+            from agent.packing.rank import rank_files
 
             paths = [text_file.path for text_file in files]
-            ranked = rank_files(paths, symbols, self.options.task)
+            ranked = rank_files(paths, graph, self.options.task)
+            defining = graph.defining_files()
         with timed(self.stats, "count"):
             fixed = sum(
                 self.counter.count_text(piece)
@@ -218,7 +224,7 @@ class _Packer:
             Candidate(
                 index=index,
                 full=full_costs[index],
-                outlinable=bool(symbols[index] and symbols[index].definitions),  # type: ignore[union-attr]
+                outlinable=index in defining and language_for(paths[index]) is not None,
                 path=math.ceil(len(self.renderer.unshown_line(paths[index]).encode()) * ratio),
             )
             for index in ranked

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from agent.packing.symbols import FileSymbols
+from agent.packing.graph import ReferenceGraph
 
 DAMPING = 0.85
 MAX_ITERATIONS = 50
@@ -23,6 +23,7 @@ TASK_SHARE = 0.5  # of the restart probability, given to files the task points a
 TASK_PATH_WEIGHT = 10.0
 TASK_NAME_WEIGHT = 2.0
 TASK_DEFINITION_WEIGHT = 5.0
+TASK_IDENTIFIER_FACTOR = 10.0  # a name the task mentions weighs this much more as a link
 
 
 def _basename(path: str) -> str:
@@ -60,24 +61,9 @@ def named_files(paths: list[str], hints: TaskHints) -> set[int]:
     return named
 
 
-def _identifier_weight(name: str, definer_count: int, hints: TaskHints) -> float:
-    weight = 1.0
-    if name in hints.identifiers:
-        weight *= 10.0
-    # Long, compound names are specific; short and private ones connect everything to everything.
-    if len(name) >= 8 and ("_" in name.strip("_") or (name != name.lower() and name != name.upper())):
-        weight *= 10.0
-    if name.startswith("_"):
-        weight *= 0.1
-    if definer_count > 5:
-        weight *= 0.1
-    return weight
-
-
-def _personalization(
-    paths: list[str], tags: list[FileSymbols | None], hints: TaskHints, named: set[int]
-) -> list[float]:
+def _personalization(paths: list[str], graph: ReferenceGraph, hints: TaskHints, named: set[int]) -> numpy.ndarray:
     """Where a random walk restarts: half uniformly, half on the files the task points at (when it does)."""
+    defining = graph.files_defining(hints.identifiers)
     pointed = []
     for index, path in enumerate(paths):
         weight = 0.0
@@ -86,58 +72,29 @@ def _personalization(
         stem = _stem(path).lower()
         if len(stem) >= 3 and stem in hints.words:
             weight += TASK_NAME_WEIGHT
-        file_tags = tags[index]
-        if file_tags is not None and hints.identifiers.intersection(file_tags.definitions):
+        if index in defining:
             weight += TASK_DEFINITION_WEIGHT
         pointed.append(weight)
     uniform = 1.0 / len(paths)
     total = sum(pointed)
     if total == 0.0:
-        return [uniform] * len(paths)
-    return [TASK_SHARE * weight / total + (1.0 - TASK_SHARE) * uniform for weight in pointed]
+        return numpy.full(len(paths), uniform)
+    return numpy.array([TASK_SHARE * weight / total + (1.0 - TASK_SHARE) * uniform for weight in pointed])
 
 
-def pagerank_scores(paths: list[str], tags: list[FileSymbols | None], hints: TaskHints, named: set[int]) -> list[float]:
-    definers: dict[str, list[int]] = {}
-    for index, file_tags in enumerate(tags):
-        for name in file_tags.definitions if file_tags is not None else ():
-            definers.setdefault(name, []).append(index)
-    names = sorted(definers)
-    name_ids = {name: position for position, name in enumerate(names)}
-    name_weights = numpy.array([_identifier_weight(name, len(definers[name]), hints) for name in names])
-    # Each file spreads its rank over the names it uses (weighted), each name evenly over the files defining it.
-    edge_files: list[int] = []
-    edge_names: list[int] = []
-    edge_counts: list[str] = []
-    for index, file_tags in enumerate(tags):
-        if file_tags is None:
-            continue
-        words = file_tags.references.split()
-        for name_id, count in zip(map(name_ids.get, words[0::2]), words[1::2], strict=True):
-            if name_id is not None:
-                edge_files.append(index)
-                edge_names.append(name_id)
-                edge_counts.append(count)
-    files_array = numpy.array(edge_files, dtype=numpy.int64)
-    names_array = numpy.array(edge_names, dtype=numpy.int64)
-    sole_definer = numpy.array([definers[name][0] if len(definers[name]) == 1 else -1 for name in names])
-    keep = sole_definer[names_array] != files_array if len(names_array) else numpy.zeros(0, dtype=bool)
-    files_array, names_array = files_array[keep], names_array[keep]
-    weights = name_weights[names_array] * numpy.sqrt(numpy.array(edge_counts, dtype=numpy.float64)[keep])
-    totals = numpy.bincount(files_array, weights=weights, minlength=len(tags))
-    shares = weights / totals[files_array] if len(weights) else weights
-    definer_names = [name_id for name_id, name in enumerate(names) for _ in definers[name]]
-    definer_files = [index for name in names for index in definers[name]]
-    definer_shares = [1.0 / len(definers[name]) for name in names for _ in definers[name]]
+def pagerank_scores(paths: list[str], graph: ReferenceGraph, hints: TaskHints, named: set[int]) -> list[float]:
+    """Each file spreads its rank over the names it uses (weighted), each name evenly over the files defining it."""
+    name_weights = graph.name_weights.copy()
+    name_weights[graph.name_ids(hints.identifiers)] *= TASK_IDENTIFIER_FACTOR
+    weights = name_weights[graph.edge_names] * numpy.sqrt(graph.edge_counts)
+    totals = numpy.bincount(graph.edge_files, weights=weights, minlength=graph.file_count)
+    shares = weights / totals[graph.edge_files] if len(weights) else weights
+    definer_counts = numpy.bincount(graph.definer_names, minlength=len(graph.names))
     return _power_iteration(
-        teleport=numpy.array(_personalization(paths, tags, hints, named)),
-        edges=(files_array, names_array, shares),
-        definitions=(
-            numpy.array(definer_names, dtype=numpy.int64),
-            numpy.array(definer_files, dtype=numpy.int64),
-            numpy.array(definer_shares),
-        ),
-        name_count=len(name_ids),
+        teleport=_personalization(paths, graph, hints, named),
+        edges=(graph.edge_files, graph.edge_names, shares),
+        definitions=(graph.definer_names, graph.definer_files, 1.0 / definer_counts[graph.definer_names]),
+        name_count=len(graph.names),
     ).tolist()
 
 
@@ -168,9 +125,9 @@ def _power_iteration(
     return rank
 
 
-def rank_files(paths: list[str], tags: list[FileSymbols | None], task: str | None) -> list[int]:
+def rank_files(paths: list[str], graph: ReferenceGraph, task: str | None) -> list[int]:
     """Indices into paths, most relevant first: files the task names, then by PageRank, ties by path."""
     hints = TaskHints.parse(task)
     named = named_files(paths, hints)
-    scores = pagerank_scores(paths, tags, hints, named)
+    scores = pagerank_scores(paths, graph, hints, named)
     return sorted(range(len(paths)), key=lambda index: (index not in named, -scores[index], paths[index]))
