@@ -6,7 +6,8 @@ Corpora are built offline-friendly: Django and SQLAlchemy source releases from P
 bench/out/downloads), unpacked and committed as git repositories; the Python standard library of this machine
 copied likewise. repomix is installed with npm into bench/out/node, gitingest with pip into its own venv under
 bench/out. Every tool runs once per corpus under /usr/bin/time, which gives wall time and peak resident memory
-(the largest single process of the tree). refactor-agent runs cold (empty cache) and warm (cache filled), with
+(the largest single process of the tree); refactor-agent's own stats add the packer's time without the
+interpreter's start-up and imports. refactor-agent runs cold (empty cache) and warm (cache filled), with
 a 1,000,000-token budget; offline its counts are estimates, with --server they come from the server's tokenizer.
 Writes bench/out/pack.json and prints a Markdown table.
 """
@@ -43,6 +44,7 @@ class Measurement(BaseModel):
     tokens: int | None
     counts: str  # exact / estimated / the tool's own tokenizer
     exit_code: int
+    packer_s: float | None = None  # refactor-agent only: the packer's own time (its stats), without start-up
 
 
 def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -145,6 +147,7 @@ def refactor_agent(corpus: str, repo: Path, server: str | None) -> list[Measurem
                 tokens=stats.get("total_tokens"),
                 counts=stats.get("counts", "failed"),
                 exit_code=code,
+                packer_s=round(sum(stats["elapsed_s"].values()), 2) if stats else None,
             )
         )
     return measurements
@@ -193,14 +196,15 @@ def gitingest(corpus: str, repo: Path, binary: Path) -> Measurement:
 
 def table(measurements: list[Measurement]) -> str:
     lines = [
-        "| corpus | tool | wall s | peak RSS MB | files included | tokens | counts |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| corpus | tool | wall s | packer s | peak RSS MB | files included | tokens | counts |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for m in measurements:
         failed = "" if m.exit_code == 0 else f" (exit {m.exit_code})"
         tokens = f"{m.tokens:,}" if m.tokens is not None else "?"
         files = f"{m.files:,}" if m.files is not None else "?"
-        cells = [m.corpus, m.tool + failed, f"{m.wall_s:.2f}", f"{m.peak_rss_mb:.0f}", files, tokens, m.counts]
+        packer = f"{m.packer_s:.2f}" if m.packer_s is not None else "–"
+        cells = [m.corpus, m.tool + failed, f"{m.wall_s:.2f}", packer, f"{m.peak_rss_mb:.0f}", files, tokens, m.counts]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

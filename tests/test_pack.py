@@ -15,9 +15,9 @@ from fixtures.pack_repos import commit_all, make_module_repo, make_planted_repo
 from typer.testing import CliRunner
 
 from agent.packing import PackError, PackOptions, pack_repository
-from agent.packing.rank import rank_files
 from agent.packing.graph import build_graph
-from agent.packing.outline import extract_outline
+from agent.packing.outline import MAX_OUTLINE_BYTES, extract_outline
+from agent.packing.rank import rank_files
 from agent.packing.symbols import extract_symbols
 
 from repos import make_repo
@@ -167,6 +167,57 @@ def test_outline_of_typescript() -> None:
     assert extract_outline("tsx", "export function App(): JSX.Element { return <div/>; }\n") == (
         "1: export function App(): JSX.Element\n"
     )
+
+
+def test_outline_is_capped_keeping_top_level_definitions() -> None:
+    methods = "".join(
+        f'    def test_case_{number:03d}(self):\n        """Checks case {number}."""\n        pass\n'
+        for number in range(300)
+    )
+    source = "class BigTests(TestCase):\n" + methods + "\n\ndef helper():\n    return 1\n"
+    outline = extract_outline("python", source)
+    assert len(outline.encode()) <= MAX_OUTLINE_BYTES
+    assert outline.startswith("1: class BigTests(TestCase):\n")
+    assert "def helper():" in outline and "test_case_000" not in outline
+    assert outline.endswith("... 600 more outline lines not shown\n")
+    # Fewer methods fit whole: only their docstrings' lines give way.
+    shorter = extract_outline("python", "class Few:\n" + methods[: len(methods) // 5])
+    assert "def test_case_059(self):" in shorter and "Checks case" not in shorter
+
+
+def test_symbols_of_typescript() -> None:
+    source = (
+        "export class Greeter<T> extends Base {\n"
+        "  private async load(id: number): Promise<T> {\n"
+        "    if (id) {\n"
+        "      return fetch(id);\n"
+        "    }\n"
+        "  }\n"
+        "}\n"
+        "export interface Shape {\n"
+        "  area(): number;\n"
+        "}\n"
+        "type Id = string | number;\n"
+        "export const add = (a: number, b: number): number => a + b;\n"
+        "function* walk() {}\n"
+    )
+    assert extract_symbols("typescript", source.encode()).definitions == (
+        "Greeter",
+        "Id",
+        "Shape",
+        "add",
+        "area",
+        "load",
+        "walk",
+    )
+
+
+def test_only_files_shown_as_outlines_are_parsed(tmp_path: Path, cache_dir: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=150)
+    packed = pack_repository(repo, PackOptions(cache_dir=cache_dir, budget_tokens=3000))
+    with sqlite3.connect(cache_dir / "pack-cache.sqlite3") as connection:
+        parsed = connection.execute("SELECT COUNT(*) FROM outlines_v1").fetchone()[0]
+    assert 0 < packed.stats.files_outline <= parsed < 150
 
 
 def test_ranking_puts_task_named_files_first(tmp_path: Path, cache_dir: Path) -> None:

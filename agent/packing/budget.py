@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from agent.llama_api import LlamaServerAPI, ServerError
 from agent.packing.options import Effort, PackError, PackOptions
 
 # Max effort may reason for a very long time before answering; low effort answers almost at once.
@@ -33,6 +32,8 @@ def resolve_budget(options: PackOptions) -> Budget:
         return Budget(tokens=options.budget_tokens, source="given")
     if options.server_url is None:
         return Budget(tokens=None, source="unlimited (no server to size the window)")
+    from agent.llama_api import LlamaServerAPI, ServerError  # the HTTP client loads only when a server is used
+
     try:
         with LlamaServerAPI(options.server_url) as api:
             n_ctx = api.context_size()

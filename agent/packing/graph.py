@@ -8,7 +8,6 @@ every file's symbols, and re-weights them for its task in milliseconds.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import itertools
 import os
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy
 
 from agent.packing.classify import TextFile
-from agent.packing.repomap import SYMBOLS_TABLE, load_symbols
+from agent.packing.repomap import load_symbols, state_digest
 from agent.packing.symbols import FileSymbols
 
 GRAPH_VERSION = "graph_v1"  # bump when the graph's construction or weights change
@@ -34,9 +33,6 @@ class ReferenceGraph:
     edge_files: numpy.ndarray  # a file using a name some other file defines...
     edge_names: numpy.ndarray
     edge_counts: numpy.ndarray  # ...this many times
-
-    def defining_files(self) -> set[int]:
-        return set(self.definer_files.tolist())
 
     def name_ids(self, names: frozenset[str]) -> list[int]:
         """Ids of those of the names some file defines."""
@@ -88,13 +84,6 @@ def build_graph(symbols: list[FileSymbols | None]) -> ReferenceGraph:
     )
 
 
-def graph_digest(files: list[TextFile]) -> str:
-    digest = hashlib.sha1(f"{GRAPH_VERSION}\0{SYMBOLS_TABLE}\n".encode(), usedforsecurity=False)
-    for text_file in files:
-        digest.update(text_file.listed.raw + b"\0" + text_file.blob_id.encode() + b"\n")
-    return digest.hexdigest()
-
-
 def _save(path: Path, graph: ReferenceGraph) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
@@ -137,7 +126,7 @@ def reference_graph(
     repo_dir: Path, files: list[TextFile], cache_dir: Path, collected: dict[str, FileSymbols]
 ) -> ReferenceGraph:
     """The graph of these files: stored, or built from their symbols (collected, cached, or extracted now)."""
-    path = cache_dir / "graphs" / f"{graph_digest(files)}.npz"
+    path = cache_dir / "graphs" / f"{state_digest(files, GRAPH_VERSION)}.npz"
     graph = _load(path)
     if graph is None:
         graph = build_graph(load_symbols(repo_dir, files, cache_dir, collected))

@@ -8,22 +8,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TextIO
+from typing import Literal, TextIO
 
 from agent.packing.budget import resolve_budget
 from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_text
 from agent.packing.inventory import take_inventory
+from agent.packing.languages import language_for
 from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
 from agent.packing.options import PackOptions, resolved_cache_dir
 from agent.packing.render import Renderer, renderer_for
-from agent.packing.languages import language_for
-from agent.packing.repomap import Outlines, SymbolCollector
+from agent.packing.repomap import Outlines, Rankings, SymbolCollector
 from agent.packing.select import Candidate, View, fill_budget
 from agent.packing.stats import FileStat, PackStats, timed
 from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece_key
-
-if TYPE_CHECKING:
-    from agent.packing.graph import ReferenceGraph
 
 WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
 PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
@@ -170,11 +167,8 @@ class _Packer:
             partial = False
         else:
             partial = True
-            with timed(self.stats, "map"):
-                from agent.packing.graph import reference_graph  # numpy loads only when a repository does not fit
-
-                graph = reference_graph(self.repo_dir, files, self.cache_dir, collector.collected)
-            views, outlines, outline_costs, unshown_cost = self._select(files, graph, full_costs, budget)
+            ranked = self._rank(files, collector)
+            views, outlines, outline_costs, unshown_cost = self._select(files, ranked, full_costs, budget)
         self.stats.tokens_per_byte = self.counter.tokens_per_byte
         return self._result(files, excluded, views, full_costs, outlines, outline_costs, unshown_cost, partial)
 
@@ -204,15 +198,32 @@ class _Packer:
 
         return self.counter.count([request(text_file) for text_file in files])
 
-    def _select(
-        self, files: list[TextFile], graph: ReferenceGraph, full_costs: list[int], budget: int
-    ) -> tuple[dict[int, View], dict[int, str], dict[int, int], int]:
-        with timed(self.stats, "rank"):
+    def _rank(self, files: list[TextFile], collector: SymbolCollector) -> list[int]:
+        """Indices of files, most relevant first; the same files and task were perhaps ranked before."""
+        rankings = Rankings(self.cache_dir)
+        try:
+            with timed(self.stats, "rank"):
+                key = rankings.key(files, self.options.task)
+                ranked = rankings.get(key)
+            if ranked is not None:
+                return ranked
+            # numpy and the graph load only for a repository that does not fit and was not ranked for this task.
+            from agent.packing.graph import reference_graph
             from agent.packing.rank import rank_files
 
-            paths = [text_file.path for text_file in files]
-            ranked = rank_files(paths, graph, self.options.task)
-            defining = graph.defining_files()
+            with timed(self.stats, "map"):
+                graph = reference_graph(self.repo_dir, files, self.cache_dir, collector.collected)
+            with timed(self.stats, "rank"):
+                ranked = rank_files([text_file.path for text_file in files], graph, self.options.task)
+            rankings.put(key, ranked)
+            return ranked
+        finally:
+            rankings.close()
+
+    def _select(
+        self, files: list[TextFile], ranked: list[int], full_costs: list[int], budget: int
+    ) -> tuple[dict[int, View], dict[int, str], dict[int, int], int]:
+        paths = [text_file.path for text_file in files]
         with timed(self.stats, "count"):
             fixed = sum(
                 self.counter.count_text(piece)
@@ -224,7 +235,7 @@ class _Packer:
             Candidate(
                 index=index,
                 full=full_costs[index],
-                outlinable=index in defining and language_for(paths[index]) is not None,
+                outlinable=language_for(paths[index]) is not None,
                 path=math.ceil(len(self.renderer.unshown_line(paths[index]).encode()) * ratio),
             )
             for index in ranked

@@ -7,6 +7,7 @@ read twice; a warm run reads only the cache.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from agent.packing.cache import ContentCache
@@ -17,6 +18,16 @@ from agent.packing.symbols import FileSymbols, extract_symbols
 CACHE_FILE = "pack-cache.sqlite3"
 SYMBOLS_TABLE = "symbols_v1"  # bump when the patterns change: old entries are then ignored
 OUTLINES_TABLE = "outlines_v1"  # bump when queries or outline rendering change
+RANKINGS_TABLE = "rankings_v1"  # bump when the ranking changes
+
+
+def state_digest(files: list[TextFile], *salt: str) -> str:
+    """Names the repository's state as far as the map goes: every path and blob id, and the symbols' version."""
+    salted = "\0".join((SYMBOLS_TABLE, *salt)).encode("utf-8", errors="surrogatepass")
+    digest = hashlib.sha1(salted, usedforsecurity=False)
+    for text_file in files:
+        digest.update(text_file.listed.raw + b"\0" + text_file.blob_id.encode() + b"\n")
+    return digest.hexdigest()
 
 
 def _key(text_file: TextFile) -> str | None:
@@ -57,6 +68,26 @@ def load_symbols(
     finally:
         cache.close()
     return [found[key] if key is not None else None for key in keys]
+
+
+class Rankings:
+    """Rank orders by repository state and task: a pure function of both, so a hit is exact."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self._cache = ContentCache(cache_dir / CACHE_FILE, RANKINGS_TABLE)
+
+    @staticmethod
+    def key(files: list[TextFile], task: str | None) -> str:
+        return state_digest(files, RANKINGS_TABLE, task or "")
+
+    def get(self, key: str) -> list[int] | None:
+        return self._cache.get_many([key]).get(key)
+
+    def put(self, key: str, ranked: list[int]) -> None:
+        self._cache.put(key, ranked)
+
+    def close(self) -> None:
+        self._cache.close()
 
 
 class Outlines:
