@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from agent.config import Effort
 from agent.packing import PackedRepository, PackError, PackOptions, pack_repository
 
 
@@ -39,9 +40,7 @@ def pack(
         bool, typer.Option(help="Also vendored, minified, generated and lock files, and LFS pointers.")
     ] = False,
     include_secrets: Annotated[bool, typer.Option(help="Also files that likely hold credentials.")] = False,
-    effort: Annotated[
-        Literal["low", "high", "max"], typer.Option(help="Reasoning effort: sizes the output reserve.")
-    ] = "max",
+    effort: Annotated[Effort, typer.Option(help="Reasoning effort: sizes the output reserve.")] = "max",
 ) -> None:
     """Pack REPO into one text: every file when it fits, else a ranked selection with outlines."""
     options = PackOptions(

@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-Effort = Literal["low", "high", "max"]
+from agent.config import Effort
+
 PackFormat = Literal["xml", "markdown"]
 
 

@@ -20,12 +20,17 @@ MAX_HEADER_LINES = 8
 MAX_LINE_CHARS = 200
 MAX_OUTLINE_BYTES = 4096
 WRAPPER_TYPES = frozenset({"export_statement", "decorated_definition"})
+# TSX is TypeScript plus JSX: the definitions it names are the same node types, so the query is shared.
+QUERY_FILE = {"tsx": "typescript"}
 
 
 @functools.cache
 def _parser_and_query(language: str) -> tuple[tree_sitter.Parser, tree_sitter.Query]:
     source = (
-        resources.files("agent.packing").joinpath("queries").joinpath(f"{language}.scm").read_text(encoding="utf-8")
+        resources.files("agent.packing")
+        .joinpath("queries")
+        .joinpath(f"{QUERY_FILE.get(language, language)}.scm")
+        .read_text(encoding="utf-8")
     )
     grammar = tree_sitter_language_pack.get_language(language)  # type: ignore[arg-type]
     return tree_sitter_language_pack.get_parser(language), tree_sitter.Query(grammar, source)  # type: ignore[arg-type]
