@@ -160,17 +160,29 @@ class _Packer:
             header = self.counter.count_text(self.renderer.header(self.stats.commit, partial=False))
             footer = self.counter.count_text(self.renderer.footer())
         if budget is None or collector is None or header + footer + sum(full_costs) <= budget:
-            views: dict[int, View] = dict.fromkeys(range(len(files)), "full")
-            outlines: dict[int, str] = {}
-            outline_costs: dict[int, int] = {}
-            unshown_cost = 0
-            partial = False
-        else:
-            partial = True
-            ranked = self._rank(files, collector)
-            views, outlines, outline_costs, unshown_cost = self._select(files, ranked, full_costs, budget)
-        self.stats.tokens_per_byte = self.counter.tokens_per_byte
-        return self._result(files, excluded, views, full_costs, outlines, outline_costs, unshown_cost, partial)
+            whole = self._result(
+                files, excluded, dict.fromkeys(range(len(files)), "full"), full_costs, {}, {}, 0, False
+            )
+            if budget is None or collector is None or self._fits(whole, budget):
+                return whole
+        ranked = self._rank(files, collector)
+        # Pieces are counted apart; inside the whole text their edges can tokenize together with their
+        # neighbours'. With exact counts the whole is counted too, and the selection shrinks until it fits.
+        seams = 0
+        for _ in range(MAX_SELECTION_ROUNDS):
+            views, outlines, outline_costs, unshown_cost = self._select(files, ranked, full_costs, budget - seams)
+            packed = self._result(files, excluded, views, full_costs, outlines, outline_costs, unshown_cost, True)
+            if self._fits(packed, budget):
+                break
+            seams += packed.stats.total_tokens - budget
+        return packed
+
+    def _fits(self, packed: PackedRepository, budget: int) -> bool:
+        """With exact counts, replace the sum of the pieces by the count of the whole text, then compare."""
+        if self.counter.exact:
+            with timed(self.stats, "count"):
+                packed.stats.total_tokens = self.counter.count_text(packed.text)
+        return packed.stats.total_tokens <= budget
 
     def _inventory(self, collector: SymbolCollector | None) -> tuple[list[TextFile], list[ExcludedFile]]:
         with timed(self.stats, "list"):
@@ -305,6 +317,8 @@ class _Packer:
         partial: bool,
     ) -> PackedRepository:
         stats = self.stats
+        # After the selection: outlines counted during it refine the measured ratio.
+        stats.tokens_per_byte = self.counter.tokens_per_byte
         shown: list[ShownFile] = []
         unshown: list[str] = []
         file_stats: list[FileStat] = []
