@@ -30,7 +30,7 @@ class RunView:
         self._live: Live | None = None
 
     def __enter__(self) -> RunView:
-        if self.console.is_terminal:
+        if self.live:
             self._live = Live(self._table(), console=self.console, refresh_per_second=4, transient=False)
             self._live.__enter__()
         return self
@@ -38,6 +38,10 @@ class RunView:
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.__exit__(None, None, None)
+
+    @property
+    def live(self) -> bool:
+        return self.console.is_terminal
 
     def log(self, message: str) -> None:
         # soft_wrap: a line stays one line in logs and cron mail, whatever the terminal width.
@@ -75,7 +79,8 @@ class RunView:
             return f"turn {event['turn']}: {_tool_label(event)}"
         if kind == "task_end":
             state["status"] = f"{event['status']}: {event['reason']}"
-            return f"task {event['index']} {event['status']}: {event['reason']}"
+            where = f" ({event['commit'][:12]})" if event.get("commit") else ""
+            return f"task {event['index']} {event['status']}{where}: {event['reason']}"
         if kind == "retry":
             return f"model: {event['message']}"
         return None

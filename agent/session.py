@@ -52,7 +52,10 @@ def execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
 
 
 def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> None:
-    for task in summary.tasks:
-        where = f" on {task.branch} ({task.commit[:12]})" if task.commit else ""
-        view.log(f"task {task.index} {task.status}{where}: {task.reason}")
+    if view.live:  # plain output already logged each task's end as it happened
+        for task in summary.tasks:
+            where = f" on {task.branch} ({task.commit[:12]})" if task.commit else ""
+            view.log(f"task {task.index} {task.status}{where}: {task.reason}")
+    for warning in summary.warnings:
+        view.log(f"warning: {warning}")
     view.log(f"run {summary.run_id}: {journal.directory}")
