@@ -6,6 +6,7 @@ not the night. Only Ctrl-C stops the run, after cleaning up the current task.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -122,12 +123,14 @@ class Run:
             self.requests += result.requests
             task_delta = _delta(_spec_counters(self.server_api), counters_before)
             _measure(outcome, result.requests, task_delta, self.speculation)
-            outcome = self._settle(workspace, outcome, result, index)
+            outcome = self._settle(workspace, outcome, result)
         except KeyboardInterrupt:
             outcome.reason = "interrupted (Ctrl-C)"
             raise
         except Exception as error:  # the next task still deserves its chance
             outcome.reason = f"internal error: {error.__class__.__name__}: {error}"
+            with contextlib.suppress(Exception):  # keep what the model did so far for the morning
+                self._save_patch(workspace, outcome)
         finally:
             outcome.wall_time_s = round(time.monotonic() - started, 3)
             self.emit({"type": "task_end", **outcome.model_dump(mode="json")})
@@ -156,12 +159,15 @@ class Run:
             system = system_prompt(workspace.path, pack_options(self.config, task, self.server_url))
             return loop.run(system, task_prompt(task, test_command))
 
-    def _settle(self, workspace: Workspace, outcome: TaskSummary, result: LoopResult, index: int) -> TaskSummary:
+    def _save_patch(self, workspace: Workspace, outcome: TaskSummary) -> None:
+        self.journal.append_patch(f"task {outcome.index}: {outcome.task}", workspace.diff())
+
+    def _settle(self, workspace: Workspace, outcome: TaskSummary, result: LoopResult) -> TaskSummary:
         """The run hook: patch and commit happen here, outside the loop."""
         outcome.turns = result.turns
         outcome.summary = result.summary
         outcome.reason = result.reason
-        self.journal.append_patch(f"task {index}: {outcome.task}", workspace.diff())
+        self._save_patch(workspace, outcome)
         if result.outcome in ("max_turns", "error"):
             outcome.status = "failed"
             return outcome
