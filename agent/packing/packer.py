@@ -17,7 +17,7 @@ from agent.packing.languages import language_for
 from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
 from agent.packing.options import PackOptions, resolved_cache_dir
 from agent.packing.render import Renderer, renderer_for
-from agent.packing.repomap import Outlines, Rankings, SymbolCollector
+from agent.packing.repomap import Outlines, Rankings, SymbolCollector, symbols_of
 from agent.packing.select import Candidate, View, fill_budget
 from agent.packing.stats import FileStat, PackStats, timed
 from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece_key
@@ -25,9 +25,9 @@ from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece
 WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
 PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
 MAX_SELECTION_ROUNDS = 8
-# Outlines parsed, then counted, together: a batch keeps a few /tokenize requests in flight, and costs little
-# beyond the last outline the budget takes.
-OUTLINE_BATCH = 16
+# Outlines parsed, then counted, together: a batch keeps every core parsing and a few /tokenize requests in
+# flight, and costs little beyond the last outline the budget takes.
+OUTLINE_BATCH = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +195,11 @@ class _Packer:
             max_file_bytes=self.options.max_file_bytes,
         )
         with timed(self.stats, "read"):
-            visit = collector.visit if collector is not None else None
-            return take_inventory(self.repo_dir, listed, linguist, flags, self.cache_dir, visit)
+            extract = symbols_of if collector is not None else None
+            inventory = take_inventory(self.repo_dir, listed, linguist, flags, self.cache_dir, extract)
+            if collector is not None:
+                collector.keep(inventory.extracted)
+            return inventory.files, inventory.excluded
 
     def _count_full(self, files: list[TextFile]) -> list[int]:
         renderer, repo_dir, fmt = self.renderer, self.repo_dir, self.options.format

@@ -1,7 +1,7 @@
 """The repo map's two halves, both cached per blob id: symbols of every file (for ranking) and outlines of the
 files chosen to be shown as outlines (parsed on demand, in the order asked).
 
-On a cold run symbols are taken from the bytes the inventory reads anyway (SymbolCollector), so no file is
+On a cold run symbols are taken from the bytes the inventory reads anyway (symbols_of), so no file is
 read twice; a warm run reads only the cache.
 """
 
@@ -14,6 +14,7 @@ from agent.packing.cache import ContentCache
 from agent.packing.classify import TextFile, read_bytes_nofollow, read_text
 from agent.packing.languages import language_for
 from agent.packing.symbols import FileSymbols, extract_symbols
+from agent.packing.workers import LazyPool
 
 CACHE_FILE = "pack-cache.sqlite3"
 SYMBOLS_TABLE = "symbols_v1"  # bump when the patterns change: old entries are then ignored
@@ -35,16 +36,20 @@ def _key(text_file: TextFile) -> str | None:
     return f"{text_file.blob_id}:{language}" if language is not None else None
 
 
+def symbols_of(text_file: TextFile, data: bytes) -> tuple[str, FileSymbols] | None:
+    """An inventory extractor: the file's symbols under their cache key, None where no language applies."""
+    key = _key(text_file)
+    return (key, extract_symbols(key.rpartition(":")[2], data)) if key is not None else None
+
+
 class SymbolCollector:
-    """Symbols of files as the inventory reads them (an inventory visitor)."""
+    """Symbols of files as the inventory reads them (what symbols_of extracted)."""
 
     def __init__(self) -> None:
         self.collected: dict[str, FileSymbols] = {}
 
-    def visit(self, text_file: TextFile, data: bytes) -> None:
-        key = _key(text_file)
-        if key is not None and key not in self.collected:
-            self.collected[key] = extract_symbols(key.rpartition(":")[2], data)
+    def keep(self, extracted: list[tuple[str, FileSymbols] | None]) -> None:
+        self.collected.update(item for item in extracted if item is not None)
 
 
 def load_symbols(
@@ -90,28 +95,33 @@ class Rankings:
         self._cache.close()
 
 
+def _outline_of(job: tuple[Path, TextFile, str]) -> str:
+    from agent.packing.outline import extract_outline  # tree-sitter loads only when something is parsed
+
+    repo_dir, text_file, language = job
+    return extract_outline(language, read_text(repo_dir, text_file))
+
+
 class Outlines:
-    """Outlines of files by index, parsed the first time they are asked for, then cached."""
+    """Outlines of files by index, parsed the first time they are asked for (a batch's misses on all cores),
+    then cached."""
 
     def __init__(self, repo_dir: Path, files: list[TextFile], cache_dir: Path) -> None:
         self._repo_dir = repo_dir
         self._files = files
         self._cache = ContentCache(cache_dir / CACHE_FILE, OUTLINES_TABLE)
+        self._pool = LazyPool()
 
     def get_many(self, indices: list[int]) -> dict[int, str]:
-        keys = {index: _key(self._files[index]) for index in indices}
-        found = self._cache.get_many(key for key in keys.values() if key is not None)
-        outlines: dict[int, str] = {}
-        for index, key in keys.items():
-            if key is None:
-                continue
-            if key not in found:
-                from agent.packing.outline import extract_outline  # tree-sitter loads only when something is parsed
-
-                found[key] = extract_outline(key.rpartition(":")[2], read_text(self._repo_dir, self._files[index]))
-                self._cache.put(key, found[key])
-            outlines[index] = found[key]
-        return outlines
+        keys = {index: key for index in indices if (key := _key(self._files[index])) is not None}
+        found = self._cache.get_many(keys.values())
+        misses = {key: index for index, key in keys.items() if key not in found}
+        jobs = [(self._repo_dir, self._files[index], key.rpartition(":")[2]) for key, index in misses.items()]
+        for key, outline in zip(misses, self._pool.map(_outline_of, jobs), strict=True):
+            found[key] = outline
+            self._cache.put(key, outline)
+        return {index: found[key] for index, key in keys.items()}
 
     def close(self) -> None:
+        self._pool.close()
         self._cache.close()
