@@ -353,3 +353,17 @@ def test_cli_writes_text_and_stats(tmp_path: Path, cache_dir: Path, monkeypatch:
     failed = CliRunner().invoke(app, ["pack", str(tmp_path / "nowhere")])
     assert failed.exit_code == 2
     assert "is not a directory" in failed.output
+
+
+def test_worker_processes_do_not_change_the_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.packing import workers
+
+    repo = make_module_repo(tmp_path / "proj", modules=40)
+    texts = []
+    for count, cache in ((1, "serial"), (2, "forked")):
+        monkeypatch.setattr(workers, "worker_count", lambda count=count: count)
+        options = PackOptions(cache_dir=tmp_path / cache, budget_tokens=1500, task="Widget07")
+        packed = pack_repository(repo, options)
+        assert packed.stats.files_outline > 0
+        texts.append(packed.text)
+    assert texts[0] == texts[1]
