@@ -73,6 +73,13 @@ def llama_server(llama_binary: Path, llama_state_dir: Path) -> Iterator[ServerSt
 
 
 @pytest.fixture(scope="session")
+def llama_server_plain(llama_binary: Path, llama_state_dir: Path) -> Iterator[ServerState]:
+    """The embedded preset without speculation: all that /props, /tokenize and plain chat need."""
+    with running_server(_embedded(self_draft=False), llama_binary, llama_state_dir) as state:
+        yield state
+
+
+@pytest.fixture(scope="session")
 def llama_server_synthetic(llama_binary: Path, llama_state_dir: Path) -> Iterator[ServerState]:
     """Self-draft with llama-server's synthetic acceptance: position i of a draft is kept with SYNTHETIC_RATES[i]."""
     extra = ("--spec-synth-rates", ",".join(str(rate) for rate in SYNTHETIC_RATES))

@@ -2,56 +2,22 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fixtures.pack_repos import make_module_repo, make_planted_repo
 
-from agent.llama_api import LlamaServerAPI, ServerError
+from agent.llama_api import LlamaServerAPI
 from agent.packing import PackOptions, pack_repository
 from agent.packing.budget import context_budget
-
-from llama_fixtures import free_port
+from agent.server.launcher import ServerState
 
 pytestmark = pytest.mark.llama_server
-READY_TIMEOUT_S = 120.0
 
 
-@pytest.fixture(scope="module")
-def tokenizer_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A plain SmolLM2 llama-server (no speculation): all these tests need is /props and /tokenize."""
-    from agent.server.binary import find_binary, find_embedded_model
-
-    try:
-        binary, model = find_binary(), find_embedded_model()
-    except ServerError as error:
-        pytest.fail(f"llama_server tests need a real llama-server: {error}", pytrace=False)
-    port = free_port()
-    log = tmp_path_factory.mktemp("pack-server") / "llama-server.log"
-    command = [str(binary), "-m", str(model), "-c", "4096", "--host", "127.0.0.1", "--port", str(port), "-np", "1"]
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"llama-server exited ({process.returncode}); see {log}", pytrace=False)
-            try:
-                with LlamaServerAPI(url, timeout_s=2.0) as api:
-                    api.health()
-                break
-            except ServerError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"llama-server not ready after {READY_TIMEOUT_S} s; see {log}", pytrace=False)
-                time.sleep(0.25)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+@pytest.fixture
+def tokenizer_server(llama_server_plain: ServerState) -> str:
+    return llama_server_plain.url
 
 
 def test_budget_never_exceeded_by_the_real_tokenizer(tokenizer_server: str, tmp_path: Path) -> None:
