@@ -41,21 +41,18 @@ class Inventory(Generic[Extracted]):
 
 
 @dataclass(frozen=True, slots=True)
-class _ReadJob:
+class _ReadContext:
+    """What every read shares; it reaches worker processes through the fork, so only indices are sent."""
+
     repo_dir: Path
-    listed: ListedPath
-    trusted_blob: str | None
-    linguist: str | None
     flags: SelectionFlags
     extract: Callable[[TextFile, bytes], object] | None
+    to_read: list[tuple[ListedPath, str | None, str | None]]  # (path, trusted blob id, linguist attribute)
 
 
-@dataclass(frozen=True, slots=True)
-class _ReadResult:
-    judged: TextFile | ExcludedFile
-    blob: str | None
-    facts: ContentFacts | None  # None when the file could not be read
-    extracted: object
+# (blob id, ContentFacts.to_json(), (reason, category) when excluded, what extract returned): plain values, since
+# pickling them is the price of each file read in a worker.
+_ReadResult = tuple[str | None, list[object] | None, tuple[str, str] | None, object]
 
 
 def _trusted_blob(listed: ListedPath, modified: set[bytes]) -> str | None:
@@ -65,21 +62,24 @@ def _trusted_blob(listed: ListedPath, modified: set[bytes]) -> str | None:
     return listed.index_blob
 
 
-def _read_and_judge(job: _ReadJob) -> _ReadResult:
+def _read_and_judge(context: _ReadContext, index: int) -> _ReadResult:
     """Runs in a worker process: only what it returns reaches the caller."""
-    flags = job.flags
+    listed, trusted_blob, linguist = context.to_read[index]
+    flags = context.flags
     try:
-        data = read_bytes_nofollow(job.repo_dir, job.listed, flags.max_file_bytes)
+        data = read_bytes_nofollow(context.repo_dir, listed, flags.max_file_bytes)
     except TooLarge as exc:
-        reason = f"{exc.size} bytes, over the {flags.max_file_bytes}-byte limit"
-        return _ReadResult(ExcludedFile(job.listed, reason, "large"), None, None, None)
+        return None, None, (f"{exc.size} bytes, over the {flags.max_file_bytes}-byte limit", "large"), None
     except OSError as exc:
-        return _ReadResult(unreadable(job.repo_dir, job.listed, exc), None, None, None)
-    blob = job.trusted_blob or git_blob_id(data)
+        excluded = unreadable(context.repo_dir, listed, exc)
+        return None, None, (excluded.reason, excluded.category), None
+    blob = trusted_blob or git_blob_id(data)
     facts = content_facts(data)
-    judged = verdict(job.listed, blob, facts, job.linguist, flags)
-    extracted = job.extract(judged, data) if job.extract is not None and isinstance(judged, TextFile) else None
-    return _ReadResult(judged, blob, facts, extracted)
+    judged = verdict(listed, blob, facts, linguist, flags)
+    if isinstance(judged, ExcludedFile):
+        return blob, facts.to_json(), (judged.reason, judged.category), None
+    extracted = context.extract(judged, data) if context.extract is not None else None
+    return blob, facts.to_json(), None, extracted
 
 
 def take_inventory(
@@ -96,11 +96,11 @@ def take_inventory(
     """
     modified = modified_paths(repo_dir)
     cache = ContentCache(cache_dir / "pack-cache.sqlite3", FACTS_TABLE)
-    pool = LazyPool()
+    context = _ReadContext(repo_dir, flags, extract, [])
+    pool = LazyPool(_read_and_judge, context)
     try:
         known = cache.get_many(blob for path in listed if (blob := _trusted_blob(path, modified)) is not None)
         judged: list[TextFile | ExcludedFile | None] = []  # None: to be read
-        jobs: list[_ReadJob] = []
         for path in listed:
             blob = _trusted_blob(path, modified)
             early = excluded_by_name(path, flags)
@@ -110,17 +110,20 @@ def take_inventory(
                 judged.append(verdict(path, blob, ContentFacts.from_json(known[blob]), linguist.get(path.raw), flags))
             else:
                 judged.append(None)
-                jobs.append(_ReadJob(repo_dir, path, blob, linguist.get(path.raw), flags, extract))
-        results = iter(pool.map(_read_and_judge, jobs))
+                context.to_read.append((path, blob, linguist.get(path.raw)))
+        results = iter(pool.map(range(len(context.to_read))))
         inventory: Inventory[Extracted] = Inventory([], [], [])
-        for item in judged:
+        for path, item in zip(listed, judged, strict=True):
             if item is None:
-                result = next(results)
-                item = result.judged
-                if result.blob is not None and result.facts is not None:
-                    cache.put(result.blob, result.facts.to_json())
-                if extract is not None and isinstance(item, TextFile):
-                    inventory.extracted.append(result.extracted)  # type: ignore[arg-type]
+                blob, facts, excluded, extracted = next(results)
+                if blob is not None and facts is not None:
+                    cache.put(blob, facts)
+                if excluded is not None:
+                    item = ExcludedFile(path, *excluded)
+                else:
+                    item = TextFile(path, blob, facts[0], facts[1])  # type: ignore[arg-type,index]
+                    if extract is not None:
+                        inventory.extracted.append(extracted)  # type: ignore[arg-type]
             if isinstance(item, TextFile):
                 inventory.files.append(item)
             else:

@@ -36,10 +36,17 @@ def _key(text_file: TextFile) -> str | None:
     return f"{text_file.blob_id}:{language}" if language is not None else None
 
 
-def symbols_of(text_file: TextFile, data: bytes) -> tuple[str, FileSymbols] | None:
+# A file's symbols under their cache key, as plain values: they come back from a worker process.
+ExtractedSymbols = tuple[str, tuple[str, ...], str]
+
+
+def symbols_of(text_file: TextFile, data: bytes) -> ExtractedSymbols | None:
     """An inventory extractor: the file's symbols under their cache key, None where no language applies."""
     key = _key(text_file)
-    return (key, extract_symbols(key.rpartition(":")[2], data)) if key is not None else None
+    if key is None:
+        return None
+    symbols = extract_symbols(key.rpartition(":")[2], data)
+    return key, symbols.definitions, symbols.references
 
 
 class SymbolCollector:
@@ -48,8 +55,8 @@ class SymbolCollector:
     def __init__(self) -> None:
         self.collected: dict[str, FileSymbols] = {}
 
-    def keep(self, extracted: list[tuple[str, FileSymbols] | None]) -> None:
-        self.collected.update(item for item in extracted if item is not None)
+    def keep(self, extracted: list[ExtractedSymbols | None]) -> None:
+        self.collected.update((item[0], FileSymbols(item[1], item[2])) for item in extracted if item is not None)
 
 
 def load_symbols(
@@ -95,10 +102,13 @@ class Rankings:
         self._cache.close()
 
 
-def _outline_of(job: tuple[Path, TextFile, str]) -> str:
+def _outline_of(context: tuple[Path, list[TextFile]], index: int) -> str:
     from agent.packing.outline import extract_outline  # tree-sitter loads only when something is parsed
 
-    repo_dir, text_file, language = job
+    repo_dir, files = context
+    text_file = files[index]
+    language = language_for(text_file.path)
+    assert language is not None, "only files with a grammar are outlined"
     return extract_outline(language, read_text(repo_dir, text_file))
 
 
@@ -107,17 +117,15 @@ class Outlines:
     then cached."""
 
     def __init__(self, repo_dir: Path, files: list[TextFile], cache_dir: Path) -> None:
-        self._repo_dir = repo_dir
         self._files = files
         self._cache = ContentCache(cache_dir / CACHE_FILE, OUTLINES_TABLE)
-        self._pool = LazyPool()
+        self._pool = LazyPool(_outline_of, (repo_dir, files))
 
     def get_many(self, indices: list[int]) -> dict[int, str]:
         keys = {index: key for index in indices if (key := _key(self._files[index])) is not None}
         found = self._cache.get_many(keys.values())
         misses = {key: index for index, key in keys.items() if key not in found}
-        jobs = [(self._repo_dir, self._files[index], key.rpartition(":")[2]) for key, index in misses.items()]
-        for key, outline in zip(misses, self._pool.map(_outline_of, jobs), strict=True):
+        for key, outline in zip(misses, self._pool.map(list(misses.values())), strict=True):
             found[key] = outline
             self._cache.put(key, outline)
         return {index: found[key] for index, key in keys.items()}

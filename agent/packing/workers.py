@@ -1,24 +1,32 @@
 """Per-file work of a cold pack (reading, classifying, symbols, outlines) spread over the machine's cores.
 
 Tree-sitter and the regular expressions hold the GIL, so threads would take turns: this uses processes. They are
-forked (Linux), so they inherit the imported modules and start in milliseconds; elsewhere the work stays in this
-process. The pool starts only when a batch has work to share, so a warm run, which parses and reads nothing,
-never starts one. Results come back in the order of the items, so they do not depend on the workers.
+forked (Linux), so they inherit the imported modules and the pool's context (the repository's file list, the
+flags) and start in milliseconds; only an index goes to a worker and a tuple of plain values comes back, because
+pickling objects each way cost as much CPU as the work itself. Elsewhere the work stays in this process. The
+pool starts only when a batch has work to share, so a warm run, which parses and reads nothing, never starts
+one. Results come back in the order of the items, so they do not depend on the workers.
 """
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from multiprocessing.pool import Pool
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
+Context = TypeVar("Context")
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 MAX_WORKERS = 4  # beyond this, reading and pickling in the parent becomes the bottleneck
-CHUNKS_PER_WORKER = 4
+CHUNKS_PER_WORKER = 16  # a task per item costs a round trip each; few large chunks leave a worker idle at the end
+
+# In a worker process: the function and context of its pool, set once when the worker starts.
+_worker_function: Callable[[Any, Any], Any] | None = None
+_worker_context: Any = None
 
 
 def worker_count() -> int:
@@ -27,22 +35,40 @@ def worker_count() -> int:
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
-class LazyPool:
-    """A process pool created on the first map() with more than one item; close() ends it."""
+def _install(function: Callable[[Any, Any], Any], context: Any) -> None:
+    global _worker_function, _worker_context
+    _worker_function, _worker_context = function, context
 
-    def __init__(self) -> None:
+
+def _call(item: Any) -> Any:
+    assert _worker_function is not None, "a worker runs only in a pool that installed its function"
+    return _worker_function(_worker_context, item)
+
+
+class LazyPool(Generic[Context, Item, Result]):
+    """function(context, item) over items, on a process pool created on the first map() with more than one
+    item; close() ends it. function must be a module-level function; context reaches the workers through the
+    fork, never pickled, so it may be large. Items and results are pickled: keep them small and plain."""
+
+    def __init__(self, function: Callable[[Context, Item], Result], context: Context) -> None:
+        self._function = function
+        self._context = context
         self._workers = worker_count()
         self._pool: Pool | None = None
 
-    def map(self, function: Callable[[Item], Result], items: Sequence[Item]) -> list[Result]:
-        """function must be a module-level function (pickled by name); it runs in the children."""
+    def map(self, items: Sequence[Item]) -> list[Result]:
         if self._workers < 2 or len(items) < 2:
-            return [function(item) for item in items]
+            return [self._function(self._context, item) for item in items]
         if self._pool is None:
-            self._pool = multiprocessing.get_context("fork").Pool(self._workers)
-        # A task per item costs a round trip each; one chunk per worker leaves a worker idle behind a slow chunk.
+            # Objects the children never free need no tracing by their collector, which would otherwise touch
+            # (and so copy) every page of the parent's heap.
+            gc.freeze()
+            self._pool = multiprocessing.get_context("fork").Pool(
+                self._workers, initializer=_install, initargs=(self._function, self._context)
+            )
+            gc.unfreeze()
         chunksize = max(1, len(items) // (self._workers * CHUNKS_PER_WORKER))
-        return self._pool.map(function, items, chunksize)
+        return self._pool.map(_call, items, chunksize)
 
     def close(self) -> None:
         # terminate, not close: after an interrupted map() a worker may be gone with its task, and close() would
