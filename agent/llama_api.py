@@ -10,17 +10,9 @@ from typing import Any
 
 import httpx
 
+from agent.server.errors import ServerError, ServerLoading, ServerUnreachable
 
-class ServerError(Exception):
-    """A one-line, user-facing problem with the llama-server."""
-
-
-class ServerUnreachable(ServerError):
-    pass
-
-
-class ServerLoading(ServerError):
-    pass
+__all__ = ["LlamaServerAPI", "ServerError", "ServerLoading", "ServerUnreachable", "server_root"]
 
 
 def server_root(base_url: str) -> str:

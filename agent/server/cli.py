@@ -9,11 +9,10 @@ from typing import Annotated
 import typer
 
 from agent.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL
-from agent.llama_api import ServerError
-from agent.server.binary import find_binary
-from agent.server.doctor import DoctorOptions, failed, run_doctor
-from agent.server.launcher import DEFAULT_READY_TIMEOUT_S, read_states, server_status, start_server, stop_server
-from agent.server.presets import PresetName, PresetRequest, build_preset
+from agent.server.errors import ServerError
+from agent.server.presets import DEFAULT_READY_TIMEOUT_S, PresetName, PresetRequest, build_preset
+
+# The launcher, doctor and httpx load inside the commands: every other command imports this module too.
 
 server_app = typer.Typer(help="Start, stop and inspect the local llama-server.", no_args_is_help=True)
 
@@ -46,6 +45,9 @@ def start(
     wait: Annotated[float, typer.Option(help="seconds to wait for /health")] = DEFAULT_READY_TIMEOUT_S,
 ) -> None:
     """Start llama-server with a preset; arguments after `--` go to llama-server unchanged."""
+    from agent.server.binary import find_binary
+    from agent.server.launcher import start_server
+
     try:
         request = PresetRequest(
             preset=preset,
@@ -66,6 +68,8 @@ def start(
 @server_app.command()
 def stop(port: Annotated[int | None, typer.Option(help="which server; needed when several run")] = None) -> None:
     """Stop a llama-server that `server start` started."""
+    from agent.server.launcher import stop_server
+
     try:
         stop_server(port, log=typer.echo)
     except ServerError as error:
@@ -75,6 +79,8 @@ def stop(port: Annotated[int | None, typer.Option(help="which server; needed whe
 @server_app.command()
 def status() -> None:
     """List the llama-servers `server start` started, with their health."""
+    from agent.server.launcher import read_states, server_status
+
     states = read_states()
     if not states:
         typer.echo("no llama-server started by refactor-agent")
@@ -96,6 +102,8 @@ def doctor(
     json_output: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
 ) -> None:
     """Check the llama-server, speculation, prompt cache and Docker; exit 1 on any failure."""
+    from agent.server.doctor import DoctorOptions, failed, run_doctor
+
     options = DoctorOptions(server_url=server, repo=repo, min_accepted_per_pass=min_accepted_per_pass, image=image)
     results = run_doctor(options)
     if json_output:

@@ -1,6 +1,16 @@
-"""Launcher failures a user can cause; each renders as one line."""
+"""llama-server failures a user can cause or meet; each renders as one line. No imports: the CLI loads this."""
 
-from agent.llama_api import ServerError
+
+class ServerError(Exception):
+    """A one-line, user-facing problem with the llama-server."""
+
+
+class ServerUnreachable(ServerError):
+    pass
+
+
+class ServerLoading(ServerError):
+    pass
 
 
 class LaunchError(ServerError):

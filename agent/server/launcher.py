@@ -17,12 +17,10 @@ from pydantic import BaseModel
 from agent.llama_api import LlamaServerAPI, ServerLoading, ServerUnreachable
 from agent.server.binary import help_text, supported_flags
 from agent.server.errors import LaunchError
-from agent.server.presets import ServerPreset
+from agent.server.presets import DEFAULT_READY_TIMEOUT_S, ServerPreset
 
 Log = Callable[[str], None]
 
-# A 100+ GB GGUF read from disk takes minutes before /health turns ok.
-DEFAULT_READY_TIMEOUT_S = 1800.0
 STOP_TIMEOUT_S = 30.0
 POLL_S = 0.25
 PROGRESS_EVERY_S = 30.0

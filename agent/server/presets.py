@@ -20,6 +20,8 @@ PresetName = Literal["dspark", "embedded"]
 DSPARK_DEFAULT_CTX = 262_144
 # The V4 DSpark drafter's trained block; larger values are clamped to it anyway.
 DSPARK_DRAFT_N_MAX = 5
+# A 100+ GB GGUF read from disk takes minutes before /health turns ok.
+DEFAULT_READY_TIMEOUT_S = 1800.0
 # SmolLM2-135M was trained on 8192 tokens; its KV cache costs ~23 KB per token.
 EMBEDDED_MAX_CTX = 8192
 

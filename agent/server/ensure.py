@@ -1,0 +1,70 @@
+"""The llama-server a run talks to: the configured one, or the embedded preset started on its port."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import httpx
+
+from agent.config import LLMConfig
+from agent.llama_api import LlamaServerAPI, ServerError, ServerLoading, ServerUnreachable
+from agent.server.binary import find_binary
+from agent.server.launcher import start_server
+from agent.server.presets import PresetRequest, build_preset
+
+# Loading a 100+ GB model from disk takes minutes; past this the user should look at the server.
+LOAD_WAIT_S = 900.0
+LOAD_POLL_S = 2.0
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+START_HINT = (
+    "start one with `refactor-agent server start --preset dspark --model V4-FLASH.gguf --draft DSPARK.gguf` "
+    "(or `--preset embedded` to try the installation)"
+)
+
+
+def ensure_server(llm: LLMConfig, *, log: Callable[[str], None]) -> str:
+    """The base URL of a ready llama-server: the configured one, or the embedded preset started on its port."""
+    with LlamaServerAPI(llm.server_url, timeout_s=10.0) as api:
+        try:
+            _wait_while_loading(api, log)
+            return llm.server_url
+        except ServerUnreachable:
+            if llm.server_explicit:
+                raise ServerUnreachable(f"no llama-server answers at {api.root}: {START_HINT}") from None
+    address = urlsplit(llm.server_url)
+    if address.hostname not in LOCAL_HOSTS or address.port is None:
+        raise ServerUnreachable(f"no llama-server answers at {llm.server_url}: {START_HINT}")
+    for line in (
+        "!" * 100,
+        f"! no llama-server at {llm.server_url}: starting the EMBEDDED preset (SmolLM2-135M on CPU).",
+        "! A 135M model proves the installation works; it will NOT refactor anything real.",
+        "! For real work: `refactor-agent server start --preset dspark --model ... --draft ...`",
+        "!" * 100,
+    ):
+        log(line)
+    preset = build_preset(PresetRequest(preset="embedded", host=address.hostname, port=address.port))
+    start_server(preset, binary=find_binary(), log=log)
+    log("the embedded server keeps running after this run: `refactor-agent server stop` ends it")
+    return llm.server_url
+
+
+def _wait_while_loading(api: LlamaServerAPI, log: Callable[[str], None]) -> None:
+    deadline = time.monotonic() + LOAD_WAIT_S
+    announced = False
+    while True:
+        try:
+            api.health()
+            return
+        except ServerLoading:
+            if time.monotonic() > deadline:
+                raise ServerLoading(f"llama-server at {api.root} still loading after {LOAD_WAIT_S:.0f}s") from None
+            if not announced:
+                log(f"llama-server at {api.root} is loading the model; waiting up to {LOAD_WAIT_S:.0f}s")
+                announced = True
+            time.sleep(LOAD_POLL_S)
+        except httpx.HTTPStatusError as error:
+            raise ServerError(
+                f"{api.root} answers /health with HTTP {error.response.status_code}: is it a llama-server?"
+            ) from None
