@@ -15,6 +15,9 @@ export PYTHON="$VENV/bin/python"
 echo "setup: installing refactor-agent into $VENV"
 "$PYTHON" -m pip install --quiet --upgrade pip
 "$PYTHON" -m pip install --quiet -e ".[dev]"
+# An editable install leaves our modules uncompiled, and with PYTHONDONTWRITEBYTECODE set every command would
+# compile them again at start-up.
+"$PYTHON" -m compileall -q agent sandbox tools >/dev/null
 bash scripts/setup-llama.sh
 bash .ci/docker.sh
 echo "setup: done; the command is $VENV/bin/refactor-agent"

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from agent.packing import PackError, PackOptions, pack_repository
 from agent.packing.graph import build_graph
-from agent.packing.outline import MAX_OUTLINE_BYTES, extract_outline
+from agent.packing.outline import MAX_OUTLINE_BYTES, MAX_PARSED_BYTES, extract_outline
 from agent.packing.rank import rank_files
 from agent.packing.symbols import extract_symbols
 
@@ -169,6 +169,19 @@ def test_outline_of_typescript() -> None:
     )
 
 
+def test_outline_of_a_huge_file_covers_its_first_part_and_says_so() -> None:
+    methods = "".join(f"    def method_{number:05d}(self):\n        return {number}\n\n" for number in range(3000))
+    source = "class Huge:\n" + methods + "def tail_function():\n    return 0\n"
+    assert len(source.encode()) > 2 * MAX_PARSED_BYTES
+    outline = extract_outline("python", source)
+    assert len(outline.encode()) <= MAX_OUTLINE_BYTES
+    assert outline.startswith("1: class Huge:\n2:     def method_00000(self):\n")
+    # Past the parsed part, even a top-level definition is not seen: the outline says where it stops.
+    assert "tail_function" not in outline
+    parsed_lines = source.encode()[:MAX_PARSED_BYTES].count(b"\n")  # it stops at the last whole line
+    assert outline.endswith(f"... outline of lines 1-{parsed_lines} of {source.count(chr(10))} only\n")
+
+
 def test_outline_is_capped_keeping_top_level_definitions() -> None:
     methods = "".join(
         f'    def test_case_{number:03d}(self):\n        """Checks case {number}."""\n        pass\n'
@@ -177,9 +190,12 @@ def test_outline_is_capped_keeping_top_level_definitions() -> None:
     source = "class BigTests(TestCase):\n" + methods + "\n\ndef helper():\n    return 1\n"
     outline = extract_outline("python", source)
     assert len(outline.encode()) <= MAX_OUTLINE_BYTES
-    assert outline.startswith("1: class BigTests(TestCase):\n")
-    assert "def helper():" in outline and "test_case_000" not in outline
-    assert outline.endswith("... 600 more outline lines not shown\n")
+    assert outline.startswith("1: class BigTests(TestCase):\n2:     def test_case_000(self):\n")
+    # Every top-level line stays; the methods that fit follow in file order, without their docstrings.
+    assert "def helper():" in outline and "Checks case" not in outline
+    shown = [number for number in range(300) if f"def test_case_{number:03d}(self):" in outline]
+    assert shown == list(range(len(shown))) and 50 < len(shown) < 300
+    assert outline.endswith(f"... {600 - len(shown)} more outline lines not shown\n")
     # Fewer methods fit whole: only their docstrings' lines give way.
     shorter = extract_outline("python", "class Few:\n" + methods[: len(methods) // 5])
     assert "def test_case_059(self):" in shorter and "Checks case" not in shorter

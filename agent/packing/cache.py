@@ -23,7 +23,7 @@ class ContentCache:
         self._table = table
         self._db = sqlite3.connect(path, timeout=30.0, check_same_thread=False)
         self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        self._pending: dict[str, Any] = {}
+        self._pending: dict[str, str] = {}  # key -> JSON text
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         unique = sorted(set(keys))
@@ -33,15 +33,19 @@ class ContentCache:
             marks = ",".join("?" * len(chunk))
             query = f"SELECT key, value FROM {self._table} WHERE key IN ({marks})"
             found.update((key, json.loads(value)) for key, value in self._db.execute(query, chunk))
-        found.update((key, self._pending[key]) for key in unique if key in self._pending)
+        found.update((key, json.loads(self._pending[key])) for key in unique if key in self._pending)
         return found
 
     def put(self, key: str, value: Any) -> None:
-        self._pending[key] = value
+        self.put_encoded(key, json.dumps(value, separators=(",", ":")))
+
+    def put_encoded(self, key: str, encoded: str) -> None:
+        """value already as compact JSON text (encoded where there was a core to spare)."""
+        self._pending[key] = encoded
 
     def save(self) -> None:
         if self._pending:
-            rows = [(key, json.dumps(value, separators=(",", ":"))) for key, value in sorted(self._pending.items())]
+            rows = sorted(self._pending.items())
             with self._db:
                 self._db.executemany(f"INSERT OR REPLACE INTO {self._table} (key, value) VALUES (?, ?)", rows)
             self._pending = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy
 
 from agent.packing.classify import TextFile
-from agent.packing.repomap import load_symbols, state_digest
+from agent.packing.repomap import SymbolCollector, load_symbols, state_digest
 from agent.packing.symbols import FileSymbols
 
 GRAPH_VERSION = "graph_v1"  # bump when the graph's construction or weights change
@@ -43,16 +43,17 @@ class ReferenceGraph:
         return set(self.definer_files[numpy.isin(self.definer_names, self.name_ids(names))].tolist())
 
 
-def _base_weight(name: str, definer_count: int) -> float:
-    weight = 1.0
-    # Long, compound names are specific; short and private ones connect everything to everything.
-    if len(name) >= 8 and ("_" in name.strip("_") or (name != name.lower() and name != name.upper())):
-        weight *= 10.0
-    if name.startswith("_"):
-        weight *= 0.1
-    if definer_count > 5:
-        weight *= 0.1
-    return weight
+def _base_weights(names: list[str], definer_counts: list[int]) -> numpy.ndarray:
+    """Per name: long, compound names are specific; short, private and widely defined ones connect everything
+    to everything."""
+    weights = numpy.ones(len(names))
+    specific = [
+        len(name) >= 8 and ("_" in name.strip("_") or (name != name.lower() and name != name.upper())) for name in names
+    ]
+    weights[numpy.array(specific, dtype=bool)] *= 10.0
+    weights[numpy.array([name.startswith("_") for name in names], dtype=bool)] *= 0.1
+    weights[numpy.array(definer_counts) > 5] *= 0.1
+    return weights
 
 
 def build_graph(symbols: list[FileSymbols | None]) -> ReferenceGraph:
@@ -61,23 +62,28 @@ def build_graph(symbols: list[FileSymbols | None]) -> ReferenceGraph:
         for name in file_symbols.definitions if file_symbols is not None else ():
             definers.setdefault(name, []).append(index)
     names = sorted(definers)
-    name_ids = {name: position for position, name in enumerate(names)}
+    name_ids = dict(zip(names, range(len(names)), strict=True))
+    definer_lists = [definers[name] for name in names]
+    definer_counts = [len(files) for files in definer_lists]
     # C-level maps over all references at once: a Python loop per reference would cost most of a warm run.
-    words_per_file = [file_symbols.references.split() if file_symbols is not None else [] for file_symbols in symbols]
+    present = [file_symbols for file_symbols in symbols if file_symbols is not None]
+    words_per_file = [file_symbols.references.split() for file_symbols in present]
     words = list(itertools.chain.from_iterable(words_per_file))
-    count = len(words) // 2
-    files = numpy.repeat(numpy.arange(len(symbols)), [len(file_words) // 2 for file_words in words_per_file])
-    used = numpy.fromiter(map(name_ids.get, words[0::2], itertools.repeat(-1)), dtype=numpy.int64, count=count)
-    counts = numpy.fromiter(map(int, words[1::2]), dtype=numpy.float64, count=count)
+    present_ids = [index for index, file_symbols in enumerate(symbols) if file_symbols is not None]
+    lengths = [len(file_words) for file_words in words_per_file]
+    files = numpy.repeat(numpy.array(present_ids, dtype=numpy.int64), lengths)
+    used = numpy.fromiter(map(name_ids.get, words, itertools.repeat(-1)), dtype=numpy.int64, count=len(words))
+    joined_counts = " ".join(file_symbols.counts for file_symbols in present if file_symbols.counts)
+    counts = numpy.fromstring(joined_counts, dtype=numpy.float64, sep=" ")
     # A name only its own file defines links that file to nothing else.
-    sole_definer = numpy.array([definers[name][0] if len(definers[name]) == 1 else -1 for name in names] + [-1])
+    sole_definer = numpy.array([files[0] if len(files) == 1 else -1 for files in definer_lists] + [-1])
     keep = (used >= 0) & (sole_definer[used] != files)
     return ReferenceGraph(
         file_count=len(symbols),
         names=names,
-        definer_names=numpy.array([name_ids[name] for name in names for _ in definers[name]], dtype=numpy.int64),
-        definer_files=numpy.array([index for name in names for index in definers[name]], dtype=numpy.int64),
-        name_weights=numpy.array([_base_weight(name, len(definers[name])) for name in names], dtype=numpy.float64),
+        definer_names=numpy.repeat(numpy.arange(len(names), dtype=numpy.int64), definer_counts),
+        definer_files=numpy.fromiter(itertools.chain.from_iterable(definer_lists), dtype=numpy.int64),
+        name_weights=_base_weights(names, definer_counts),
         edge_files=files[keep],
         edge_names=used[keep],
         edge_counts=counts[keep],
@@ -123,12 +129,12 @@ def _load(path: Path) -> ReferenceGraph | None:
 
 
 def reference_graph(
-    repo_dir: Path, files: list[TextFile], cache_dir: Path, collected: dict[str, FileSymbols]
+    repo_dir: Path, files: list[TextFile], cache_dir: Path, collector: SymbolCollector
 ) -> ReferenceGraph:
     """The graph of these files: stored, or built from their symbols (collected, cached, or extracted now)."""
     path = cache_dir / "graphs" / f"{state_digest(files, GRAPH_VERSION)}.npz"
     graph = _load(path)
     if graph is None:
-        graph = build_graph(load_symbols(repo_dir, files, cache_dir, collected))
+        graph = build_graph(load_symbols(repo_dir, files, cache_dir, collector))
         _save(path, graph)
     return graph

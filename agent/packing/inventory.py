@@ -89,10 +89,12 @@ def take_inventory(
     flags: SelectionFlags,
     cache_dir: Path,
     extract: Callable[[TextFile, bytes], Extracted] | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> Inventory[Extracted]:
     """extract(file, bytes) sees every text file this run had to read, so later phases need not read it again.
 
-    Files are read on all cores, so extract must be a module-level function and its result picklable.
+    Files are read on all cores, so extract's result must be picklable. meanwhile() runs in this process while
+    the workers read: the caller's chance to prepare the next phase with a core that would otherwise wait.
     """
     modified = modified_paths(repo_dir)
     cache = ContentCache(cache_dir / "pack-cache.sqlite3", FACTS_TABLE)
@@ -111,7 +113,10 @@ def take_inventory(
             else:
                 judged.append(None)
                 context.to_read.append((path, blob, linguist.get(path.raw)))
-        results = iter(pool.map(range(len(context.to_read))))
+        wait = pool.start(range(len(context.to_read)))
+        if meanwhile is not None:
+            meanwhile()
+        results = iter(wait())
         inventory: Inventory[Extracted] = Inventory([], [], [])
         for path, item in zip(listed, judged, strict=True):
             if item is None:

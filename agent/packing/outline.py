@@ -19,6 +19,10 @@ FUNCTION_KINDS = frozenset({"function", "method"})
 MAX_HEADER_LINES = 8
 MAX_LINE_CHARS = 200
 MAX_OUTLINE_BYTES = 4096
+# A huge file is outlined from its first part only: parsing costs time in proportion to the whole file, while
+# the outline is capped anyway (a 370 KB test module's whole-file outline was one class line). The outline
+# says where it stops, and the model can read the rest.
+MAX_PARSED_BYTES = 64 * 1024
 WRAPPER_TYPES = frozenset({"export_statement", "decorated_definition"})
 # TSX is TypeScript plus JSX: the definitions it names are the same node types, so the query is shared.
 QUERY_FILE = {"tsx": "typescript"}
@@ -53,6 +57,12 @@ class _Line:
 def extract_outline(language: str, text: str) -> str:
     """Numbered signature lines of top-level and class-level definitions; "" when nothing is defined."""
     source = text.encode("utf-8", errors="surrogatepass")
+    note = ""
+    if len(source) > MAX_PARSED_BYTES:
+        total_lines = source.count(b"\n") + (not source.endswith(b"\n"))
+        source = source[: source.rfind(b"\n", 0, MAX_PARSED_BYTES) + 1 or MAX_PARSED_BYTES]
+        parsed_lines = source.count(b"\n")
+        note = f"... outline of lines 1-{parsed_lines} of {total_lines} only\n"
     parser, query = _parser_and_query(language)
     root = parser.parse(source).root_node
     definitions: list[_Definition] = []
@@ -60,7 +70,8 @@ def extract_outline(language: str, text: str) -> str:
         kind_capture = next(name for name in captures if name.startswith("definition."))
         body = captures.get("body")
         definitions.append(_Definition(captures[kind_capture][0], body[0] if body else None, kind_capture[11:]))
-    return _capped(_outline_lines(definitions, source.split(b"\n"), language))
+    lines = _outline_lines(definitions, source.split(b"\n"), language)
+    return _capped(lines, MAX_OUTLINE_BYTES - len(note)) + note if lines else ""
 
 
 def _outline_lines(definitions: list[_Definition], lines: list[bytes], language: str) -> dict[int, _Line]:
@@ -98,27 +109,35 @@ def _render(lines: dict[int, _Line], omitted: int) -> str:
     return text + (f"... {omitted} more outline lines not shown\n" if omitted else "")
 
 
-def _capped(lines: dict[int, _Line]) -> str:
-    """The whole outline when it fits the cap; else without nested docstrings, then without nested
-    definitions, then the first top-level lines that fit."""
-    stages = (
-        lambda line: True,
-        lambda line: not (line.nested and line.doc),
-        lambda line: not line.nested,
-    )
-    for keep in stages:
+def _size(row: int, line: _Line) -> int:
+    return len(f"{row + 1}: {line.text}\n".encode("utf-8", errors="surrogatepass"))
+
+
+def _capped(lines: dict[int, _Line], limit: int) -> str:
+    """The whole outline when it fits the cap; else without nested docstrings; else every top-level line and,
+    in file order, the nested signatures that fit (a one-class test module still shows its first methods);
+    else the first top-level lines that fit."""
+    for keep in (lambda line: True, lambda line: not (line.nested and line.doc)):
         kept = {row: line for row, line in lines.items() if keep(line)}
         text = _render(kept, len(lines) - len(kept))
-        if len(text.encode("utf-8", errors="surrogatepass")) <= MAX_OUTLINE_BYTES:
+        if len(text.encode("utf-8", errors="surrogatepass")) <= limit:
             return text
-    room = MAX_OUTLINE_BYTES - len(_render({}, len(lines)).encode())
-    first: dict[int, _Line] = {}
-    for row, line in kept.items():
-        room -= len(f"{row + 1}: {line.text}\n".encode("utf-8", errors="surrogatepass"))
+    # Room left after the longest note the omitted lines can need.
+    room = limit - len(_render({}, len(lines)).encode())
+    top_level = {row: line for row, line in lines.items() if not line.nested}
+    chosen: dict[int, _Line] = {}
+    for row, line in top_level.items():
+        room -= _size(row, line)
         if room < 0:
-            break
-        first[row] = line
-    return _render(first, len(lines) - len(first))
+            return _render(chosen, len(lines) - len(chosen))
+        chosen[row] = line
+    for row, line in lines.items():
+        if line.nested and not line.doc:
+            room -= _size(row, line)
+            if room < 0:
+                break
+            chosen[row] = line
+    return _render(dict(sorted(chosen.items())), len(lines) - len(chosen))
 
 
 def _line(lines: list[bytes], row: int, end_column: int | None = None) -> str:

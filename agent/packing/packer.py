@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import math
 import time
@@ -28,6 +29,14 @@ MAX_SELECTION_ROUNDS = 8
 # Outlines parsed, then counted, together: a batch keeps every core parsing and a few /tokenize requests in
 # flight, and costs little beyond the last outline the budget takes.
 OUTLINE_BATCH = 64
+
+
+PREFETCH_MIN_FILES = 1000
+
+
+def _import_ranking() -> None:
+    importlib.import_module("agent.packing.graph")
+    importlib.import_module("agent.packing.rank")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +113,9 @@ class _LazyOutlines:
         if index not in self.costs:
             start = self._position[index]
             batch = [later for later in self._order[start : start + OUTLINE_BATCH] if later not in self.costs]
+            upcoming = self._order[start + OUTLINE_BATCH : start + 2 * OUTLINE_BATCH]
             with timed(self._stats, "outline"):
-                texts = {later: text for later, text in self._source.get_many(batch).items() if text}
+                texts = {later: text for later, text in self._source.get_many(batch, upcoming).items() if text}
             with timed(self._stats, "count"):
                 counted = self._count(texts)
             self.costs.update((later, counted.get(later)) for later in batch)
@@ -196,7 +206,10 @@ class _Packer:
         )
         with timed(self.stats, "read"):
             extract = symbols_of if collector is not None else None
-            inventory = take_inventory(self.repo_dir, listed, linguist, flags, self.cache_dir, extract)
+            # Large repositories are the ones likely not to fit: the ranking's modules (numpy) load while
+            # the workers read, instead of after.
+            prefetch = _import_ranking if collector is not None and len(listed) >= PREFETCH_MIN_FILES else None
+            inventory = take_inventory(self.repo_dir, listed, linguist, flags, self.cache_dir, extract, prefetch)
             if collector is not None:
                 collector.keep(inventory.extracted)
             return inventory.files, inventory.excluded
@@ -227,7 +240,7 @@ class _Packer:
             from agent.packing.rank import rank_files
 
             with timed(self.stats, "map"):
-                graph = reference_graph(self.repo_dir, files, self.cache_dir, collector.collected)
+                graph = reference_graph(self.repo_dir, files, self.cache_dir, collector)
             with timed(self.stats, "rank"):
                 ranked = rank_files([text_file.path for text_file in files], graph, self.options.task)
             rankings.put(key, ranked)

@@ -7,7 +7,10 @@ read twice; a warm run reads only the cache.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.packing.cache import ContentCache
@@ -17,8 +20,8 @@ from agent.packing.symbols import FileSymbols, extract_symbols
 from agent.packing.workers import LazyPool
 
 CACHE_FILE = "pack-cache.sqlite3"
-SYMBOLS_TABLE = "symbols_v1"  # bump when the patterns change: old entries are then ignored
-OUTLINES_TABLE = "outlines_v1"  # bump when queries or outline rendering change
+SYMBOLS_TABLE = "symbols_v2"  # bump when the patterns change: old entries are then ignored
+OUTLINES_TABLE = "outlines_v2"  # bump when queries or outline rendering change
 RANKINGS_TABLE = "rankings_v1"  # bump when the ranking changes
 
 
@@ -36,8 +39,9 @@ def _key(text_file: TextFile) -> str | None:
     return f"{text_file.blob_id}:{language}" if language is not None else None
 
 
-# A file's symbols under their cache key, as plain values: they come back from a worker process.
-ExtractedSymbols = tuple[str, tuple[str, ...], str]
+# A file's symbols as plain values (they come back from a worker process): cache key, definitions, references,
+# counts, and the JSON the cache stores, encoded in the worker rather than in the waiting parent.
+ExtractedSymbols = tuple[str, tuple[str, ...], str, str, str]
 
 
 def symbols_of(text_file: TextFile, data: bytes) -> ExtractedSymbols | None:
@@ -46,24 +50,31 @@ def symbols_of(text_file: TextFile, data: bytes) -> ExtractedSymbols | None:
     if key is None:
         return None
     symbols = extract_symbols(key.rpartition(":")[2], data)
-    return key, symbols.definitions, symbols.references
+    encoded = json.dumps(symbols.to_json(), separators=(",", ":"))
+    return key, symbols.definitions, symbols.references, symbols.counts, encoded
 
 
 class SymbolCollector:
-    """Symbols of files as the inventory reads them (what symbols_of extracted)."""
+    """Symbols of files as the inventory reads them (what symbols_of extracted), and their cache entries."""
 
     def __init__(self) -> None:
         self.collected: dict[str, FileSymbols] = {}
+        self.encoded: dict[str, str] = {}
 
     def keep(self, extracted: list[ExtractedSymbols | None]) -> None:
-        self.collected.update((item[0], FileSymbols(item[1], item[2])) for item in extracted if item is not None)
+        for item in extracted:
+            if item is not None:
+                key, definitions, references, counts, encoded = item
+                self.collected[key] = FileSymbols(definitions, references, counts)
+                self.encoded[key] = encoded
 
 
 def load_symbols(
-    repo_dir: Path, files: list[TextFile], cache_dir: Path, collected: dict[str, FileSymbols]
+    repo_dir: Path, files: list[TextFile], cache_dir: Path, collector: SymbolCollector
 ) -> list[FileSymbols | None]:
     """Symbols per file (None where no language applies): collected, cached, or read and extracted now."""
     keys = [_key(text_file) for text_file in files]
+    collected = collector.collected
     cache = ContentCache(cache_dir / CACHE_FILE, SYMBOLS_TABLE)
     try:
         found = {
@@ -75,8 +86,8 @@ def load_symbols(
             if key is not None and key not in found:
                 found[key] = extract_symbols(key.rpartition(":")[2], read_bytes_nofollow(repo_dir, text_file.listed))
                 cache.put(key, found[key].to_json())
-        for key, symbols in collected.items():
-            cache.put(key, symbols.to_json())
+        for key, encoded in collector.encoded.items():
+            cache.put_encoded(key, encoded)
     finally:
         cache.close()
     return [found[key] if key is not None else None for key in keys]
@@ -114,21 +125,44 @@ def _outline_of(context: tuple[Path, list[TextFile]], index: int) -> str:
 
 class Outlines:
     """Outlines of files by index, parsed the first time they are asked for (a batch's misses on all cores),
-    then cached."""
+    then cached. The batch likely to be asked next is parsed meanwhile, so the workers never wait for the
+    caller between batches."""
 
     def __init__(self, repo_dir: Path, files: list[TextFile], cache_dir: Path) -> None:
         self._files = files
         self._cache = ContentCache(cache_dir / CACHE_FILE, OUTLINES_TABLE)
         self._pool = LazyPool(_outline_of, (repo_dir, files))
+        # key -> (waits for the results of the batch it was started in, its position there)
+        self._started: dict[str, tuple[Callable[[], list[str]], int]] = {}
 
-    def get_many(self, indices: list[int]) -> dict[int, str]:
-        keys = {index: key for index in indices if (key := _key(self._files[index])) is not None}
+    def get_many(self, indices: list[int], upcoming: list[int] | None = None) -> dict[int, str]:
+        """Outlines of indices; upcoming (the likely next batch) starts parsing before this returns."""
+        keys = self._keys(indices)
         found = self._cache.get_many(keys.values())
-        misses = {key: index for index, key in keys.items() if key not in found}
-        for key, outline in zip(misses, self._pool.map(list(misses.values())), strict=True):
-            found[key] = outline
-            self._cache.put(key, outline)
+        self._start({index: key for index, key in keys.items() if key not in found})
+        if upcoming:
+            later = self._keys(upcoming)
+            cached = self._cache.get_many(later.values())
+            self._start({index: key for index, key in later.items() if key not in cached})
+        for key in keys.values():
+            if key not in found:
+                wait, position = self._started.pop(key)
+                found[key] = wait()[position]
+                self._cache.put(key, found[key])
         return {index: found[key] for index, key in keys.items()}
+
+    def _keys(self, indices: list[int]) -> dict[int, str]:
+        return {index: key for index in indices if (key := _key(self._files[index])) is not None}
+
+    def _start(self, wanted: dict[int, str]) -> None:
+        """Starts parsing those of wanted (index -> key) not started yet."""
+        new: dict[str, int] = {}
+        for index, key in wanted.items():
+            if key not in self._started:
+                new.setdefault(key, index)
+        if new:
+            wait = functools.cache(self._pool.start(list(new.values())))
+            self._started.update((key, (wait, position)) for position, key in enumerate(new))
 
     def close(self) -> None:
         self._pool.close()

@@ -57,8 +57,13 @@ class LazyPool(Generic[Context, Item, Result]):
         self._pool: Pool | None = None
 
     def map(self, items: Sequence[Item]) -> list[Result]:
+        return self.start(items)()
+
+    def start(self, items: Sequence[Item]) -> Callable[[], list[Result]]:
+        """Starts the work on the pool's workers and returns at once; the function returned waits for the results.
+        Batches started one after another are worked on in that order."""
         if self._workers < 2 or len(items) < 2:
-            return [self._function(self._context, item) for item in items]
+            return lambda: [self._function(self._context, item) for item in items]
         if self._pool is None:
             # Objects the children never free need no tracing by their collector, which would otherwise touch
             # (and so copy) every page of the parent's heap.
@@ -68,7 +73,7 @@ class LazyPool(Generic[Context, Item, Result]):
             )
             gc.unfreeze()
         chunksize = max(1, len(items) // (self._workers * CHUNKS_PER_WORKER))
-        return self._pool.map(_call, items, chunksize)
+        return self._pool.map_async(_call, items, chunksize).get
 
     def close(self) -> None:
         # terminate, not close: after an interrupted map() a worker may be gone with its task, and close() would
