@@ -18,6 +18,7 @@ from agent.packing import PackError, PackOptions, pack_repository
 from agent.packing.graph import build_graph
 from agent.packing.outline import MAX_OUTLINE_BYTES, MAX_PARSED_BYTES, extract_outline
 from agent.packing.rank import rank_files
+from agent.packing.repomap import OUTLINES_TABLE
 from agent.packing.symbols import extract_symbols
 
 from repos import make_repo
@@ -232,7 +233,7 @@ def test_only_files_shown_as_outlines_are_parsed(tmp_path: Path, cache_dir: Path
     repo = make_module_repo(tmp_path / "proj", modules=150)
     packed = pack_repository(repo, PackOptions(cache_dir=cache_dir, budget_tokens=3000))
     with sqlite3.connect(cache_dir / "pack-cache.sqlite3") as connection:
-        parsed = connection.execute("SELECT COUNT(*) FROM outlines_v1").fetchone()[0]
+        parsed = connection.execute(f"SELECT COUNT(*) FROM {OUTLINES_TABLE}").fetchone()[0]
     assert 0 < packed.stats.files_outline <= parsed < 150
 
 

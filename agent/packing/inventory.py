@@ -94,7 +94,8 @@ def take_inventory(
     """extract(file, bytes) sees every text file this run had to read, so later phases need not read it again.
 
     Files are read on all cores, so extract's result must be picklable. meanwhile() runs in this process while
-    the workers read: the caller's chance to prepare the next phase with a core that would otherwise wait.
+    the workers read (when there is anything to read): the caller's chance to prepare the next phase with a
+    core that would otherwise wait.
     """
     modified = modified_paths(repo_dir)
     cache = ContentCache(cache_dir / "pack-cache.sqlite3", FACTS_TABLE)
@@ -114,7 +115,7 @@ def take_inventory(
                 judged.append(None)
                 context.to_read.append((path, blob, linguist.get(path.raw)))
         wait = pool.start(range(len(context.to_read)))
-        if meanwhile is not None:
+        if meanwhile is not None and context.to_read:
             meanwhile()
         results = iter(wait())
         inventory: Inventory[Extracted] = Inventory([], [], [])
