@@ -337,6 +337,28 @@ def test_counts_are_cached_per_blob(tmp_path: Path, cache_dir: Path) -> None:
     assert after_first == 7  # README + 6 modules
 
 
+def test_exact_ratio_depends_on_what_was_counted_not_on_the_cache(tmp_path: Path, cache_dir: Path) -> None:
+    # Path lines are estimated with the running ratio: a warm run must see the ratios the cold run saw.
+    from agent.packing.server_tokens import ServerCounter
+    from agent.packing.tokens import CountRequest
+
+    def requests(text: str, copies: int) -> list[CountRequest]:
+        return [CountRequest(f"{text[:8]}:{n}", lambda: text, len(text.encode())) for n in range(copies)]
+
+    # The scripted tokenizer counts characters: multi-byte text has fewer tokens per byte.
+    prose, code = requests("plain words in a sentence " * 40, 30), requests("naïve 日本語 text " * 40, 30)
+    with ScriptedServer() as server:
+        ratios = []
+        for _ in ("cold", "warm"):
+            counter = ServerCounter(server.url, cache_dir, concurrency=2)
+            counter.count(prose)
+            after_prose = counter.tokens_per_byte
+            counter.count(code)
+            ratios.append((after_prose, counter.tokens_per_byte))
+            counter.close()
+    assert ratios[0] == ratios[1] and ratios[0][0] != ratios[0][1]
+
+
 def test_offline_estimates_use_the_last_measured_ratio(tmp_path: Path, cache_dir: Path) -> None:
     repo = make_module_repo(tmp_path / "proj", modules=60)
     with ScriptedServer() as server:

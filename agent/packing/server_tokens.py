@@ -19,6 +19,7 @@ from agent.packing.options import PackError
 from agent.packing.tokens import Calibration, CountRequest
 
 CALIBRATION_MIN_BYTES = 20_000  # a smaller sample says more about its few files than about the tokenizer
+WHOLE_TEXT_CACHE_MIN_CHARS = 65_536
 TOKENIZER_PROBE = "def __init__(self, x: int) -> None:\n\treturn {'naïve': 12345, \"日本語\": [0x1F]}  # ✓\n"
 
 
@@ -47,6 +48,8 @@ class ServerCounter:
 
     @property
     def tokens_per_byte(self) -> float:
+        """Over every piece counted so far, cached or not: a warm run then sees the same ratios, in the same
+        order, as the cold run did, so the selection (path estimates use it) is the same."""
         if self._measured_bytes:
             return self._measured_tokens / self._measured_bytes
         return self._calibration.load()
@@ -62,25 +65,32 @@ class ServerCounter:
         return 0 if b"[]" in body else body.count(b",") + 1
 
     def count_text(self, text: str) -> int:
-        return self._tokenize(text)
+        if len(text) < WHOLE_TEXT_CACHE_MIN_CHARS:
+            return self._tokenize(text)
+        # The whole packed text is counted on every run to check the budget: a warm run finds it here.
+        key = "text:" + hashlib.sha1(text.encode("utf-8", errors="surrogatepass"), usedforsecurity=False).hexdigest()
+        cached = self._cache.get_many([key]).get(key)
+        if cached is None:
+            cached = self._tokenize(text)
+            self._cache.put(key, cached)
+        return int(cached)
 
     def count(self, requests: list[CountRequest]) -> list[int]:
         cached = self._cache.get_many(request.key for request in requests)
         counts: list[int | None] = [cached.get(request.key) for request in requests]
         missing = [index for index, count in enumerate(counts) if count is None]
 
-        def measure(index: int) -> tuple[int, int]:
-            text = requests[index].render()
-            return self._tokenize(text), len(text.encode("utf-8", errors="surrogatepass"))
-
         if missing:
             with ThreadPoolExecutor(max_workers=self._concurrency) as pool:
-                for index, (tokens, size) in zip(missing, pool.map(measure, missing), strict=True):
+                measured = pool.map(lambda index: self._tokenize(requests[index].render()), missing)
+                for index, tokens in zip(missing, measured, strict=True):
                     counts[index] = tokens
                     self._cache.put(requests[index].key, tokens)
-                    self._measured_tokens += tokens
-                    self._measured_bytes += size
-        return [count for count in counts if count is not None]
+        done = [count for count in counts if count is not None]
+        # Size hints, not rendered sizes: a cached piece is not rendered, and estimates multiply hints too.
+        self._measured_tokens += sum(done)
+        self._measured_bytes += sum(request.size_hint for request in requests)
+        return done
 
     def close(self) -> None:
         self._cache.close()
