@@ -12,7 +12,7 @@ import httpx
 
 from agent.server.errors import ServerError, ServerLoading, ServerUnreachable
 
-__all__ = ["LlamaServerAPI", "ServerError", "ServerLoading", "ServerUnreachable", "server_root"]
+__all__ = ["LlamaServerAPI", "ServerError", "ServerLoading", "ServerUnreachable", "http_client", "server_root"]
 
 
 def server_root(base_url: str) -> str:
@@ -21,10 +21,16 @@ def server_root(base_url: str) -> str:
     return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
+def http_client(root: str, **options: Any) -> httpx.Client:
+    """A client for the server at root. TLS settings are built only for https: loading the CA bundle costs tens
+    of milliseconds per client, and a plain-HTTP local server has no use for it."""
+    return httpx.Client(base_url=root, verify=root.startswith("https://"), **options)
+
+
 class LlamaServerAPI:
     def __init__(self, base_url: str, *, timeout_s: float = 10.0) -> None:
         self.root = server_root(base_url)
-        self._http = httpx.Client(base_url=self.root, timeout=timeout_s)
+        self._http = http_client(self.root, timeout=timeout_s)
 
     def close(self) -> None:
         self._http.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from agent.llama_api import LlamaServerAPI, ServerError
+from agent.llama_api import LlamaServerAPI, ServerError, http_client
 from agent.packing.cache import ContentCache
 from agent.packing.options import PackError
 from agent.packing.tokens import Calibration, CountRequest
@@ -42,7 +42,7 @@ class ServerCounter:
         self._calibration = Calibration(cache_dir)
         self._concurrency = concurrency
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self._http = httpx.Client(base_url=self.root, timeout=600.0, limits=limits)
+        self._http = http_client(self.root, timeout=600.0, limits=limits)
         self._measured_bytes = 0
         self._measured_tokens = 0
 
