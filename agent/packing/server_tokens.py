@@ -19,7 +19,6 @@ from agent.packing.options import PackError
 from agent.packing.tokens import Calibration, CountRequest
 
 CALIBRATION_MIN_BYTES = 20_000  # a smaller sample says more about its few files than about the tokenizer
-WHOLE_TEXT_CACHE_MIN_CHARS = 65_536
 TOKENIZER_PROBE = "def __init__(self, x: int) -> None:\n\treturn {'naïve': 12345, \"日本語\": [0x1F]}  # ✓\n"
 
 
@@ -65,9 +64,8 @@ class ServerCounter:
         return 0 if b"[]" in body else body.count(b",") + 1
 
     def count_text(self, text: str) -> int:
-        if len(text) < WHOLE_TEXT_CACHE_MIN_CHARS:
-            return self._tokenize(text)
-        # The whole packed text is counted on every run to check the budget: a warm run finds it here.
+        # The whole packed text, the list of unshown paths and the wrappers are counted on every run: a warm run
+        # finds them here instead of waiting for a round trip each.
         key = "text:" + hashlib.sha1(text.encode("utf-8", errors="surrogatepass"), usedforsecurity=False).hexdigest()
         cached = self._cache.get_many([key]).get(key)
         if cached is None:
