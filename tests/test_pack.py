@@ -305,6 +305,28 @@ def test_budget_is_never_exceeded_with_exact_counts(tmp_path: Path, cache_dir: P
     assert everything.stats.files_full == everything.stats.files_listed
 
 
+def test_selection_shrinks_until_the_whole_text_fits(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tokenizer under which every file boundary costs 5 more tokens in the whole text than in the pieces.
+    from agent.packing import packer
+    from agent.packing.tokens import EstimatingCounter
+
+    class SeamyCounter(EstimatingCounter):
+        exact = True
+        tokenizer = "seamy"
+
+        def count_text(self, text: str) -> int:
+            return super().count_text(text) + 5 * text.count("<file ")
+
+    monkeypatch.setattr(packer, "make_counter", lambda *args, **kwargs: SeamyCounter(0.3))
+    repo = make_module_repo(tmp_path / "proj", modules=40)
+    for budget in (600, 2000, 5000, 9000):
+        packed = pack_repository(repo, PackOptions(cache_dir=cache_dir, budget_tokens=budget, task="Widget12"))
+        assert packed.stats.files_full + packed.stats.files_outline > 0
+        assert packed.stats.total_tokens == SeamyCounter(0.3).count_text(packed.text) <= budget
+
+
 def test_tasks_on_one_commit_share_the_rendered_prefix(tmp_path: Path, cache_dir: Path) -> None:
     repo = make_module_repo(tmp_path / "proj", modules=10)
     with ScriptedServer() as server:
@@ -322,7 +344,9 @@ def test_counts_are_cached_per_blob(tmp_path: Path, cache_dir: Path) -> None:
     def cached_counts() -> int:
         with sqlite3.connect(database) as connection:
             tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE name LIKE 'tokens%'")]
-            return sum(connection.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in tables)
+            # Files' counts; whole texts (wrappers, path lists, the packed text) are cached under "text:" keys.
+            query = "SELECT COUNT(*) FROM {} WHERE key NOT LIKE 'text:%'"
+            return sum(connection.execute(query.format(table)).fetchone()[0] for table in tables)
 
     with ScriptedServer() as server:
         options = PackOptions(cache_dir=cache_dir, server_url=server.url)

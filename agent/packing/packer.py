@@ -16,7 +16,7 @@ from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_
 from agent.packing.inventory import take_inventory
 from agent.packing.languages import language_for
 from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
-from agent.packing.options import PackOptions, resolved_cache_dir
+from agent.packing.options import PackError, PackOptions, resolved_cache_dir
 from agent.packing.render import Renderer, renderer_for
 from agent.packing.repomap import Outlines, Rankings, SymbolCollector, symbols_of
 from agent.packing.select import Candidate, View, fill_budget
@@ -25,7 +25,7 @@ from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece
 
 WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
 PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
-MAX_SELECTION_ROUNDS = 8
+MAX_SELECTION_ROUNDS = 16
 # Outlines parsed, then counted, together: a batch keeps every core parsing and a few /tokenize requests in
 # flight, and costs little beyond the last outline the budget takes.
 OUTLINE_BATCH = 64
@@ -182,10 +182,15 @@ class _Packer:
         for _ in range(MAX_SELECTION_ROUNDS):
             views, outlines, outline_costs, unshown_cost = self._select(files, ranked, full_costs, budget - seams)
             packed = self._result(files, excluded, views, full_costs, outlines, outline_costs, unshown_cost, True)
+            pieces = packed.stats.total_tokens
             if self._fits(packed, budget):
-                break
-            seams += packed.stats.total_tokens - budget
-        return packed
+                return packed
+            # The pieces of the next selection get at most what this one's seams left of the budget: this one no
+            # longer qualifies, so every round changes the selection (adding only the overshoot could repeat
+            # the same selection for as many rounds as its seams have tokens).
+            whole = packed.stats.total_tokens
+            seams = max(seams + whole - budget, whole - pieces)
+        raise PackError(f"no selection fits {budget} tokens after {MAX_SELECTION_ROUNDS} rounds (the budget is tiny)")
 
     def _fits(self, packed: PackedRepository, budget: int) -> bool:
         """With exact counts, replace the sum of the pieces by the count of the whole text, then compare."""
