@@ -29,8 +29,8 @@ MAX_SELECTION_ROUNDS = 16
 # Outlines parsed, then counted, together: a batch keeps every core parsing and a few /tokenize requests in
 # flight, and costs little beyond the last outline the budget takes.
 OUTLINE_BATCH = 64
-
-
+# From this many listed files on, the ranking's modules (numpy) load while the workers read: such repositories
+# are the ones likely not to fit, and a small one would wait for an import it may not need.
 PREFETCH_MIN_FILES = 1000
 
 
@@ -211,8 +211,6 @@ class _Packer:
         )
         with timed(self.stats, "read"):
             extract = symbols_of if collector is not None else None
-            # Large repositories are the ones likely not to fit: the ranking's modules (numpy) load while
-            # the workers read, instead of after.
             prefetch = _import_ranking if collector is not None and len(listed) >= PREFETCH_MIN_FILES else None
             inventory = take_inventory(self.repo_dir, listed, linguist, flags, self.cache_dir, extract, prefetch)
             if collector is not None:
