@@ -64,19 +64,18 @@ def build_graph(symbols: list[FileSymbols | None]) -> ReferenceGraph:
     names = sorted(definers)
     name_ids = dict(zip(names, range(len(names)), strict=True))
     definer_lists = [definers[name] for name in names]
-    definer_counts = [len(files) for files in definer_lists]
+    definer_counts = [len(defining) for defining in definer_lists]
     # C-level maps over all references at once: a Python loop per reference would cost most of a warm run.
-    present = [file_symbols for file_symbols in symbols if file_symbols is not None]
-    words_per_file = [file_symbols.references.split() for file_symbols in present]
+    present = [(index, file_symbols) for index, file_symbols in enumerate(symbols) if file_symbols is not None]
+    words_per_file = [file_symbols.references.split() for _, file_symbols in present]
     words = list(itertools.chain.from_iterable(words_per_file))
-    present_ids = [index for index, file_symbols in enumerate(symbols) if file_symbols is not None]
     lengths = [len(file_words) for file_words in words_per_file]
-    files = numpy.repeat(numpy.array(present_ids, dtype=numpy.int64), lengths)
+    files = numpy.repeat(numpy.array([index for index, _ in present], dtype=numpy.int64), lengths)
     used = numpy.fromiter(map(name_ids.get, words, itertools.repeat(-1)), dtype=numpy.int64, count=len(words))
-    joined_counts = " ".join(file_symbols.counts for file_symbols in present if file_symbols.counts)
+    joined_counts = " ".join(file_symbols.counts for _, file_symbols in present if file_symbols.counts)
     counts = numpy.fromstring(joined_counts, dtype=numpy.float64, sep=" ")
     # A name only its own file defines links that file to nothing else.
-    sole_definer = numpy.array([files[0] if len(files) == 1 else -1 for files in definer_lists] + [-1])
+    sole_definer = numpy.array([defining[0] if len(defining) == 1 else -1 for defining in definer_lists] + [-1])
     keep = (used >= 0) & (sole_definer[used] != files)
     return ReferenceGraph(
         file_count=len(symbols),
