@@ -11,6 +11,9 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel
 
+from agent.morning_report import render_html, render_markdown, split_patch
+from agent.report import RunSummary
+
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -24,11 +27,15 @@ def _default(value: Any) -> Any:
     return repr(value)
 
 
-def _write_json_file(path: Path, payload: Any) -> None:
-    """Write-then-rename: a reader (or a crash) never sees half a JSON file."""
+def _write_file(path: Path, text: str) -> None:
+    """Write-then-rename: a reader (or a crash) never sees half a file."""
     partial = path.with_suffix(path.suffix + ".partial")
-    partial.write_text(json.dumps(payload, indent=2, default=_default, ensure_ascii=False) + "\n", encoding="utf-8")
+    partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)
+
+
+def _write_json_file(path: Path, payload: Any) -> None:
+    _write_file(path, json.dumps(payload, indent=2, default=_default, ensure_ascii=False) + "\n")
 
 
 class RunJournal:
@@ -52,8 +59,13 @@ class RunJournal:
         with (self.directory / "patch.diff").open("a", encoding="utf-8") as patch:
             patch.write(f"# {header}\n{diff}\n" if diff else f"# {header}: no changes\n")
 
-    def write_summary(self, summary: BaseModel) -> None:
+    def write_summary(self, summary: RunSummary) -> None:
+        """summary.json and the morning reports beside it, always together."""
         _write_json_file(self.directory / "summary.json", summary.model_dump(mode="json"))
+        patch = self.directory / "patch.diff"
+        diffs = split_patch(patch.read_text(encoding="utf-8", errors="replace")) if patch.exists() else {}
+        _write_file(self.directory / "report.md", render_markdown(summary, diffs))
+        _write_file(self.directory / "report.html", render_html(summary, diffs))
 
     def close(self) -> None:
         self._transcript.close()

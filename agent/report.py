@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agent.metrics import MetricsSummary
+
+
+def now_iso() -> str:
+    """Local time with its offset: the reviewer reads it against their own clock."""
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
 
 TaskStatus = Literal["committed", "no_changes", "failed"]
 
@@ -32,6 +39,8 @@ class RunSummary(BaseModel):
     model: str
     server_url: str
     speculation_configured: bool = False
+    started_at: str = Field(default_factory=now_iso)
+    ended_at: str | None = None
     tasks: list[TaskSummary] = []
     wall_time_s: float = 0.0
     metrics: MetricsSummary | None = None

@@ -22,7 +22,7 @@ from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import ChatModel, RequestStats
 from agent.loop import AgentLoop, LoopResult
 from agent.metrics import SpecCounters, scrape_spec_counters, speculation_configured, speculation_warning, summarize
-from agent.report import RunSummary, TaskSummary
+from agent.report import RunSummary, TaskSummary, now_iso
 from agent.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits
 from tools import ToolContext, default_registry
@@ -92,6 +92,7 @@ class Run:
             speculation_configured=self.speculation,
         )
         self.emit({"type": "run_start", "run_id": self.journal.run_id, "tasks": len(self.config.tasks)})
+        self.journal.write_summary(summary)
         counters_at_start = _spec_counters(self.server_api)
         try:
             for index, task in enumerate(self.config.tasks, start=1):
@@ -101,6 +102,8 @@ class Run:
                 summary.wall_time_s = round(time.monotonic() - started, 3)
                 self.journal.write_summary(summary)
         finally:
+            summary.ended_at = now_iso()
+            self.journal.write_summary(summary)
             self.server_api.close()
             self.emit({"type": "run_end", "exit_code": summary.exit_code, "wall_time_s": summary.wall_time_s})
         return summary

@@ -5,5 +5,11 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The morning report is checked as a person sees it, in a real headless browser: Debian's chromium.
+if ! command -v chromium >/dev/null; then
+    echo "test: installing chromium"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 .venv/bin/ruff check .
 .venv/bin/pytest "$@"

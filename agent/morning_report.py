@@ -1,0 +1,212 @@
+"""runs/<run-id>/report.md and report.html: what the person at breakfast opens first.
+
+Both are rendered from summary.json's models and patch.diff alone, and rewritten after every task, so a night cut
+short still leaves a report. The HTML is one self-contained file (no external CSS, fonts or scripts): it opens from
+file:// on an air-gapped laptop. Diffs are highlighted by Pygments, collapsed in <details> until asked for.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import DiffLexer
+
+from agent.report import RunSummary, TaskSummary
+
+# journal.append_patch writes "# task <n>: <task>" before each task's diff; diff lines never start with "#".
+_TASK_HEADER = re.compile(r"^# task (\d+): ", re.MULTILINE)
+
+STATUS_COLOURS = {"committed": "#1a7f37", "no_changes": "#57606a", "failed": "#cf222e", "interrupted": "#9a6700"}
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    added: int
+    removed: int
+
+
+def split_patch(text: str) -> dict[int, str]:
+    """patch.diff cut into each task's diff, by task index; a task without changes maps to ''."""
+    headers = list(_TASK_HEADER.finditer(text))
+    diffs: dict[int, str] = {}
+    for position, header in enumerate(headers):
+        end = headers[position + 1].start() if position + 1 < len(headers) else len(text)
+        _, _, body = text[header.start() : end].partition("\n")
+        diffs[int(header.group(1))] = body.strip("\n")
+    return diffs
+
+
+def file_changes(diff: str) -> list[FileChange]:
+    """Files a unified diff touches, with added and removed line counts (binary files count 0/0)."""
+    changes: list[FileChange] = []
+    path, added, removed = None, 0, 0
+    in_hunk = False
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            if path is not None:
+                changes.append(FileChange(path, added, removed))
+            path, added, removed, in_hunk = line.rsplit(" b/", 1)[-1], 0, 0, False
+        elif line.startswith("@@"):
+            in_hunk = True
+        elif in_hunk and line.startswith("+"):
+            added += 1
+        elif in_hunk and line.startswith("-"):
+            removed += 1
+    if path is not None:
+        changes.append(FileChange(path, added, removed))
+    return changes
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str]:
+    """The row every view shows for a task, as text, in column order."""
+    metrics = task.metrics
+    return {
+        "#": str(task.index),
+        "task": task.task,
+        "status": task.status,
+        "branch": task.branch or "-",
+        "commit": (task.commit or "")[:12] or "-",
+        "files": str(len(changes)),
+        "+/-": f"+{sum(c.added for c in changes)}/-{sum(c.removed for c in changes)}",
+        "turns": str(task.turns),
+        "wall": f"{task.wall_time_s:.0f}s",
+        "prompt tokens": str(metrics.prompt_tokens) if metrics else "-",
+        "cache hit": _ratio(metrics.cache_hit_ratio) if metrics else "-",
+        "acceptance": _ratio(metrics.acceptance_rate) if metrics else "-",
+        "accepted/pass": _number(metrics.accepted_per_pass) if metrics else "-",
+    }
+
+
+def _totals(summary: RunSummary) -> str:
+    counts: dict[str, int] = {}
+    for task in summary.tasks:
+        counts[task.status] = counts.get(task.status, 0) + 1
+    statuses = ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "no tasks finished"
+    metrics = summary.metrics
+    tokens = (
+        f"; {metrics.prompt_tokens} prompt tokens, cache hit {_ratio(metrics.cache_hit_ratio)}, "
+        f"acceptance {_ratio(metrics.acceptance_rate)}, accepted per pass {_number(metrics.accepted_per_pass)}"
+        if metrics
+        else ""
+    )
+    return f"{len(summary.tasks)} tasks: {statuses}; wall {summary.wall_time_s:.0f}s{tokens}"
+
+
+def _header_lines(summary: RunSummary) -> list[tuple[str, str]]:
+    return [
+        ("run", summary.run_id),
+        ("repository", summary.repo),
+        ("model", summary.model),
+        ("server", summary.server_url),
+        ("started", summary.started_at or "-"),
+        ("ended", summary.ended_at or "running"),
+        ("totals", _totals(summary)),
+    ]
+
+
+def _markdown_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(summary: RunSummary, diffs: dict[int, str]) -> str:
+    lines = [f"# refactor-agent run {summary.run_id}", ""]
+    lines += [f"- **{label}**: {value}" for label, value in _header_lines(summary)]
+    lines += [f"- **warning**: {warning}" for warning in summary.warnings]
+    rows = [_task_figures(task, file_changes(diffs.get(task.index, ""))) for task in summary.tasks]
+    if rows:
+        columns = list(rows[0])
+        lines += ["", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+        lines += ["| " + " | ".join(_markdown_cell(row[column]) for column in columns) + " |" for row in rows]
+    for task in summary.tasks:
+        lines += ["", f"## Task {task.index}: {task.task}", "", f"{task.status}: {task.reason}"]
+        lines += [f"- warning: {warning}" for warning in task.warnings]
+        if task.summary:
+            lines += ["", "Commit message:", "", "```text", task.summary, "```"]
+        changes = file_changes(diffs.get(task.index, ""))
+        if changes:
+            lines += ["", "Files:", ""] + [f"- `{c.path}` +{c.added}/-{c.removed}" for c in changes]
+    return "\n".join(lines) + "\n"
+
+
+_PAGE_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1f2328; }
+table { border-collapse: collapse; margin: 1rem 0; }
+th, td { border: 1px solid #d0d7de; padding: 0.25rem 0.5rem; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; }
+dl.run { display: grid; grid-template-columns: max-content auto; gap: 0.2rem 1rem; }
+dt { font-weight: 600; }
+.status { font-weight: 600; }
+.warning { color: #9a6700; }
+pre.message { background: #f6f8fa; padding: 0.5rem; white-space: pre-wrap; }
+details { margin: 0.5rem 0 1rem; }
+.highlight pre { padding: 0.5rem; overflow-x: auto; }
+"""
+
+
+def _status_html(status: str) -> str:
+    colour = STATUS_COLOURS.get(status, "#1f2328")
+    return f'<span class="status" style="color: {colour}">{html.escape(status)}</span>'
+
+
+def _task_section(task: TaskSummary, diff: str, formatter: HtmlFormatter) -> str:
+    parts = [
+        f'<section class="task" id="task-{task.index}">',
+        f"<h2>Task {task.index}: {html.escape(task.task)}</h2>",
+        f"<p>{_status_html(task.status)}: {html.escape(task.reason)}</p>",
+    ]
+    parts += [f'<p class="warning">warning: {html.escape(warning)}</p>' for warning in task.warnings]
+    if task.summary:
+        parts.append(f'<pre class="message">{html.escape(task.summary)}</pre>')
+    if diff:
+        parts.append(
+            f'<details class="diff"><summary>diff ({len(file_changes(diff))} files)</summary>'
+            f"{highlight(diff, DiffLexer(), formatter)}</details>"
+        )
+    else:
+        parts.append("<p>No changes.</p>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
+    formatter = HtmlFormatter(cssclass="highlight")
+    header = "\n".join(
+        f"<dt>{html.escape(label)}</dt><dd>{html.escape(value)}</dd>" for label, value in _header_lines(summary)
+    )
+    warnings = "".join(f'<p class="warning">warning: {html.escape(text)}</p>' for text in summary.warnings)
+    rows = [(task, _task_figures(task, file_changes(diffs.get(task.index, "")))) for task in summary.tasks]
+    table = ""
+    if rows:
+        columns = list(rows[0][1])
+        head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+        body = "\n".join(
+            '<tr class="task-row">'
+            + "".join(
+                f"<td>{_status_html(task.status) if column == 'status' else html.escape(figures[column])}</td>"
+                for column in columns
+            )
+            + "</tr>"
+            for task, figures in rows
+        )
+        table = f'<table class="tasks"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
+    sections = "\n".join(_task_section(task, diffs.get(task.index, ""), formatter) for task in summary.tasks)
+    title = f"refactor-agent run {html.escape(summary.run_id)}"
+    return (
+        "<!DOCTYPE html>\n"
+        f'<html lang="en"><head><meta charset="utf-8"><title>{title}</title>\n'
+        f"<style>{_PAGE_STYLE}{formatter.get_style_defs('.highlight')}</style></head>\n"
+        f'<body><h1>{title}</h1>\n<dl class="run">{header}</dl>\n{warnings}\n{table}\n{sections}\n</body></html>\n'
+    )
