@@ -1,0 +1,43 @@
+"""Baselines computed once per (base commit, test command, sandbox image) and kept in the runs directory.
+
+Ten tasks on one commit run the suite once. The cache is plain JSON under runs/.baselines/, written with a
+rename so a killed run never leaves half a file; a file that does not parse is treated as absent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from agent.gate.results import SuiteRun
+
+CACHE_DIR_NAME = ".baselines"
+
+
+def baseline_key(base_commit: str, test_command: str, image_id: str) -> str:
+    material = json.dumps([base_commit, test_command, image_id])
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+class BaselineCache:
+    def __init__(self, runs_dir: Path) -> None:
+        self.directory = runs_dir / CACHE_DIR_NAME
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def get(self, key: str) -> SuiteRun | None:
+        try:
+            return SuiteRun.model_validate_json(self._path(key).read_bytes())
+        except (OSError, ValidationError):
+            return None
+
+    def put(self, key: str, suite: SuiteRun) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        partial = self._path(key).with_suffix(".partial")
+        partial.write_text(suite.model_dump_json(), encoding="utf-8")
+        os.replace(partial, self._path(key))

@@ -1,0 +1,148 @@
+"""One run of a test suite, reduced to per-test outcomes (where the runner says them) and counts.
+
+pytest reports through --junitxml (xunit1, which names each test's file, so a test can be re-run by its node id);
+`go test -json` through its event stream; any other runner through the counts it prints and its exit code.
+Everything parsed here was written inside the sandbox by the repository's own code: it is hostile input, parsed
+with defusedxml and bounded regular expressions, and never executed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+import defusedxml.ElementTree as SafeElementTree
+from defusedxml import DefusedXmlException
+from pydantic import BaseModel
+
+Outcome = Literal["passed", "failed", "error", "skipped"]
+OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "error", "skipped")
+# The pseudo-test standing for the whole suite when the runner names no tests: its outcome is the exit code's.
+WHOLE_SUITE = "(whole suite)"
+# pytest's exit codes for "the suite did not run": interrupted, internal error, usage error, nothing collected.
+PYTEST_DID_NOT_RUN = {2: "interrupted (collection errors?)", 3: "internal error", 4: "usage error", 5: "no tests"}
+MAX_DETAIL_CHARS = 3000
+
+
+class SuiteRun(BaseModel):
+    command: str
+    ran: bool
+    reason: str = ""
+    exit_code: int | None = None
+    outcomes: dict[str, Outcome] = {}
+    # What a failing test printed (its failure message and traceback), capped: the repair message quotes it.
+    details: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    per_test: bool = False
+    output_tail: str = ""
+    duration_s: float = 0.0
+
+    def describe(self) -> str:
+        """'412 passed, 3 failed' as runners print it; why it did not run otherwise."""
+        if not self.ran:
+            return f"did not run: {self.reason}"
+        parts = [f"{self.counts[name]} {name}" for name in OUTCOMES if self.counts.get(name)]
+        return ", ".join(parts) or (f"exit code {self.exit_code}" if self.exit_code is not None else "no result")
+
+    def failing(self) -> set[str]:
+        return {test for test, outcome in self.outcomes.items() if outcome in ("failed", "error")}
+
+
+def count(outcomes: dict[str, Outcome]) -> dict[str, int]:
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for outcome in outcomes.values():
+        counts[outcome] += 1
+    return {name: number for name, number in counts.items() if number}
+
+
+def _junit_node_id(case: dict[str, str]) -> str:
+    """pytest's node id from an xunit1 testcase: file, then the class path after the module, then the name."""
+    file, classname, name = case.get("file", ""), case.get("classname", ""), case.get("name", "")
+    if not file:
+        return f"{classname}::{name}" if classname else name
+    module = file.removesuffix(".py").replace("/", ".")
+    classes = classname.removeprefix(module).strip(".")
+    return "::".join(part for part in (file, *classes.split(".")) if part) + f"::{name}"
+
+
+def _failure_text(element: Any) -> str:
+    message = element.get("message") or ""
+    text = (element.text or "").strip()
+    combined = f"{message}\n{text}".strip() if text and message not in text else (text or message)
+    if len(combined) <= MAX_DETAIL_CHARS:
+        return combined
+    head = MAX_DETAIL_CHARS // 3
+    return f"{combined[:head]}\n[...]\n{combined[-(MAX_DETAIL_CHARS - head) :]}"
+
+
+def parse_junit(xml: bytes) -> tuple[dict[str, Outcome], dict[str, str]] | None:
+    """Per-test outcomes and failure texts from a JUnit XML report; None when it is not one (truncated, a bomb)."""
+    try:
+        root = SafeElementTree.fromstring(xml)
+    except (SafeElementTree.ParseError, DefusedXmlException, ValueError):
+        return None
+    outcomes: dict[str, Outcome] = {}
+    details: dict[str, str] = {}
+    for case in root.iter("testcase"):
+        outcome: Outcome = "passed"
+        for child in case:
+            if child.tag in ("error", "failure"):
+                outcome = "error" if child.tag == "error" else "failed"
+                test = _junit_node_id(dict(case.attrib))
+                details[test] = _failure_text(child)
+                break
+            if child.tag == "skipped":
+                outcome = "skipped"
+        test = _junit_node_id(dict(case.attrib))
+        # A test that passes its call and errors in teardown appears twice: the worse outcome stands.
+        if outcomes.get(test) in (None, "passed", "skipped"):
+            outcomes[test] = outcome
+    return outcomes, details
+
+
+_GO_ACTIONS: dict[str, Outcome] = {"pass": "passed", "fail": "failed", "skip": "skipped"}
+
+
+def parse_go_json(output: str) -> dict[str, Outcome] | None:
+    """Per-test outcomes from `go test -json`; a package that fails to build counts as one failing test."""
+    outcomes: dict[str, Outcome] = {}
+    for line in output.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(event, dict) or event.get("Action") not in _GO_ACTIONS:
+            continue
+        package, test = str(event.get("Package", "")), event.get("Test")
+        if test:
+            outcomes[f"{package}::{test}"] = _GO_ACTIONS[event["Action"]]
+        elif event["Action"] == "fail" and not any(key.startswith(f"{package}::") for key in outcomes):
+            outcomes[package] = "error"
+    return outcomes or None
+
+
+# Summary lines as runners print them, searched in the output's last lines only.
+_PYTEST_SUMMARY = re.compile(r"(\d+) (passed|failed|errors?|skipped)\b")
+_CARGO_SUMMARY = re.compile(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored")
+_JEST_SUMMARY = re.compile(r"^Tests:\s+(.*)$", re.MULTILINE)
+_JEST_PART = re.compile(r"(\d+) (passed|failed|skipped)")
+
+
+def parse_counts(output: str) -> dict[str, int]:
+    """Counts from the summary line a runner prints (pytest, cargo, jest/npm); {} when there is none."""
+    tail = "\n".join(output.splitlines()[-40:])
+    cargo = _CARGO_SUMMARY.findall(tail)
+    if cargo:
+        totals = [sum(int(match[position]) for match in cargo) for position in range(3)]
+        return {name: number for name, number in zip(("passed", "failed", "skipped"), totals, strict=True) if number}
+    jest = _JEST_SUMMARY.findall(tail)
+    if jest:
+        return {name: int(number) for number, name in _JEST_PART.findall(jest[-1])}
+    for line in reversed(tail.splitlines()):
+        found = _PYTEST_SUMMARY.findall(line)
+        if found:
+            return {("error" if name.startswith("error") else name): int(number) for number, name in found}
+    return {}

@@ -1,0 +1,227 @@
+"""The verification gate: reports parsed from real runners, comparisons, the parse check, and the suite in the sandbox."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.gate.baseline import BaselineCache, baseline_key
+from agent.gate.compare import compare, settle_flaky
+from agent.gate.results import WHOLE_SUITE, SuiteRun, count, parse_counts, parse_go_json, parse_junit
+from agent.gate.suite import rerun_selected, run_suite
+from agent.gate.syntax import syntax_regressions
+from agent.gate.verdict import judge, repair_message, evidence_trailer
+from sandbox import DockerSandbox
+
+from repos import make_repo
+
+MIXED_TESTS = '''
+import pytest
+
+def test_passes():
+    assert True
+
+def test_fails():
+    assert 1 == 2, "one is not two"
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture broke")
+
+def test_errors(broken):
+    pass
+
+@pytest.mark.skip(reason="not today")
+def test_skipped():
+    pass
+
+class TestGroup:
+    @pytest.mark.parametrize("value", [1, 2])
+    def test_param(self, value):
+        assert value
+'''
+
+
+def _suite(outcomes: dict, ran: bool = True) -> SuiteRun:
+    return SuiteRun(command="pytest", ran=ran, outcomes=outcomes, counts=count(outcomes), per_test=True)
+
+
+def test_junit_from_real_pytest_names_tests_by_their_node_ids(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_mixed.py").write_text(MIXED_TESTS)
+    report = tmp_path / "junit.xml"
+    pytest_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
+    subprocess.run([*pytest_run, f"--junitxml={report}", "tests"], cwd=tmp_path, capture_output=True)
+    collected = subprocess.run(
+        [*pytest_run, "--collect-only", "-q", "tests"], cwd=tmp_path, capture_output=True, text=True
+    ).stdout
+    node_ids = {line for line in collected.splitlines() if "::" in line}
+    parsed = parse_junit(report.read_bytes())
+    assert parsed is not None
+    outcomes, details = parsed
+    assert set(outcomes) == node_ids
+    assert outcomes == {
+        "tests/test_mixed.py::test_passes": "passed",
+        "tests/test_mixed.py::test_fails": "failed",
+        "tests/test_mixed.py::test_errors": "error",
+        "tests/test_mixed.py::test_skipped": "skipped",
+        "tests/test_mixed.py::TestGroup::test_param[1]": "passed",
+        "tests/test_mixed.py::TestGroup::test_param[2]": "passed",
+    }
+    assert "one is not two" in details["tests/test_mixed.py::test_fails"]
+    assert "fixture broke" in details["tests/test_mixed.py::test_errors"]
+
+
+def test_hostile_or_broken_reports_are_not_parsed() -> None:
+    bomb = (
+        b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;">]>'
+        b'<testsuite><testcase classname="m" name="&b;"/></testsuite>'
+    )
+    assert parse_junit(bomb) is None
+    assert parse_junit(b"<testsuite><testcase name='cut") is None
+
+
+def test_runner_summaries_are_counted() -> None:
+    assert parse_counts("....\n===== 412 passed, 3 failed, 2 skipped in 9.1s =====\n") == {
+        "passed": 412,
+        "failed": 3,
+        "skipped": 2,
+    }
+    assert parse_counts("1 error in 0.2s") == {"error": 1}
+    cargo = "test result: ok. 7 passed; 0 failed; 1 ignored\n\ntest result: FAILED. 2 passed; 1 failed; 0 ignored\n"
+    assert parse_counts(cargo) == {"passed": 9, "failed": 1, "skipped": 1}
+    assert parse_counts("Tests:       1 failed, 2 skipped, 10 passed, 13 total\n") == {
+        "failed": 1,
+        "skipped": 2,
+        "passed": 10,
+    }
+    assert parse_counts("make: *** [test] Error 2\n") == {}
+
+
+def test_go_test_json_events_give_per_test_outcomes() -> None:
+    events = "\n".join(
+        [
+            '{"Action":"run","Package":"ex/a","Test":"TestOne"}',
+            '{"Action":"pass","Package":"ex/a","Test":"TestOne"}',
+            '{"Action":"fail","Package":"ex/a","Test":"TestTwo"}',
+            '{"Action":"pass","Package":"ex/a"}',
+            "# ex/b [build failed]",
+            '{"Action":"fail","Package":"ex/b"}',
+        ]
+    )
+    assert parse_go_json(events) == {"ex/a::TestOne": "passed", "ex/a::TestTwo": "failed", "ex/b": "error"}
+
+
+def test_regressions_are_tests_that_passed_before_and_not_now() -> None:
+    baseline = _suite({"a": "passed", "b": "passed", "c": "failed", "d": "failed", "e": "passed", "f": "skipped"})
+    after = _suite({"a": "passed", "b": "failed", "c": "failed", "d": "passed", "f": "failed", "new": "error"})
+    comparison = compare(baseline, after)
+    assert comparison.regressed == ["b", "e", "new"]
+    assert comparison.removed == ["e"]
+    assert comparison.fixed == ["d"]
+    assert comparison.still_failing == ["c"]
+    flaky = settle_flaky(comparison, _suite({"b": "passed", "new": "error"}))
+    assert flaky.regressed == ["e", "new"] and flaky.flaky == ["b"]
+
+
+def test_verdicts_trailer_and_repair_message() -> None:
+    baseline = _suite({"t::ok": "passed", "t::old": "failed"})
+    after = _suite({"t::ok": "failed", "t::old": "failed"}).model_copy(update={"details": {"t::ok": "assert 1 == 2"}})
+    check = judge(baseline, after, compare(baseline, after), [])
+    assert check.verdict == "regressed" and check.reason == "1 test(s) regressed"
+    message = repair_message(check)
+    assert "- t::ok" in message and "assert 1 == 2" in message and "t::old" not in message
+    assert evidence_trailer(baseline, after) == "2 failed (baseline 1 passed, 1 failed)"
+    assert judge(baseline, baseline, compare(baseline, baseline), []).verdict == "verified"
+    assert judge(None, None, None, []).verdict == "unverified"
+    not_run = SuiteRun(command="pytest", ran=False, reason="timed out after 600s")
+    unverified = judge(not_run, None, None, [])
+    assert unverified.verdict == "unverified" and "timed out after 600s" in unverified.reason
+    assert judge(not_run, None, None, ["a.py:3: does not parse as python any more"]).verdict == "regressed"
+
+
+def test_a_file_that_stops_parsing_is_caught_one_broken_before_is_not() -> None:
+    files = {
+        "good.py": (b"def f():\n    return 1\n", b"def f(:\n    return 1\n"),
+        "was_broken.py": (b"def f(:\n", b"def g(:\n"),
+        "new.py": (None, b"class\n"),
+        "notes.txt": (b"x", b"(("),
+        "deleted.py": (b"x = 1\n", None),
+        "fine.go": (b"package a\n", b"package a\n\nfunc F() {}\n"),
+    }
+    broken = syntax_regressions(list(files), lambda path, when: files[path][0 if when == "before" else 1])
+    assert broken == [
+        "good.py:1: does not parse as python any more",
+        "new.py:1: does not parse as python any more",
+    ]
+
+
+def test_baselines_are_cached_per_commit_command_and_image(tmp_path: Path) -> None:
+    cache = BaselineCache(tmp_path)
+    key = baseline_key("c0ffee", "pytest -q", "sha256:1")
+    assert cache.get(key) is None
+    cache.put(key, _suite({"a": "passed"}))
+    assert cache.get(key) == _suite({"a": "passed"})
+    assert cache.get(baseline_key("c0ffee", "pytest", "sha256:1")) is None
+    (tmp_path / ".baselines" / f"{key}.json").write_text("{not json")
+    assert cache.get(key) is None
+
+
+@pytest.fixture
+def sandboxed_repo(tmp_path: Path) -> Iterator[tuple[Path, DockerSandbox]]:
+    repo = make_repo(tmp_path / "repo")
+    with DockerSandbox("refactor-agent-sandbox:latest", repo, run_id="test-gate") as sandbox:
+        yield repo, sandbox
+
+
+@pytest.mark.docker
+def test_the_suite_runs_in_the_sandbox_and_a_broken_test_is_a_regression(
+    sandboxed_repo: tuple[Path, DockerSandbox],
+) -> None:
+    repo, sandbox = sandboxed_repo
+    command = "python3 -m pytest -q"
+    baseline = run_suite(sandbox, command, timeout_s=120)
+    assert baseline.ran and baseline.per_test
+    assert baseline.outcomes == {
+        "tests/test_geometry.py::test_area": "passed",
+        "tests/test_geometry.py::test_describe": "passed",
+    }
+    assert not list(repo.rglob("junit.xml")), "the report stays in the sandbox's /tmp"
+    geometry = repo / "pkg" / "geometry.py"
+    geometry.write_text(geometry.read_text().replace("width * height", "width + height"))
+    after = run_suite(sandbox, command, timeout_s=120)
+    comparison = compare(baseline, after)
+    assert comparison.regressed == ["tests/test_geometry.py::test_area", "tests/test_geometry.py::test_describe"]
+    assert "assert 5 == 6" in after.details["tests/test_geometry.py::test_area"]
+    rerun = rerun_selected(sandbox, command, comparison.regressed, timeout_s=120)
+    assert rerun is not None and set(rerun.outcomes) == set(comparison.regressed)
+    assert settle_flaky(comparison, rerun).regressed == comparison.regressed
+
+
+@pytest.mark.docker
+def test_a_suite_that_cannot_run_says_why(sandboxed_repo: tuple[Path, DockerSandbox]) -> None:
+    repo, sandbox = sandboxed_repo
+    (repo / "tests" / "conftest.py").write_text("import not_installed_anywhere\n")
+    broken = run_suite(sandbox, "python3 -m pytest -q", timeout_s=120)
+    assert not broken.ran and "not_installed_anywhere" in broken.output_tail
+    assert broken.reason.startswith("pytest exit code 4") or broken.reason.startswith("pytest exit code 2")
+    slow = run_suite(sandbox, "sleep 30", timeout_s=1)
+    assert not slow.ran and slow.reason == "timed out after 1s"
+    missing = run_suite(sandbox, "no-such-runner", timeout_s=30)
+    assert not missing.ran and missing.reason.startswith("command not found")
+
+
+@pytest.mark.docker
+def test_other_runners_are_judged_by_exit_code_and_counts(sandboxed_repo: tuple[Path, DockerSandbox]) -> None:
+    _, sandbox = sandboxed_repo
+    passing = run_suite(sandbox, "echo 'test result: ok. 3 passed; 0 failed; 0 ignored'", timeout_s=30)
+    assert passing.ran and not passing.per_test
+    assert passing.outcomes == {WHOLE_SUITE: "passed"} and passing.counts == {"passed": 3}
+    failing = run_suite(sandbox, "echo 'test result: FAILED. 2 passed; 1 failed; 0 ignored'; exit 101", timeout_s=30)
+    assert failing.ran and failing.outcomes == {WHOLE_SUITE: "failed"}
+    assert compare(passing, failing).regressed == [WHOLE_SUITE]
+    assert rerun_selected(sandbox, "make test", [WHOLE_SUITE], timeout_s=30) is None
