@@ -1,4 +1,4 @@
-"""The verification gate: reports parsed from real runners, comparisons, the parse check, and the suite in the sandbox."""
+"""The verification gate: real runners' reports, comparisons, the parse check, the suite in the sandbox."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from agent.gate.compare import compare, settle_flaky
 from agent.gate.results import WHOLE_SUITE, SuiteRun, count, parse_counts, parse_go_json, parse_junit
 from agent.gate.suite import rerun_selected, run_suite
 from agent.gate.syntax import syntax_regressions
-from agent.gate.verdict import judge, repair_message, evidence_trailer
+from agent.gate.verdict import evidence_trailer, judge, repair_message
 from sandbox import DockerSandbox
 
 from repos import make_repo
 
-MIXED_TESTS = '''
+MIXED_TESTS = """
 import pytest
 
 def test_passes():
@@ -43,7 +43,7 @@ class TestGroup:
     @pytest.mark.parametrize("value", [1, 2])
     def test_param(self, value):
         assert value
-'''
+"""
 
 
 def _suite(outcomes: dict, ran: bool = True) -> SuiteRun:
