@@ -70,6 +70,15 @@ class AgentLoop:
 
     def run(self, system_prompt: str, task_prompt: str) -> LoopResult:
         self.messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": task_prompt}]
+        return self._until_end()
+
+    def resume(self, message: str) -> LoopResult:
+        """Go on after an end with one more user message (the gate's repair request): appended, so the cached
+        prefix stays valid. Turns keep counting against the same limit."""
+        self.messages.append({"role": "user", "content": message})
+        return self._until_end()
+
+    def _until_end(self) -> LoopResult:
         try:
             while True:
                 self.step()

@@ -14,6 +14,7 @@ from tools import ToolContext, default_registry
 
 from local_executor import LocalExecutor
 from repos import make_repo
+from scripted_model import ScriptedModel
 from scripted_server import Fail, Reply, ScriptedServer
 
 
@@ -83,3 +84,24 @@ def test_an_answer_without_tool_calls_stops(tmp_path: Path) -> None:
 def test_model_failures_end_with_a_reason(tmp_path: Path, script: list, n_ctx: int, reason: str) -> None:
     result, _, _ = run_loop(tmp_path, script, n_ctx=n_ctx)
     assert result.outcome == "error" and reason in result.reason
+
+
+def test_resume_appends_one_user_message_after_an_end_and_keeps_the_prefix(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    model = ScriptedModel(
+        [
+            Reply(tool_calls=[("finish", {"summary": "first try"})]),
+            Reply(tool_calls=[("view_file", {"path": "pkg/geometry.py"})]),
+            Reply(tool_calls=[("finish", {"summary": "second try"})]),
+        ]
+    )
+    context = ToolContext(repo, LocalExecutor(repo), None, 30, 4_000)
+    loop = AgentLoop(model, default_registry(), context, max_turns=3, emit=lambda event: None)
+    first = loop.run("SYSTEM", "the task")
+    assert (first.outcome, first.summary, first.turns) == ("finished", "first try", 1)
+    second = loop.resume("the gate found a regression")
+    assert (second.outcome, second.summary, second.turns) == ("finished", "second try", 3)
+    after_resume = model.requests[1]
+    assert after_resume[: len(model.requests[0])] == model.requests[0], "append-only: the cached prefix holds"
+    assert after_resume[-1] == {"role": "user", "content": "the gate found a regression"}
+    assert loop.resume("once more").outcome == "max_turns", "resumed turns count against the same limit"

@@ -1,0 +1,53 @@
+"""An in-process scripted ChatModel (mini-swe-agent's DeterministicModel): loop and runner tests in milliseconds.
+
+It plays the same `Reply` steps as the scripted HTTP server, which stays for the wire format; token counts are
+the scripted server's (4 characters a token, cached = the common prefix with the previous request).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from agent.llm import AssistantTurn, LLMError, RequestStats, ToolCall
+
+from scripted_server import Reply, common_prefix, rendered_prompt, tokens_of
+
+
+class ScriptedModel:
+    def __init__(self, script: list[Reply | LLMError], name: str = "scripted") -> None:
+        self.name = name
+        self.script = list(script)
+        self.requests: list[list[dict[str, Any]]] = []
+        self._previous_prompt = ""
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
+        self.requests.append(copy.deepcopy(messages))
+        prompt = rendered_prompt({"messages": messages, "tools": tools})
+        cached = common_prefix(prompt, self._previous_prompt)
+        self._previous_prompt = prompt
+        if not self.script:
+            raise LLMError("the scripted model has no more replies")
+        step = self.script.pop(0)
+        if isinstance(step, LLMError):
+            raise step
+        calls = [
+            ToolCall(
+                id=f"call_{len(self.requests)}_{n}",
+                name=name,
+                arguments=args if isinstance(args, str) else json.dumps(args),
+            )
+            for n, (name, args) in enumerate(step.tool_calls)
+        ]
+        stats = RequestStats(
+            prompt_tokens=tokens_of(prompt),
+            cached_tokens=tokens_of(prompt[:cached]) if cached else 0,
+            completion_tokens=tokens_of(step.content + step.reasoning + "".join(str(a) for _, a in step.tool_calls)),
+            draft_tokens=step.draft_n,
+            draft_accepted=step.draft_n_accepted,
+            latency_s=0.001,
+        )
+        return AssistantTurn(
+            content=step.content, reasoning_content=step.reasoning or None, tool_calls=calls, stats=stats
+        )
