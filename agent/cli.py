@@ -54,6 +54,9 @@ def run(
     ].default,
     test_cmd: Annotated[str | None, typer.Option(help="Test command (default: detected).")] = None,
     command_timeout: Annotated[float, typer.Option(help="Seconds before a sandbox command is killed.")] = 600.0,
+    repair_rounds: Annotated[
+        int, typer.Option(min=0, help="Times the gate sends regressed tests back to the model.")
+    ] = RunConfig.model_fields["repair_rounds"].default,
     temperature: Annotated[float, typer.Option()] = SamplingConfig().temperature,
     top_p: Annotated[float, typer.Option()] = SamplingConfig().top_p,
     min_p: Annotated[float, typer.Option()] = SamplingConfig().min_p,
@@ -89,5 +92,6 @@ def run(
         max_turns=max_turns,
         test_cmd=test_cmd,
         command_timeout_s=command_timeout,
+        repair_rounds=repair_rounds,
     )
     raise typer.Exit(execute(config, allow_dirty=allow_dirty, view=RunView()))

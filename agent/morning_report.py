@@ -20,7 +20,17 @@ from agent.report import RunSummary, TaskSummary
 # journal.append_patch writes "# task <n>: <task>" before each task's diff; diff lines never start with "#".
 _TASK_HEADER = re.compile(r"^# task (\d+): ", re.MULTILINE)
 
-STATUS_COLOURS = {"committed": "#1a7f37", "no_changes": "#57606a", "failed": "#cf222e", "interrupted": "#9a6700"}
+VERDICT_COLOURS = {
+    "verified": "#1a7f37",
+    "unverified": "#9a6700",
+    "regressed": "#cf222e",
+    "no_changes": "#57606a",
+    "failed": "#cf222e",
+    "interrupted": "#9a6700",
+}
+# The evidence lists a task section names, in the order a reviewer cares about them.
+EVIDENCE_LISTS = ("regressed", "removed", "syntax_errors", "flaky", "fixed", "still_failing")
+LISTED_PER_KIND = 30
 
 
 @dataclass(frozen=True)
@@ -76,11 +86,15 @@ def _task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str
     return {
         "#": str(task.index),
         "task": task.task,
-        "status": task.status,
+        "verdict": task.verdict,
         "branch": task.branch or "-",
         "commit": (task.commit or "")[:12] or "-",
         "files": str(len(changes)),
         "+/-": f"+{sum(c.added for c in changes)}/-{sum(c.removed for c in changes)}",
+        "tests": _tests_cell(task),
+        "regressed/fixed/flaky": (
+            f"{len(task.tests.regressed)}/{len(task.tests.fixed)}/{len(task.tests.flaky)}" if task.tests else "-"
+        ),
         "turns": str(task.turns),
         "wall": f"{task.wall_time_s:.0f}s",
         "prompt tokens": str(metrics.prompt_tokens) if metrics else "-",
@@ -90,10 +104,30 @@ def _task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str
     }
 
 
+def _tests_cell(task: TaskSummary) -> str:
+    if task.tests is None:
+        return "-"
+    return f"{task.tests.baseline or 'none'} → {task.tests.final or 'not run'}"
+
+
+def _evidence_lines(task: TaskSummary) -> list[tuple[str, list[str]]]:
+    """(kind, first names) for every non-empty evidence list, with a count of the rest."""
+    if task.tests is None:
+        return []
+    found = []
+    for kind in EVIDENCE_LISTS:
+        names = getattr(task.tests, kind)
+        if names:
+            shown = names[:LISTED_PER_KIND]
+            rest = [f"... and {len(names) - len(shown)} more"] if len(names) > len(shown) else []
+            found.append((f"{kind.replace('_', ' ')} ({len(names)})", shown + rest))
+    return found
+
+
 def _totals(summary: RunSummary) -> str:
     counts: dict[str, int] = {}
     for task in summary.tasks:
-        counts[task.status] = counts.get(task.status, 0) + 1
+        counts[task.verdict] = counts.get(task.verdict, 0) + 1
     statuses = ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "no tasks finished"
     metrics = summary.metrics
     tokens = (
@@ -131,8 +165,12 @@ def render_markdown(summary: RunSummary, diffs: dict[int, str]) -> str:
         lines += ["", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
         lines += ["| " + " | ".join(_markdown_cell(row[column]) for column in columns) + " |" for row in rows]
     for task in summary.tasks:
-        lines += ["", f"## Task {task.index}: {task.task}", "", f"{task.status}: {task.reason}"]
+        lines += ["", f"## Task {task.index}: {task.task}", "", f"{task.verdict}: {task.reason}"]
         lines += [f"- warning: {warning}" for warning in task.warnings]
+        if task.tests is not None:
+            lines += ["", f"Tests: {_tests_cell(task)}"]
+            for kind, names in _evidence_lines(task):
+                lines += ["", f"{kind}:", ""] + [f"- `{name}`" for name in names]
         if task.summary:
             lines += ["", "Commit message:", "", "```text", task.summary, "```"]
         changes = file_changes(diffs.get(task.index, ""))
@@ -148,7 +186,7 @@ th, td { border: 1px solid #d0d7de; padding: 0.25rem 0.5rem; text-align: left; v
 th { background: #f6f8fa; }
 dl.run { display: grid; grid-template-columns: max-content auto; gap: 0.2rem 1rem; }
 dt { font-weight: 600; }
-.status { font-weight: 600; }
+.verdict { font-weight: 600; }
 .warning { color: #9a6700; }
 pre.message { background: #f6f8fa; padding: 0.5rem; white-space: pre-wrap; }
 details { margin: 0.5rem 0 1rem; }
@@ -156,18 +194,23 @@ details { margin: 0.5rem 0 1rem; }
 """
 
 
-def _status_html(status: str) -> str:
-    colour = STATUS_COLOURS.get(status, "#1f2328")
-    return f'<span class="status" style="color: {colour}">{html.escape(status)}</span>'
+def _verdict_html(verdict: str) -> str:
+    colour = VERDICT_COLOURS.get(verdict, "#1f2328")
+    return f'<span class="verdict" style="color: {colour}">{html.escape(verdict)}</span>'
 
 
 def _task_section(task: TaskSummary, diff: str, formatter: HtmlFormatter) -> str:
     parts = [
         f'<section class="task" id="task-{task.index}">',
         f"<h2>Task {task.index}: {html.escape(task.task)}</h2>",
-        f"<p>{_status_html(task.status)}: {html.escape(task.reason)}</p>",
+        f"<p>{_verdict_html(task.verdict)}: {html.escape(task.reason)}</p>",
     ]
     parts += [f'<p class="warning">warning: {html.escape(warning)}</p>' for warning in task.warnings]
+    if task.tests is not None:
+        parts.append(f'<p class="tests">Tests: {html.escape(_tests_cell(task))}</p>')
+        for kind, names in _evidence_lines(task):
+            items = "".join(f"<li><code>{html.escape(name)}</code></li>" for name in names)
+            parts.append(f'<div class="evidence"><strong>{html.escape(kind)}</strong><ul>{items}</ul></div>')
     if task.summary:
         parts.append(f'<pre class="message">{html.escape(task.summary)}</pre>')
     if diff:
@@ -195,7 +238,7 @@ def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
         body = "\n".join(
             '<tr class="task-row">'
             + "".join(
-                f"<td>{_status_html(task.status) if column == 'status' else html.escape(figures[column])}</td>"
+                f"<td>{_verdict_html(task.verdict) if column == 'verdict' else html.escape(figures[column])}</td>"
                 for column in columns
             )
             + "</tr>"

@@ -16,12 +16,29 @@ def now_iso() -> str:
 
 
 TaskStatus = Literal["committed", "no_changes", "failed"]
+# Beside the status, what the gate found: the tests' word on the work (no_changes and failed carried over).
+Verdict = Literal["verified", "unverified", "regressed", "no_changes", "failed"]
+
+
+class GateEvidence(BaseModel):
+    """The gate's evidence for a task: the suite before and after, and what changed between them."""
+
+    baseline: str | None = None
+    final: str | None = None
+    regressed: list[str] = []
+    removed: list[str] = []
+    fixed: list[str] = []
+    flaky: list[str] = []
+    still_failing: list[str] = []
+    syntax_errors: list[str] = []
+    repair_rounds: int = 0
 
 
 class TaskSummary(BaseModel):
     index: int
     task: str
     status: TaskStatus
+    verdict: Verdict = "failed"
     reason: str
     branch: str | None = None
     base_commit: str | None = None
@@ -29,6 +46,7 @@ class TaskSummary(BaseModel):
     summary: str = ""
     turns: int = 0
     wall_time_s: float = 0.0
+    tests: GateEvidence | None = None
     metrics: MetricsSummary | None = None
     warnings: list[str] = []
 
@@ -48,4 +66,4 @@ class RunSummary(BaseModel):
 
     @property
     def exit_code(self) -> int:
-        return 1 if any(task.status == "failed" for task in self.tasks) else 0
+        return 1 if any(task.verdict in ("failed", "regressed") for task in self.tasks) else 0

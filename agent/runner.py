@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import docker
@@ -17,12 +19,16 @@ import httpx
 
 from agent.config import RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
+from agent.gate.baseline import BaselineCache, baseline_key
+from agent.gate.stage import Gate, GateRecord
+from agent.gate.syntax import MAX_CHECKED_BYTES
+from agent.gate.verdict import GateCheck, evidence_trailer, repair_message
 from agent.journal import RunJournal
 from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import ChatModel, RequestStats
 from agent.loop import AgentLoop, LoopResult
 from agent.metrics import SpecCounters, scrape_spec_counters, speculation_configured, speculation_warning, summarize
-from agent.report import RunSummary, TaskSummary, now_iso
+from agent.report import GateEvidence, RunSummary, TaskSummary, now_iso
 from agent.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits
 from tools import ToolContext, default_registry
@@ -51,6 +57,18 @@ def _measure(
     report.warnings = [warning] if warning else []
 
 
+def _evidence(record: GateRecord, check: GateCheck) -> GateEvidence:
+    comparison = check.comparison
+    lists = comparison.model_dump() if comparison is not None else {}
+    return GateEvidence(
+        baseline=record.baseline.describe() if record.baseline else None,
+        final=check.final.describe() if check.final else None,
+        syntax_errors=check.syntax_errors,
+        repair_rounds=record.repair_rounds,
+        **lists,
+    )
+
+
 class Run:
     def __init__(
         self,
@@ -73,6 +91,7 @@ class Run:
         self.registry = default_registry()
         self.server_api = LlamaServerAPI(server_url)
         self.requests: list[RequestStats] = []
+        self.baselines = BaselineCache(config.runs_dir)
         try:
             self.speculation = speculation_configured(self.server_api)
         except (ServerError, httpx.HTTPError):
@@ -109,6 +128,7 @@ class Run:
         return summary
 
     def run_task(self, index: int, task: str) -> TaskSummary:
+        """The stages of one task: workspace, then in its sandbox baseline and loop and gate, then settle."""
         started = time.monotonic()
         workspace = Workspace.create(self.repo, run_id=self.journal.run_id, task=f"{index}-{task}")
         self.emit({"type": "task_start", "index": index, "task": task, "branch": workspace.branch})
@@ -122,11 +142,11 @@ class Run:
         )
         counters_before = _spec_counters(self.server_api)
         try:
-            result = self._run_loop(workspace, task)
+            result, check = self._in_sandbox(workspace, task)
             self.requests += result.requests
             task_delta = _delta(_spec_counters(self.server_api), counters_before)
             _measure(outcome, result.requests, task_delta, self.speculation)
-            outcome = self._settle(workspace, outcome, result)
+            outcome = self._settle(workspace, outcome, result, check)
         except KeyboardInterrupt:
             outcome.reason = "interrupted (Ctrl-C)"
             raise
@@ -140,7 +160,7 @@ class Run:
             workspace.remove()
         return outcome
 
-    def _run_loop(self, workspace: Workspace, task: str) -> LoopResult:
+    def _in_sandbox(self, workspace: Workspace, task: str) -> tuple[LoopResult, GateRecord]:
         test_command = self.config.test_cmd or detect_test_command(workspace.path)
         limits = SandboxLimits(command_timeout_s=self.config.command_timeout_s)
         with DockerSandbox(
@@ -158,25 +178,74 @@ class Run:
                 command_timeout_s=self.config.command_timeout_s,
                 output_chars=self.config.tool_output_chars,
             )
+            gate = Gate(
+                sandbox,
+                test_command,
+                timeout_s=self.config.command_timeout_s,
+                cache=self.baselines,
+                cache_key=baseline_key(workspace.base_commit, test_command or "", self._image_id()),
+                emit=self.emit,
+            )
+            # The baseline runs in the sandbox while the host packs the repository: it costs the first request
+            # nothing it would not have waited for anyway.
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                baseline = pool.submit(gate.baseline)
+                system = system_prompt(workspace.path, pack_options(self.config, task, self.server_url))
+                baseline.result()
             loop = AgentLoop(self.model, self.registry, context, max_turns=self.config.max_turns, emit=self.emit)
-            system = system_prompt(workspace.path, pack_options(self.config, task, self.server_url))
-            return loop.run(system, task_prompt(task, test_command))
+            result = loop.run(system, task_prompt(task, test_command))
+            return self._gate(gate, loop, result, workspace)
+
+    def _gate(
+        self, gate: Gate, loop: AgentLoop, result: LoopResult, workspace: Workspace
+    ) -> tuple[LoopResult, GateRecord]:
+        """Check the finished work; on regressions ask for a repair, at most --repair-rounds times. Work that a
+        repair round left unfinished (turn limit, model error) is checked once more as it stands."""
+        record = GateRecord(baseline=gate.baseline_run)
+        while result.outcome in ("finished", "stopped") or record.repair_rounds:
+            changed = workspace.changed_paths()
+            record.check = gate.check(changed, partial(workspace.file_at, limit=MAX_CHECKED_BYTES)) if changed else None
+            finished = result.outcome in ("finished", "stopped")
+            if record.check is None or record.check.verdict != "regressed" or not finished:
+                break
+            if record.repair_rounds >= self.config.repair_rounds:
+                break
+            record.repair_rounds += 1
+            self.emit({"type": "repair", "round": record.repair_rounds, "reason": record.check.reason})
+            result = loop.resume(repair_message(record.check))
+        return result, record
+
+    def _image_id(self) -> str:
+        try:
+            return self.docker.images.get(self.config.image).id
+        except docker.errors.DockerException:
+            return self.config.image
 
     def _save_patch(self, workspace: Workspace, outcome: TaskSummary) -> None:
         self.journal.append_patch(f"task {outcome.index}: {outcome.task}", workspace.diff())
 
-    def _settle(self, workspace: Workspace, outcome: TaskSummary, result: LoopResult) -> TaskSummary:
-        """The run hook: patch and commit happen here, outside the loop."""
+    def _settle(
+        self, workspace: Workspace, outcome: TaskSummary, result: LoopResult, record: GateRecord
+    ) -> TaskSummary:
+        """The run hook: patch, verdict and commit happen here, outside the loop."""
         outcome.turns = result.turns
         outcome.summary = result.summary
         outcome.reason = result.reason
         self._save_patch(workspace, outcome)
-        if result.outcome in ("max_turns", "error"):
-            outcome.status = "failed"
+        if result.outcome in ("max_turns", "error") and record.check is None:
+            outcome.status = outcome.verdict = "failed"
             return outcome
+        check = record.check
+        trailers = {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
+        if check is not None:
+            outcome.tests = _evidence(record, check)
+            outcome.reason = f"{result.reason}; gate: {check.reason}"
+            trailers["Refactor-Agent-Verdict"] = check.verdict
+            evidence = evidence_trailer(record.baseline, check.final)
+            if evidence:
+                trailers["Refactor-Agent-Tests"] = evidence
         message = result.summary.strip() or f"refactor-agent: {outcome.task}"
-        outcome.commit = workspace.commit(
-            message, {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
-        )
+        outcome.commit = workspace.commit(message, trailers)
         outcome.status = "committed" if outcome.commit else "no_changes"
+        outcome.verdict = check.verdict if check is not None and outcome.commit else "no_changes"
         return outcome

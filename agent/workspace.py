@@ -113,6 +113,23 @@ class Workspace:
         self._stage_everything()
         return self.repo.git.diff("--cached", "--binary", self.base_commit)
 
+    def changed_paths(self) -> list[str]:
+        """Paths the task changed against its base (added, modified, deleted), as staged."""
+        self._stage_everything()
+        names = self.repo.git.diff("--cached", "--name-only", "-z", "--no-renames", self.base_commit)
+        return [name for name in names.split("\0") if name]
+
+    def file_at(self, path: str, which: str, *, limit: int) -> bytes | None:
+        """A file's bytes at the base commit ("before") or as staged now ("after"), from git's blobs (never from
+        a path on the host); None when absent or larger than `limit`."""
+        spec = f"{self.base_commit}:{path}" if which == "before" else f":{path}"
+        try:
+            if int(self.repo.git.cat_file("-s", spec)) > limit:
+                return None
+            return self.repo.git.execute(["git", "cat-file", "blob", spec], stdout_as_string=False)
+        except (git.GitCommandError, ValueError):
+            return None
+
     def commit(self, message: str, trailers: dict[str, str]) -> str | None:
         """Commit all changes on the task branch; None when there is nothing to commit."""
         self._stage_everything()

@@ -12,7 +12,7 @@ import pytest
 from agent.journal import RunJournal
 from agent.metrics import summarize
 from agent.morning_report import file_changes, split_patch
-from agent.report import RunSummary, TaskSummary
+from agent.report import GateEvidence, RunSummary, TaskSummary
 
 from repos import git, make_repo
 
@@ -40,13 +40,15 @@ def _run_with_two_tasks(tmp_path: Path) -> tuple[RunJournal, RunSummary, str]:
             index=1,
             task="Rename compute_area | to area <now>",
             status="committed",
-            reason="the model called finish",
+            verdict="regressed",
+            reason="the model called finish; gate: 1 test(s) regressed",
+            tests=GateEvidence(baseline="3 passed", final="2 passed, 1 failed", regressed=["tests/t.py::test_<x>"]),
             branch="refactor-agent/r/1-rename",
             commit="0123456789abcdef",
             summary="Rename compute_area to area\n\n<b>callers</b> follow",
             metrics=summarize([]),
         ),
-        TaskSummary(index=2, task="Nothing to do", status="failed", reason="internal error: boom"),
+        TaskSummary(index=2, task="Nothing to do", status="failed", verdict="failed", reason="internal error: boom"),
     ]
     return journal, summary, diff
 
@@ -65,9 +67,11 @@ def test_markdown_report_has_a_row_per_task_and_escapes_cells(tmp_path: Path) ->
     report = (journal.directory / "report.md").read_text()
     rows = [line for line in report.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
     assert len(rows) == 2
-    assert "Rename compute_area \\| to area" in rows[0] and "+3/-1" in rows[0] and "| committed |" in rows[0]
+    assert "Rename compute_area \\| to area" in rows[0] and "+3/-1" in rows[0] and "| regressed |" in rows[0]
+    assert "| 3 passed → 2 passed, 1 failed | 1/0/0 |" in rows[0]
     assert "| failed |" in rows[1]
     assert "failed: internal error: boom" in report
+    assert "regressed (1):\n\n- `tests/t.py::test_<x>`" in report
 
 
 class _Page(HTMLParser):
@@ -129,10 +133,11 @@ def test_html_report_renders_in_a_real_browser(tmp_path: Path) -> None:
     page = _Page()
     page.feed(rendered)
     assert [row[:3] for row in page.rows] == [
-        ["1", "Rename compute_area | to area <now>", "committed"],
+        ["1", "Rename compute_area | to area <now>", "regressed"],
         ["2", "Nothing to do", "failed"],
     ]
     assert page.details == 1 and page.open_details == 0, "one diff, collapsed until asked for"
     assert page.inserted_spans == 3 + 2, "Pygments marks the 3 added lines and the 2 '+++' file headers"
     assert page.scripts_or_links == 0, "self-contained: nothing to fetch"
     assert "<b>callers</b>" not in rendered and "&lt;b&gt;callers&lt;/b&gt;" in rendered
+    assert "<code>tests/t.py::test_&lt;x&gt;</code>" in rendered

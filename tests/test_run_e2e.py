@@ -40,7 +40,7 @@ RENAME_SCRIPT = [
 
 
 def read_run(runs_dir: Path) -> tuple[Path, dict, list[dict]]:
-    (run_dir,) = runs_dir.iterdir()
+    (run_dir,) = [path for path in runs_dir.iterdir() if not path.name.startswith(".")]  # .baselines is shared
     summary = json.loads((run_dir / "summary.json").read_text())
     transcript = [json.loads(line) for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
     return run_dir, summary, transcript

@@ -1,0 +1,147 @@
+"""The runner's stages with the in-process scripted model, the real Docker sandbox and real git: the gate's verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import git
+import pytest
+
+from agent.config import RunConfig
+from agent.journal import RunJournal
+from agent.report import RunSummary
+from agent.runner import Run
+from sandbox import docker_client
+
+from repos import SAMPLE_FILES, make_repo
+from scripted_model import ScriptedModel
+from scripted_server import Reply, ScriptedServer
+
+pytestmark = pytest.mark.docker
+
+BROKEN_GEOMETRY = '''def compute_area(width, height):
+    """Area of a rectangle."""
+    return width + height
+
+
+def perimeter(width, height):
+    return 2 * (width + height)
+'''
+BREAK = Reply(tool_calls=[("create_file", {"path": "pkg/geometry.py", "content": BROKEN_GEOMETRY})])
+REPAIR = Reply(
+    tool_calls=[("str_replace", {"path": "pkg/geometry.py", "old": "width + height\n\n", "new": "width * height\n\n"})]
+)
+AREA_TESTS = ["tests/test_geometry.py::test_area", "tests/test_geometry.py::test_describe"]
+
+
+def finish(summary: str) -> Reply:
+    return Reply(tool_calls=[("finish", {"summary": summary})])
+
+
+def sample_repo(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
+    known_bug = {"tests/test_known_bug.py": "def test_known_bug():\n    assert 1 + 1 == 3\n"}
+    return make_repo(tmp_path / "repo", {**SAMPLE_FILES, **known_bug, **(extra or {})})
+
+
+def run(
+    tmp_path: Path, repo: Path, script: list, tasks: list[str] | None = None
+) -> tuple[RunSummary, list, ScriptedModel]:
+    model = ScriptedModel(script)
+    config = RunConfig(repo=repo, tasks=tasks or ["Add perimeter"], runs_dir=tmp_path / "runs", max_turns=10)
+    events: list[dict] = []
+    with ScriptedServer([]) as server:  # only for the packer's token counts and the metrics probes
+        journal = RunJournal(config.runs_dir, "run-under-test")
+        runner = Run(
+            config,
+            repo=git.Repo(repo),
+            docker_client=docker_client(),
+            model=model,
+            server_url=server.url,
+            journal=journal,
+            observe=events.append,
+        )
+        summary = runner.execute()
+        journal.close()
+    return summary, events, model
+
+
+def trailers(repo: Path, commit: str) -> dict[str, str]:
+    message = git.Repo(repo).commit(commit).message
+    return dict(line.split(": ", 1) for line in message.splitlines() if line.startswith("Refactor-Agent-"))
+
+
+def test_a_regression_goes_back_to_the_model_and_its_repair_is_verified(tmp_path: Path) -> None:
+    repo = sample_repo(tmp_path)
+    summary, events, model = run(tmp_path, repo, [BREAK, finish("Add perimeter"), REPAIR, finish("Add perimeter")])
+    (task,) = summary.tasks
+    assert (task.status, task.verdict) == ("committed", "verified")
+    assert task.tests is not None and task.tests.repair_rounds == 1
+    assert task.tests.regressed == [] and task.tests.still_failing == ["tests/test_known_bug.py::test_known_bug"]
+    repair = model.requests[2][-1]
+    assert repair["role"] == "user" and all(test in repair["content"] for test in AREA_TESTS)
+    assert "test_known_bug" not in repair["content"], "a test failing before the task is never a regression"
+    assert model.requests[2][: len(model.requests[1])] == model.requests[1], "the repair round is append-only"
+    assert trailers(repo, task.commit) == {
+        "Refactor-Agent-Run": "run-under-test",
+        "Refactor-Agent-Model": "scripted",
+        "Refactor-Agent-Verdict": "verified",
+        "Refactor-Agent-Tests": "2 passed, 1 failed (baseline 2 passed, 1 failed)",
+    }
+    assert summary.exit_code == 0
+    assert [event["verdict"] for event in events if event["type"] == "gate"] == ["regressed", "verified"]
+
+
+def test_work_that_stays_broken_is_committed_as_regressed(tmp_path: Path) -> None:
+    repo = sample_repo(tmp_path)
+    summary, _, model = run(tmp_path, repo, [BREAK, finish("Add perimeter"), finish("done"), finish("really done")])
+    (task,) = summary.tasks
+    assert (task.status, task.verdict) == ("committed", "regressed")
+    assert task.tests is not None and task.tests.regressed == AREA_TESTS and task.tests.repair_rounds == 2
+    assert len(model.requests) == 4, "two repair rounds (the default), then the verdict stands"
+    assert git.Repo(repo).commit(task.commit).message.startswith("really done")
+    assert summary.exit_code == 1
+    assert trailers(repo, task.commit)["Refactor-Agent-Verdict"] == "regressed"
+    saved = json.loads((tmp_path / "runs" / "run-under-test" / "summary.json").read_text())
+    assert saved["tasks"][0]["tests"]["regressed"] == AREA_TESTS
+    report = (tmp_path / "runs" / "run-under-test" / "report.md").read_text()
+    assert "| regressed |" in report and "tests/test_geometry.py::test_area" in report
+
+
+def test_a_test_that_passes_when_re_run_alone_is_flaky(tmp_path: Path) -> None:
+    # Passes at baseline (1st run), fails at the gate (2nd), passes when re-run alone (3rd): the sandbox's /tmp
+    # lives as long as the task's container.
+    flaky = (
+        "import pathlib\n\n\ndef test_sometimes():\n"
+        "    counter = pathlib.Path('/tmp/flaky-count')\n"
+        "    runs = int(counter.read_text()) if counter.exists() else 0\n"
+        "    counter.write_text(str(runs + 1))\n"
+        "    assert runs != 1\n"
+    )
+    repo = sample_repo(tmp_path, {"tests/test_flaky.py": flaky})
+    add_docstring = Reply(
+        tool_calls=[
+            (
+                "str_replace",
+                {
+                    "path": "pkg/report.py",
+                    "old": "def describe(width, height):\n",
+                    "new": 'def describe(width, height):\n    """Say the area."""\n',
+                },
+            )
+        ]
+    )
+    summary, _, _ = run(tmp_path, repo, [add_docstring, finish("Document describe")])
+    (task,) = summary.tasks
+    assert task.verdict == "verified"
+    assert task.tests is not None and task.tests.flaky == ["tests/test_flaky.py::test_sometimes"]
+
+
+def test_tasks_on_one_commit_run_the_baseline_once(tmp_path: Path) -> None:
+    repo = sample_repo(tmp_path)
+    tasks = [f"Task number {n}" for n in range(3)]
+    summary, events, _ = run(tmp_path, repo, [finish("nothing to do")] * 3, tasks=tasks)
+    assert [task.verdict for task in summary.tasks] == ["no_changes"] * 3
+    baselines = [event for event in events if event["type"] == "baseline"]
+    assert [event["cached"] for event in baselines] == [False, True, True]
+    assert {event["result"] for event in baselines} == {"2 passed, 1 failed"}
