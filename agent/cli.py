@@ -13,6 +13,8 @@ from agent.server.cli import doctor, server_app
 from sandbox.cli import sandbox_app
 from sandbox.models import DEFAULT_IMAGE
 
+MIB = 1024**2
+
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Overnight whole-repository refactoring with a local llama-server."
 )
@@ -54,6 +56,9 @@ def run(
     ].default,
     test_cmd: Annotated[str | None, typer.Option(help="Test command (default: detected).")] = None,
     command_timeout: Annotated[float, typer.Option(help="Seconds before a sandbox command is killed.")] = 600.0,
+    max_file_size: Annotated[
+        int, typer.Option(min=1, help="MiB; larger new files are not committed (listed in summary.json).")
+    ] = RunConfig.model_fields["max_file_bytes"].default // MIB,
     temperature: Annotated[float, typer.Option()] = SamplingConfig().temperature,
     top_p: Annotated[float, typer.Option()] = SamplingConfig().top_p,
     min_p: Annotated[float, typer.Option()] = SamplingConfig().min_p,
@@ -89,5 +94,6 @@ def run(
         max_turns=max_turns,
         test_cmd=test_cmd,
         command_timeout_s=command_timeout,
+        max_file_bytes=max_file_size * MIB,
     )
     raise typer.Exit(execute(config, allow_dirty=allow_dirty, view=RunView()))

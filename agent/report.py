@@ -24,6 +24,7 @@ class TaskSummary(BaseModel):
     wall_time_s: float = 0.0
     metrics: MetricsSummary | None = None
     warnings: list[str] = []
+    uncommitted_files: dict[str, str] = {}  # new files the commit left out (too large, a nested repository): why
 
 
 class RunSummary(BaseModel):

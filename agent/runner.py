@@ -17,7 +17,7 @@ import httpx
 
 from agent.config import RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
-from agent.journal import RunJournal
+from agent.journal import PATCH_MAX_BYTES, RunJournal
 from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import ChatModel, RequestStats
 from agent.loop import AgentLoop, LoopResult
@@ -107,7 +107,9 @@ class Run:
 
     def run_task(self, index: int, task: str) -> TaskSummary:
         started = time.monotonic()
-        workspace = Workspace.create(self.repo, run_id=self.journal.run_id, task=f"{index}-{task}")
+        workspace = Workspace.create(
+            self.repo, run_id=self.journal.run_id, task=f"{index}-{task}", max_file_bytes=self.config.max_file_bytes
+        )
         self.emit({"type": "task_start", "index": index, "task": task, "branch": workspace.branch})
         outcome = TaskSummary(
             index=index,
@@ -160,20 +162,24 @@ class Run:
             return loop.run(system, task_prompt(task, test_command))
 
     def _save_patch(self, workspace: Workspace, outcome: TaskSummary) -> None:
-        self.journal.append_patch(f"task {outcome.index}: {outcome.task}", workspace.diff())
+        diff = workspace.diff(max_bytes=PATCH_MAX_BYTES)
+        outcome.uncommitted_files = workspace.uncommitted_files
+        full_change = f"commit {outcome.commit} on {outcome.branch}" if outcome.commit else None
+        header = f"task {outcome.index}: {outcome.task}"
+        self.journal.append_patch(header, diff.data, total_bytes=diff.total_bytes, full_change=full_change)
 
     def _settle(self, workspace: Workspace, outcome: TaskSummary, result: LoopResult) -> TaskSummary:
         """The run hook: patch and commit happen here, outside the loop."""
         outcome.turns = result.turns
         outcome.summary = result.summary
         outcome.reason = result.reason
+        failed = result.outcome in ("max_turns", "error")
+        if not failed:
+            message = result.summary.strip() or f"refactor-agent: {outcome.task}"
+            outcome.commit = workspace.commit(
+                message, {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
+            )
+        # After the commit, so a cut patch can name it; a commit that fails still gets the patch (run_task).
         self._save_patch(workspace, outcome)
-        if result.outcome in ("max_turns", "error"):
-            outcome.status = "failed"
-            return outcome
-        message = result.summary.strip() or f"refactor-agent: {outcome.task}"
-        outcome.commit = workspace.commit(
-            message, {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
-        )
-        outcome.status = "committed" if outcome.commit else "no_changes"
+        outcome.status = "failed" if failed else "committed" if outcome.commit else "no_changes"
         return outcome
