@@ -56,7 +56,7 @@ class RunJournal:
         `diff` is at most PATCH_MAX_BYTES of a diff of total_bytes; a cut one says so, and where the whole is
         (`full_change`, a commit) or that it is not kept. Bytes as git wrote them: file contents need not be UTF-8.
         """
-        lines = [f"# {header}" if diff else f"# {header}: no changes"]
+        lines = [f"# {header}" if total_bytes else f"# {header}: no changes"]
         if total_bytes > len(diff):
             where = f"the whole change is {full_change}" if full_change else "the rest is not kept (no commit)"
             lines.append(f"# cut: the first {len(diff)} of {total_bytes} bytes of this diff are below; {where}")

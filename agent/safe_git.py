@@ -1,4 +1,4 @@
-"""Host-side git that trusts nothing a task's worktree holds: the only way agent/ runs git on a worktree.
+"""Host-side git that trusts nothing a task's worktree holds; workspace.py runs all its git through it.
 
 The model can rewrite anything in its worktree, the `.git` file included (point it at the user's git dir, or at a
 git dir of its own whose config sets core.fsmonitor or core.hooksPath), and the user's own hooks would run on
@@ -17,8 +17,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-# Identity variables only change who a commit is attributed to; every other GIT_* variable is dropped.
-KEPT_VARIABLES = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
+# Kept: who commits are attributed to, and which of the user's own config files git reads. Every other GIT_*
+# variable is dropped (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, GIT_CONFIG_PARAMETERS ...).
+KEPT_VARIABLES = (
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+)
 READ_CHUNK_BYTES = 1024 * 1024
 
 

@@ -166,7 +166,7 @@ class Workspace:
             # `worktree add -b` creates the branch at base_commit without touching the user's HEAD or index;
             # with hooks off, neither post-checkout nor reference-transaction of the user's runs.
             user_git(repo, hooks_dir).run("worktree", "add", "--quiet", "-b", branch, str(path), base_commit)
-            admin_dir = _admin_dir(Path(repo.common_dir), path)
+            admin_dir = _admin_dir(Path(repo.common_dir).resolve(), path)
         except (GitError, OSError) as error:
             shutil.rmtree(scratch, ignore_errors=True)
             raise WorkspaceError(f"cannot create a worktree for {task!r}: {error}") from None

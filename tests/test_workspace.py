@@ -175,6 +175,7 @@ def test_a_git_entry_made_a_directory_or_a_link_is_replaced_without_following_it
     workspace = create(repo_path, "git entry")
     try:
         entry = workspace.path / ".git"
+        written_by_git = entry.read_text()
         entry.unlink()
         if replacement == "directory":
             entry.mkdir()
@@ -183,7 +184,7 @@ def test_a_git_entry_made_a_directory_or_a_link_is_replaced_without_following_it
             entry.symlink_to(precious)
         (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
         commit = workspace.commit("Change", {})
-        assert entry.read_text() == f"gitdir: {workspace.admin_dir}\n"
+        assert entry.read_text() == written_by_git
     finally:
         workspace.remove()
     assert (precious / "keep.txt").read_text() == "keep"
