@@ -333,3 +333,42 @@ def test_inside_the_sandbox_the_users_git_dir_cannot_be_written(tmp_path: Path) 
     assert not (hooks / "post-commit").exists()
     assert run_git(repo_path, "branch", "--list", "evil") == ""
     assert stat.S_ISDIR((repo_path / ".git").stat().st_mode)
+
+
+# The model's side, from inside the real sandbox: it learns the host paths from the read-only bookkeeping.
+FIND_HOST_WORKTREE = 'host=$(dirname "$(cat "$(sed "s/^gitdir: //" .git)/gitdir")")'
+REDIRECTIONS = {
+    "users-git-dir": 'printf "gitdir: %s\\n" "$(git rev-parse --path-format=absolute --git-common-dir)" > .git',
+    "planted-fsmonitor": (
+        f"{FIND_HOST_WORKTREE} && git init -q planted"
+        ' && printf "#!/bin/sh\\ntouch %s/fsmonitor-ran\\n" "$host" > planted/monitor.sh && chmod +x planted/monitor.sh'
+        ' && git -C planted config core.fsmonitor "$host/planted/monitor.sh"'
+        ' && printf "gitdir: %s/planted/.git\\n" "$host" > .git'
+    ),
+}
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("redirection", sorted(REDIRECTIONS))
+def test_a_git_file_redirected_from_the_sandbox_changes_only_the_task_branch(tmp_path: Path, redirection: str) -> None:
+    client = docker_client()
+    require_image(client, DEFAULT_IMAGE)
+    repo_path = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo_path)
+    workspace = create(repo_path, "redirect from the sandbox")
+    try:
+        with DockerSandbox(
+            DEFAULT_IMAGE,
+            workspace.path,
+            run_id="test-redirect",
+            client=client,
+            read_only_paths=[workspace.git_common_dir],
+        ) as box:
+            result = box.execute(f"echo changed >> pkg/geometry.py && {REDIRECTIONS[redirection]}")
+            assert result.exit_code == 0, result.output
+        commit = workspace.commit("Change", {})
+        assert not (workspace.path / "fsmonitor-ran").exists()
+    finally:
+        workspace.remove()
+    assert checkout_fingerprint(repo_path) == before
+    assert commit is not None and committed_files(repo_path, commit) == ["pkg/geometry.py"]
