@@ -210,6 +210,28 @@ def test_the_users_hooks_never_run(tmp_path: Path) -> None:
     assert {"post-commit", "prepare-commit-msg"} <= set(os.listdir(markers))
 
 
+def test_a_user_ref_that_moves_during_the_commit_is_reported(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    workspace = create(repo_path, "race")
+    real_git = workspace.git
+
+    class RefMovedMeanwhile:
+        def run(self, *args: str, **options: object) -> bytes:
+            output = real_git.run(*args, **options)  # type: ignore[arg-type]
+            if "commit-tree" in args:
+                run_git(repo_path, "tag", "appeared-meanwhile")
+            return output
+
+    workspace.git = RefMovedMeanwhile()  # type: ignore[assignment]
+    try:
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        with pytest.raises(WorkspaceError, match="refs other than refs/heads/refactor-agent/r/race changed"):
+            workspace.commit("Change", {})
+    finally:
+        workspace.git = real_git
+        workspace.remove()
+
+
 # --- sizes and messages ---
 
 
