@@ -243,6 +243,8 @@ class Workspace:
         if tree == self.git.run("rev-parse", f"{self.base_commit}^{{tree}}").strip().decode():
             return None
         ref = f"refs/heads/{self.branch}"
+        if not self.branch.startswith(BRANCH_PREFIX):
+            raise WorkspaceError(f"refusing to commit onto {ref}: only {BRANCH_PREFIX}* branches are ours")
         if self.git.run("symbolic-ref", "HEAD").strip().decode() != ref:
             raise WorkspaceError(f"the worktree's HEAD no longer names {ref}")
         parent = self.git.run("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").strip().decode()

@@ -232,6 +232,20 @@ def test_a_user_ref_that_moves_during_the_commit_is_reported(tmp_path: Path) -> 
         workspace.remove()
 
 
+def test_only_task_branches_are_ever_committed_onto(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo_path)
+    workspace = create(repo_path, "not main")
+    workspace.branch = "main"
+    try:
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        with pytest.raises(WorkspaceError, match="refusing to commit onto refs/heads/main"):
+            workspace.commit("Change", {})
+    finally:
+        workspace.remove()
+    assert checkout_fingerprint(repo_path) == before
+
+
 # --- sizes and messages ---
 
 
