@@ -192,17 +192,21 @@ def test_a_git_entry_made_a_directory_or_a_link_is_replaced_without_following_it
     assert run_git(repo_path, "worktree", "list", "--porcelain").count("worktree ") == 1
 
 
-def test_the_users_hooks_never_run(tmp_path: Path) -> None:
+def test_the_users_hooks_and_diff_programs_never_run(tmp_path: Path) -> None:
     repo_path = make_repo(tmp_path / "repo")
     markers = tmp_path / "markers"
     markers.mkdir()
-    for name in USER_HOOKS:
-        hook = repo_path / ".git/hooks" / name
-        hook.write_text(f"#!/bin/sh\ntouch {markers / name}\n")
-        hook.chmod(0o755)
+    programs = {name: repo_path / ".git/hooks" / name for name in USER_HOOKS}
+    programs |= {name: tmp_path / name for name in ("diff-external", "diff-textconv")}
+    for name, program in programs.items():
+        program.write_text(f'#!/bin/sh\ntouch {markers / name}\ncat "$1" 2>/dev/null\nexit 0\n')
+        program.chmod(0o755)
+    run_git(repo_path, "config", "diff.external", str(programs["diff-external"]))
+    run_git(repo_path, "config", "diff.shown.textconv", str(programs["diff-textconv"]))
     workspace = create(repo_path, "hooks")
+    (workspace.path / ".gitattributes").write_text("*.py diff=shown\n")  # the model picks what a driver sees
     (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
-    workspace.diff(max_bytes=ALL)
+    assert b"+changed = True" in workspace.diff(max_bytes=ALL).data
     assert workspace.commit("Change", {}) is not None
     workspace.remove()
     assert sorted(os.listdir(markers)) == []
