@@ -13,6 +13,8 @@ from agent.server.cli import doctor, server_app
 from sandbox.cli import sandbox_app
 from sandbox.models import DEFAULT_IMAGE
 
+MIB = 1024**2
+
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Overnight whole-repository refactoring with a local llama-server."
 )
@@ -57,6 +59,9 @@ def run(
     repair_rounds: Annotated[
         int, typer.Option(min=0, help="Times the gate sends regressed tests back to the model.")
     ] = RunConfig.model_fields["repair_rounds"].default,
+    max_file_size: Annotated[
+        int, typer.Option(min=1, help="MiB; larger new files are not committed (listed in summary.json).")
+    ] = RunConfig.model_fields["max_file_bytes"].default // MIB,
     temperature: Annotated[float, typer.Option()] = SamplingConfig().temperature,
     top_p: Annotated[float, typer.Option()] = SamplingConfig().top_p,
     min_p: Annotated[float, typer.Option()] = SamplingConfig().min_p,
@@ -93,5 +98,6 @@ def run(
         test_cmd=test_cmd,
         command_timeout_s=command_timeout,
         repair_rounds=repair_rounds,
+        max_file_bytes=max_file_size * MIB,
     )
     raise typer.Exit(execute(config, allow_dirty=allow_dirty, view=RunView()))

@@ -46,4 +46,5 @@ class RunConfig(BaseModel):
     test_cmd: str | None = None
     command_timeout_s: float = Field(600.0, gt=0)
     repair_rounds: int = Field(2, ge=0, description="times the gate may send regressions back to the model")
+    max_file_bytes: int = Field(10 * 1024**2, ge=1, description="untracked files above this are not committed")
     tool_output_chars: int = Field(20_000, ge=1_000, description="tool output shown to the model, head and tail kept")

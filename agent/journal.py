@@ -14,6 +14,9 @@ from pydantic import BaseModel
 from agent.morning_report import render_html, render_markdown, split_patch
 from agent.report import RunSummary
 
+# patch.diff holds at most this much of each task's diff: a task that wrote gigabytes must not fill the disk twice.
+PATCH_MAX_BYTES = 5 * 1024 * 1024
+
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -54,10 +57,18 @@ class RunJournal:
         self._transcript.flush()
         os.fsync(self._transcript.fileno())
 
-    def append_patch(self, header: str, diff: str) -> None:
-        """One file for all tasks; `git apply` skips the header lines between diffs."""
-        with (self.directory / "patch.diff").open("a", encoding="utf-8") as patch:
-            patch.write(f"# {header}\n{diff}\n" if diff else f"# {header}: no changes\n")
+    def append_patch(self, header: str, diff: bytes, *, total_bytes: int, full_change: str | None) -> None:
+        """One file for all tasks; `git apply` skips the header lines between diffs.
+
+        `diff` is at most PATCH_MAX_BYTES of a diff of total_bytes; a cut one says so, and where the whole is
+        (`full_change`, a commit) or that it is not kept. Bytes as git wrote them: file contents need not be UTF-8.
+        """
+        lines = [f"# {header}" if total_bytes else f"# {header}: no changes"]
+        if total_bytes > len(diff):
+            where = f"the whole change is {full_change}" if full_change else "the rest is not kept (no commit)"
+            lines.append(f"# cut: the first {len(diff)} of {total_bytes} bytes of this diff are below; {where}")
+        with (self.directory / "patch.diff").open("ab") as patch:
+            patch.write("\n".join(lines).encode("utf-8") + b"\n" + (diff + b"\n" if diff else b""))
 
     def write_summary(self, summary: RunSummary) -> None:
         """summary.json and the morning reports beside it, always together."""

@@ -31,6 +31,9 @@ VERDICT_COLOURS = {
 # The evidence lists a task section names, in the order a reviewer cares about them.
 EVIDENCE_LISTS = ("regressed", "removed", "syntax_errors", "flaky", "fixed", "still_failing")
 LISTED_PER_KIND = 30
+# Highlighting costs time in proportion to the text, and a page of megabytes helps nobody: past this, the report
+# shows the beginning and points at patch.diff.
+MAX_RENDERED_DIFF_CHARS = 400_000
 
 
 @dataclass(frozen=True)
@@ -214,9 +217,13 @@ def _task_section(task: TaskSummary, diff: str, formatter: HtmlFormatter) -> str
     if task.summary:
         parts.append(f'<pre class="message">{html.escape(task.summary)}</pre>')
     if diff:
+        shown = (
+            diff[: diff.rfind("\n", 0, MAX_RENDERED_DIFF_CHARS) + 1] if len(diff) > MAX_RENDERED_DIFF_CHARS else diff
+        )
+        cut = f" (the first {len(shown)} of {len(diff)} characters; the rest is in patch.diff)" if shown != diff else ""
         parts.append(
-            f'<details class="diff"><summary>diff ({len(file_changes(diff))} files)</summary>'
-            f"{highlight(diff, DiffLexer(), formatter)}</details>"
+            f'<details class="diff"><summary>diff ({len(file_changes(diff))} files){cut}</summary>'
+            f"{highlight(shown, DiffLexer(), formatter)}</details>"
         )
     else:
         parts.append("<p>No changes.</p>")

@@ -49,6 +49,7 @@ class TaskSummary(BaseModel):
     tests: GateEvidence | None = None
     metrics: MetricsSummary | None = None
     warnings: list[str] = []
+    uncommitted_files: dict[str, str] = {}  # new files the commit left out (too large, a nested repository): why
 
 
 class RunSummary(BaseModel):

@@ -23,7 +23,7 @@ from agent.gate.baseline import BaselineCache, baseline_key
 from agent.gate.stage import Gate, GateRecord
 from agent.gate.syntax import MAX_CHECKED_BYTES
 from agent.gate.verdict import GateCheck, evidence_trailer, repair_message
-from agent.journal import RunJournal
+from agent.journal import PATCH_MAX_BYTES, RunJournal
 from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import ChatModel, RequestStats
 from agent.loop import AgentLoop, LoopResult
@@ -130,7 +130,9 @@ class Run:
     def run_task(self, index: int, task: str) -> TaskSummary:
         """The stages of one task: workspace, then in its sandbox baseline and loop and gate, then settle."""
         started = time.monotonic()
-        workspace = Workspace.create(self.repo, run_id=self.journal.run_id, task=f"{index}-{task}")
+        workspace = Workspace.create(
+            self.repo, run_id=self.journal.run_id, task=f"{index}-{task}", max_file_bytes=self.config.max_file_bytes
+        )
         self.emit({"type": "task_start", "index": index, "task": task, "branch": workspace.branch})
         outcome = TaskSummary(
             index=index,
@@ -222,30 +224,38 @@ class Run:
             return self.config.image
 
     def _save_patch(self, workspace: Workspace, outcome: TaskSummary) -> None:
-        self.journal.append_patch(f"task {outcome.index}: {outcome.task}", workspace.diff())
+        diff = workspace.diff(max_bytes=PATCH_MAX_BYTES)
+        outcome.uncommitted_files = workspace.uncommitted_files
+        full_change = f"commit {outcome.commit} on {outcome.branch}" if outcome.commit else None
+        header = f"task {outcome.index}: {outcome.task}"
+        self.journal.append_patch(header, diff.data, total_bytes=diff.total_bytes, full_change=full_change)
 
     def _settle(
         self, workspace: Workspace, outcome: TaskSummary, result: LoopResult, record: GateRecord
     ) -> TaskSummary:
-        """The run hook: patch, verdict and commit happen here, outside the loop."""
+        """The run hook: verdict, commit and patch happen here, outside the loop. Work the gate checked is
+        committed whatever its verdict (nothing the model did is thrown away); the trailers carry the evidence."""
         outcome.turns = result.turns
         outcome.summary = result.summary
         outcome.reason = result.reason
-        self._save_patch(workspace, outcome)
-        if result.outcome in ("max_turns", "error") and record.check is None:
-            outcome.status = outcome.verdict = "failed"
-            return outcome
         check = record.check
-        trailers = {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
-        if check is not None:
-            outcome.tests = _evidence(record, check)
-            outcome.reason = f"{result.reason}; gate: {check.reason}"
-            trailers["Refactor-Agent-Verdict"] = check.verdict
-            evidence = evidence_trailer(record.baseline, check.final)
-            if evidence:
-                trailers["Refactor-Agent-Tests"] = evidence
-        message = result.summary.strip() or f"refactor-agent: {outcome.task}"
-        outcome.commit = workspace.commit(message, trailers)
-        outcome.status = "committed" if outcome.commit else "no_changes"
-        outcome.verdict = check.verdict if check is not None and outcome.commit else "no_changes"
+        failed = result.outcome in ("max_turns", "error") and check is None
+        if not failed:
+            trailers = {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
+            if check is not None:
+                outcome.tests = _evidence(record, check)
+                outcome.reason = f"{result.reason}; gate: {check.reason}"
+                trailers["Refactor-Agent-Verdict"] = check.verdict
+                evidence = evidence_trailer(record.baseline, check.final)
+                if evidence:
+                    trailers["Refactor-Agent-Tests"] = evidence
+            message = result.summary.strip() or f"refactor-agent: {outcome.task}"
+            outcome.commit = workspace.commit(message, trailers)
+        # After the commit, so a cut patch can name it; a commit that fails still gets the patch (run_task).
+        self._save_patch(workspace, outcome)
+        outcome.status = "failed" if failed else "committed" if outcome.commit else "no_changes"
+        if failed:
+            outcome.verdict = "failed"
+        else:
+            outcome.verdict = check.verdict if check is not None and outcome.commit else "no_changes"
         return outcome

@@ -2,7 +2,8 @@
 
 The user's working tree, index, HEAD, current branch and stash are never written: the worktree has its own
 index and HEAD, and the only things added to the user's repository are the task branch and git's own
-bookkeeping for the worktree (removed with it).
+bookkeeping for the worktree (removed with it). The worktree is the model's, so nothing in it steers host git:
+every git call goes through SafeGit with the git dir found from the user's repository.
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import tempfile
+import unicodedata
 from pathlib import Path
 
 import git
+
+from agent.safe_git import CappedOutput, GitError, SafeGit
 
 # Caches that test runs and tools leave behind: never part of a refactoring, even where the repository's own
 # .gitignore forgets them. Untracked files only; changes to tracked files are always committed.
@@ -29,20 +34,17 @@ ARTIFACT_PATTERNS = (
     ".tox/",
     ".nox/",
 )
-
-
-def _user_excludes(repo: git.Repo) -> str:
-    """The user's global ignore file, which a -c core.excludesFile of ours would otherwise replace."""
-    try:
-        configured = repo.git.config("--get", "core.excludesFile")
-    except git.GitCommandError:
-        configured = ""
-    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    path = Path(configured).expanduser() if configured else config_home / "git" / "ignore"
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
+# Commit messages longer than this are cut; the whole text stays in summary.json.
+MAX_COMMIT_MESSAGE_CHARS = 8_000
+BRANCH_PREFIX = "refactor-agent/"
+# A patch `git apply` takes, binary files included; no external diff or textconv program of anyone's runs.
+DIFF_OPTIONS = ("--binary", "--no-ext-diff", "--no-textconv", "--no-color")
+FALLBACK_IDENTITY = {
+    "GIT_AUTHOR_NAME": "refactor-agent",
+    "GIT_AUTHOR_EMAIL": "refactor-agent@localhost",
+    "GIT_COMMITTER_NAME": "refactor-agent",
+    "GIT_COMMITTER_EMAIL": "refactor-agent@localhost",
+}
 
 
 class WorkspaceError(Exception):
@@ -71,90 +73,220 @@ def open_repository(path: Path) -> git.Repo:
     return repo
 
 
+def user_git(repo: git.Repo, hooks_dir: Path) -> SafeGit:
+    """The user's own repository, named by the directories GitPython found when it was opened."""
+    return SafeGit(Path(repo.git_dir), Path(str(repo.working_tree_dir)), hooks_dir)
+
+
 def dirty_description(repo: git.Repo) -> str | None:
-    if not repo.is_dirty(untracked_files=True):
+    """What `git status` reports, read without writing the user's index (no stat refresh written back)."""
+    with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks_dir:
+        status = user_git(repo, Path(hooks_dir)).run("status", "--porcelain=v1", "-z", "--untracked-files=all")
+    entries = iter(status.split(b"\0"))
+    changed = untracked = 0
+    for entry in entries:
+        if entry.startswith(b"??"):
+            untracked += 1
+        elif entry:
+            changed += 1
+            if entry[:1] in b"RC" or entry[1:2] in b"RC":
+                next(entries, None)  # a rename's or copy's source path follows as its own entry
+    if not changed and not untracked:
         return None
-    changed = len(repo.index.diff(None)) + len(repo.index.diff("HEAD"))
-    untracked = len(repo.untracked_files)
     return f"{changed} changed and {untracked} untracked paths"
 
 
+def commit_message(text: str, trailers: dict[str, str]) -> str:
+    """NUL and control characters (newline and tab kept) would lose the commit; so would a message of megabytes."""
+    cleaned = "".join(c for c in text if c in "\n\t" or unicodedata.category(c) != "Cc").strip()
+    if len(cleaned) > MAX_COMMIT_MESSAGE_CHARS:
+        cleaned = cleaned[:MAX_COMMIT_MESSAGE_CHARS].rstrip() + "\n\n[message cut; the full text is in summary.json]"
+    trailer_block = "\n".join(f"{key}: {value}" for key, value in trailers.items())
+    return f"{cleaned or 'refactor-agent'}\n\n{trailer_block}\n"
+
+
+def _admin_dir(common_dir: Path, worktree: Path) -> Path:
+    """Git's bookkeeping directory for the worktree, found from the user's side: each records its worktree."""
+    expected = str(worktree / ".git")
+    for candidate in (common_dir / "worktrees").iterdir():
+        try:
+            recorded = (candidate / "gitdir").read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            continue
+        if recorded == expected:
+            return candidate
+    raise WorkspaceError(f"git created no bookkeeping for the worktree {worktree}")
+
+
+def _user_excludes(user_side: SafeGit) -> str:
+    """The user's global ignore file, which a -c core.excludesFile of ours would otherwise replace."""
+    try:
+        configured = user_side.run("config", "--get", "core.excludesFile").decode("utf-8", errors="replace").strip()
+    except GitError:
+        configured = ""
+    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    path = Path(configured).expanduser() if configured else config_home / "git" / "ignore"
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 class Workspace:
-    def __init__(self, repo: git.Repo, path: Path, branch: str, base_commit: str) -> None:
+    def __init__(
+        self, repo: git.Repo, scratch: Path, admin_dir: Path, branch: str, base_commit: str, max_file_bytes: int
+    ) -> None:
         self.user_repo = repo
-        self.path = path
+        self.scratch = scratch
+        self.path = scratch / "worktree"
+        self.admin_dir = admin_dir
         self.branch = branch
         self.base_commit = base_commit
-        self.repo = git.Repo(path)
+        self.max_file_bytes = max_file_bytes
+        # Untracked paths the last staging left out: path -> why.
+        self.uncommitted_files: dict[str, str] = {}
+        hooks_dir = scratch / "no-hooks"
+        self.user_side = user_git(repo, hooks_dir)
+        self.git = SafeGit(admin_dir, self.path, hooks_dir)
         # Outside the worktree, so the model can neither see nor edit it.
-        self.excludes_file = path.parent / "excludes"
-        self.excludes_file.write_text(_user_excludes(repo) + "\n" + "\n".join(ARTIFACT_PATTERNS) + "\n")
+        self.excludes_file = scratch / "excludes"
+        self.excludes_file.write_text(_user_excludes(self.user_side) + "\n" + "\n".join(ARTIFACT_PATTERNS) + "\n")
 
     @classmethod
-    def create(cls, repo: git.Repo, *, run_id: str, task: str, scratch_root: Path | None = None) -> Workspace:
+    def create(
+        cls, repo: git.Repo, *, run_id: str, task: str, max_file_bytes: int, scratch_root: Path | None = None
+    ) -> Workspace:
         base_commit = repo.head.commit.hexsha
-        branch = f"refactor-agent/{run_id}/{task_slug(task)}"
-        parent = Path(tempfile.mkdtemp(prefix=f"refactor-agent-{run_id}-", dir=scratch_root))
-        path = parent / "worktree"
-        # `worktree add -b` creates the branch at base_commit without touching the user's HEAD or index.
-        repo.git.worktree("add", "--quiet", "-b", branch, str(path), base_commit)
-        return cls(repo, path, branch, base_commit)
+        branch = f"{BRANCH_PREFIX}{run_id}/{task_slug(task)}"
+        scratch = Path(tempfile.mkdtemp(prefix=f"refactor-agent-{run_id}-", dir=scratch_root)).resolve()
+        hooks_dir = scratch / "no-hooks"
+        hooks_dir.mkdir()
+        path = scratch / "worktree"
+        try:
+            # `worktree add -b` creates the branch at base_commit without touching the user's HEAD or index;
+            # with hooks off, neither post-checkout nor reference-transaction of the user's runs.
+            user_git(repo, hooks_dir).run("worktree", "add", "--quiet", "-b", branch, str(path), base_commit)
+            admin_dir = _admin_dir(Path(repo.common_dir).resolve(), path)
+        except (GitError, OSError) as error:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise WorkspaceError(f"cannot create a worktree for {task!r}: {error}") from None
+        return cls(repo, scratch, admin_dir, branch, base_commit, max_file_bytes)
 
     @property
     def git_common_dir(self) -> Path:
         """The user's .git directory, which the worktree's `.git` file points into."""
-        return Path(self.user_repo.git.rev_parse("--path-format=absolute", "--git-common-dir"))
+        return Path(self.user_repo.common_dir)
+
+    def restore_git_file(self) -> None:
+        """Put back the `.git` file git wrote, whatever the model made of it (for tools in the sandbox and for
+        `worktree remove`); host git does not read it either way. Nothing is followed: a link is removed itself."""
+        entry = self.path / ".git"
+        try:
+            mode = os.lstat(entry).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and stat.S_ISDIR(mode):
+            shutil.rmtree(entry)
+        elif mode is not None:
+            entry.unlink()
+        descriptor = os.open(entry, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(f"gitdir: {self.admin_dir}\n")
+
+    def _left_out(self, exclude: tuple[str, str]) -> dict[bytes, str]:
+        """Untracked paths not to stage, with the reason: files above max_file_bytes, and repositories of their
+        own (`git init` in a subdirectory), which git would add as a gitlink, or fail on when they have no commit."""
+        listing = self.git.run(*exclude, "ls-files", "-z", "--others", "--exclude-standard")
+        left_out = {}
+        for name in filter(None, listing.split(b"\0")):
+            if name.endswith(b"/"):  # git lists a nested repository as a directory and does not look inside
+                left_out[name.rstrip(b"/")] = "a git repository of its own"
+                continue
+            try:  # lstat: git lists no path below a symbolic link, and a link itself is never followed
+                info = os.lstat(os.fsencode(self.path) + b"/" + name)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode) and info.st_size > self.max_file_bytes:
+                left_out[name] = f"{info.st_size} bytes, above the limit of {self.max_file_bytes}"
+        return left_out
 
     def _stage_everything(self) -> None:
-        self.repo.git.execute(["git", "-c", f"core.excludesFile={self.excludes_file}", "add", "--all"])
+        self.restore_git_file()
+        exclude = ("-c", f"core.excludesFile={self.excludes_file}")
+        left_out = self._left_out(exclude)
+        self.uncommitted_files = {os.fsdecode(name): reason for name, reason in left_out.items()}
+        # Pathspecs on stdin: any number of them, and names need not be UTF-8.
+        pathspecs = [b":(top)", *(b":(exclude,literal,top)" + name for name in left_out)]
+        self.git.run(
+            *exclude, "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul", input=b"\0".join(pathspecs)
+        )
 
-    def diff(self) -> str:
-        """Everything the task changed against its base, new files included."""
+    def diff(self, *, max_bytes: int) -> CappedOutput:
+        """Everything the task changed against its base, new files included; only the first max_bytes kept."""
         self._stage_everything()
-        return self.repo.git.diff("--cached", "--binary", self.base_commit)
+        return self.git.read_capped("diff", "--cached", *DIFF_OPTIONS, self.base_commit, max_bytes=max_bytes)
+
+    def _user_refs(self) -> bytes:
+        """The user's HEAD and every ref that is not a task branch: a commit must leave them all as they were."""
+        head = (Path(self.user_repo.git_dir) / "HEAD").read_bytes()
+        refs = self.user_side.run("for-each-ref", "--format=%(refname) %(objectname)")
+        others = [line for line in refs.splitlines() if not line.startswith(b"refs/heads/" + BRANCH_PREFIX.encode())]
+        return head + b"\0" + self.user_side.run("rev-parse", "HEAD") + b"\0" + b"\n".join(others)
 
     def changed_paths(self) -> list[str]:
         """Paths the task changed against its base (added, modified, deleted), as staged."""
         self._stage_everything()
-        names = self.repo.git.diff("--cached", "--name-only", "-z", "--no-renames", self.base_commit)
-        return [name for name in names.split("\0") if name]
+        names = self.git.run("diff", "--cached", "--name-only", "-z", "--no-renames", self.base_commit)
+        return [os.fsdecode(name) for name in names.split(b"\0") if name]
 
     def file_at(self, path: str, which: str, *, limit: int) -> bytes | None:
         """A file's bytes at the base commit ("before") or as staged now ("after"), from git's blobs (never from
         a path on the host); None when absent or larger than `limit`."""
         spec = f"{self.base_commit}:{path}" if which == "before" else f":{path}"
         try:
-            if int(self.repo.git.cat_file("-s", spec)) > limit:
+            if int(self.git.run("cat-file", "-s", spec)) > limit:
                 return None
-            return self.repo.git.execute(["git", "cat-file", "blob", spec], stdout_as_string=False)
-        except (git.GitCommandError, ValueError):
+            return self.git.run("cat-file", "blob", spec)
+        except (GitError, ValueError):
             return None
 
     def commit(self, message: str, trailers: dict[str, str]) -> str | None:
-        """Commit all changes on the task branch; None when there is nothing to commit."""
+        """Commit all changes on the task branch; None when there is nothing to commit.
+
+        Plumbing (write-tree, commit-tree, update-ref with the old value) instead of `git commit`: no hook can
+        be involved, the message goes through stdin whatever its size, and the one ref written is named."""
         self._stage_everything()
-        if not self.repo.git.diff("--cached", "--name-only", self.base_commit):
+        tree = self.git.run("write-tree").strip().decode()
+        if tree == self.git.run("rev-parse", f"{self.base_commit}^{{tree}}").strip().decode():
             return None
-        trailer_block = "\n".join(f"{key}: {value}" for key, value in trailers.items())
-        environment = {}
-        reader = self.repo.config_reader()
-        if not reader.has_option("user", "email"):
-            environment = {
-                "GIT_AUTHOR_NAME": "refactor-agent",
-                "GIT_AUTHOR_EMAIL": "refactor-agent@localhost",
-                "GIT_COMMITTER_NAME": "refactor-agent",
-                "GIT_COMMITTER_EMAIL": "refactor-agent@localhost",
-            }
-        # --no-verify: the user's hooks are not ours to run unattended at night.
-        with self.repo.git.custom_environment(**environment):
-            self.repo.git.commit("--quiet", "--no-verify", "-m", f"{message.strip()}\n\n{trailer_block}")
-        return self.repo.head.commit.hexsha
+        ref = f"refs/heads/{self.branch}"
+        if not self.branch.startswith(BRANCH_PREFIX):
+            raise WorkspaceError(f"refusing to commit onto {ref}: only {BRANCH_PREFIX}* branches are ours")
+        if self.git.run("symbolic-ref", "HEAD").strip().decode() != ref:
+            raise WorkspaceError(f"the worktree's HEAD no longer names {ref}")
+        parent = self.git.run("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").strip().decode()
+        try:
+            self.user_side.run("config", "--get", "user.email")
+            identity = {}
+        except GitError:
+            identity = FALLBACK_IDENTITY
+        user_refs = self._user_refs()
+        commit = self.git.run(
+            "commit-tree", tree, "-p", parent, "-F", "-", input=commit_message(message, trailers).encode(), env=identity
+        )
+        sha = commit.strip().decode()
+        self.git.run("update-ref", "-m", "refactor-agent: commit", ref, sha, parent)
+        if self.git.run("rev-parse", "--verify", ref).strip().decode() != sha or self._user_refs() != user_refs:
+            raise WorkspaceError(f"refs other than {ref} changed while committing; check the repository")
+        return sha
 
     def remove(self) -> None:
         """Drop the scratch checkout; the branch and its commits stay in the user's repository."""
         try:
-            self.user_repo.git.worktree("remove", "--force", str(self.path))
-        except git.GitCommandError:
+            self.restore_git_file()
+            self.user_side.run("worktree", "remove", "--force", str(self.path))
+        except (GitError, OSError):
+            # Our own bookkeeping directory, named exactly; `worktree prune` would also prune the user's.
             shutil.rmtree(self.path, ignore_errors=True)
-            self.user_repo.git.worktree("prune")
-        shutil.rmtree(self.path.parent, ignore_errors=True)
+            shutil.rmtree(self.admin_dir, ignore_errors=True)
+        shutil.rmtree(self.scratch, ignore_errors=True)

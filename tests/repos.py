@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 from pathlib import Path
 
@@ -29,6 +30,12 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
+def read_only_git(repo: Path, *args: str) -> str:
+    """git that writes nothing it need not: `status` would otherwise refresh the very index being compared."""
+    environment = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=environment).stdout
+
+
 def make_repo(path: Path, files: dict[str, str] = SAMPLE_FILES) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")
@@ -44,17 +51,25 @@ def make_repo(path: Path, files: dict[str, str] = SAMPLE_FILES) -> Path:
 
 
 def checkout_fingerprint(repo: Path) -> dict[str, str]:
-    """Everything of the user's checkout that a run must not touch: work tree bytes, index, HEAD, stash."""
+    """Everything of the user's checkout that a run must not touch: work tree bytes, index (bytes and mtime),
+    HEAD, config, every ref but the task branches (refactor-agent/*), the stash and the list of worktrees.
+
+    Compare one taken before a run with one taken after it, failure cases included."""
     digest: dict[str, str] = {}
     for file in sorted(repo.rglob("*")):
         relative = file.relative_to(repo).as_posix()
         if file.is_file() and not relative.startswith(".git/"):
             digest[relative] = hashlib.sha256(file.read_bytes()).hexdigest()
-    for name in ("index", "HEAD"):
+    for name in ("index", "HEAD", "config"):
         file = repo / ".git" / name
         digest[f".git/{name}"] = hashlib.sha256(file.read_bytes()).hexdigest() if file.exists() else "-"
-    digest["head-commit"] = git(repo, "rev-parse", "HEAD").strip()
-    digest["branch"] = git(repo, "symbolic-ref", "-q", "HEAD").strip()
-    digest["stash"] = git(repo, "stash", "list")
-    digest["status"] = git(repo, "status", "--porcelain", "--untracked-files=all")
+    index = repo / ".git" / "index"
+    digest["index-mtime"] = str(index.stat().st_mtime_ns) if index.exists() else "-"
+    digest["head-commit"] = read_only_git(repo, "rev-parse", "HEAD").strip()
+    digest["branch"] = read_only_git(repo, "symbolic-ref", "-q", "HEAD").strip()
+    refs = read_only_git(repo, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+    digest["refs"] = "\n".join(ref for ref in refs if not ref.startswith("refs/heads/refactor-agent/"))
+    digest["worktrees"] = read_only_git(repo, "worktree", "list", "--porcelain")
+    digest["stash"] = read_only_git(repo, "stash", "list")
+    digest["status"] = read_only_git(repo, "status", "--porcelain", "--untracked-files=all")
     return digest

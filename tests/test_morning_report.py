@@ -32,8 +32,10 @@ def _real_diff(tmp_path: Path) -> str:
 def _run_with_two_tasks(tmp_path: Path) -> tuple[RunJournal, RunSummary, str]:
     diff = _real_diff(tmp_path)
     journal = RunJournal(tmp_path / "runs", "20261201-010000-abcd")
-    journal.append_patch("task 1: Rename compute_area | to area <now>", diff)
-    journal.append_patch("task 2: Nothing to do", "")
+    journal.append_patch(
+        "task 1: Rename compute_area | to area <now>", diff.encode(), total_bytes=len(diff), full_change=None
+    )
+    journal.append_patch("task 2: Nothing to do", b"", total_bytes=0, full_change=None)
     summary = RunSummary(run_id=journal.run_id, repo="/srv/repo", model="deepseek-v4-flash", server_url="http://x/v1")
     summary.tasks = [
         TaskSummary(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
+from agent.config import RunConfig
+from agent.preflight import PreflightError, preflight
 
 from repos import checkout_fingerprint, git, make_repo
 
@@ -67,3 +70,27 @@ def test_missing_image_says_how_to_build_it(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     code, output = run_cli(str(repo), "--task", "x", "--image", "no-such-image:1")
     assert code == 2 and "refactor-agent sandbox build" in output
+
+
+@pytest.mark.parametrize("state", ["clean", "dirty"])
+def test_the_dirty_check_never_writes_the_users_index(
+    tmp_path: Path, state: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Touched mtimes make git want to refresh the index's stat data; the check must only read."""
+    repo = make_repo(tmp_path / "repo")
+    if state == "dirty":
+        (repo / "pkg/geometry.py").write_text("# edited\n")
+        (repo / "notes.txt").write_text("untracked\n")
+    for file in repo.rglob("*.py"):
+        os.utime(file, (1_000_000, 1_000_000))
+    index = repo / ".git" / "index"
+    before = (index.read_bytes(), index.stat().st_mtime_ns)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")  # the first check after the dirty one fails
+    config = RunConfig(repo=repo, tasks=["x"])
+    with pytest.raises(PreflightError) as raised:
+        preflight(config, allow_dirty=False, log=lambda _: None)
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+    if state == "dirty":
+        assert "uncommitted changes (1 changed and 1 untracked paths)" in str(raised.value)
+    else:
+        assert str(raised.value).startswith("Docker daemon unreachable")

@@ -1,16 +1,34 @@
-"""Worktrees on real repositories: the user's checkout is never touched."""
+"""Worktrees on real repositories: the user's checkout is never touched, whatever the model does to its own."""
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
 from pathlib import Path
 
 import git
 import pytest
 
-from agent.workspace import Workspace, WorkspaceError, open_repository, task_slug
+from agent.config import RunConfig
+from agent.journal import RunJournal
+from agent.workspace import MAX_COMMIT_MESSAGE_CHARS, Workspace, WorkspaceError, open_repository, task_slug
+from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client, require_image
 
 from repos import checkout_fingerprint, make_repo
 from repos import git as run_git
+
+MAX_FILE_BYTES = RunConfig.model_fields["max_file_bytes"].default
+ALL = 1024**3  # a diff cap no test diff reaches
+USER_HOOKS = ("post-checkout", "prepare-commit-msg", "post-commit", "reference-transaction", "post-index-change")
+
+
+def create(repo_path: Path, task: str, **options: Path) -> Workspace:
+    return Workspace.create(open_repository(repo_path), run_id="r", task=task, max_file_bytes=MAX_FILE_BYTES, **options)
+
+
+def committed_files(repo_path: Path, commit: str) -> list[str]:
+    return sorted(git.Repo(repo_path).commit(commit).stats.files)
 
 
 def test_refuses_what_is_not_a_repository_with_commits(tmp_path: Path) -> None:
@@ -31,12 +49,12 @@ def test_worktree_commit_and_removal_leave_the_checkout_alone(tmp_path: Path) ->
     (repo_path / "pkg/report.py").write_text("# another uncommitted edit\n")
     before = checkout_fingerprint(repo_path)
 
-    workspace = Workspace.create(open_repository(repo_path), run_id="r1", task="Rename things!")
-    assert workspace.branch == "refactor-agent/r1/rename-things"
+    workspace = create(repo_path, "Rename things!")
+    assert workspace.branch == "refactor-agent/r/rename-things"
     assert (workspace.path / "pkg/geometry.py").read_text().startswith("def compute_area")
     (workspace.path / "pkg/geometry.py").write_text("def area(w, h):\n    return w * h\n")
     (workspace.path / "pkg/new.py").write_text("NEW = 1\n")
-    assert "pkg/new.py" in workspace.diff()
+    assert b"pkg/new.py" in workspace.diff(max_bytes=ALL).data
     commit = workspace.commit("Rename compute_area", {"Refactor-Agent-Run": "r1"})
     workspace.remove()
 
@@ -46,14 +64,14 @@ def test_worktree_commit_and_removal_leave_the_checkout_alone(tmp_path: Path) ->
     branch_commit = user_repo.commit(workspace.branch)
     assert branch_commit.hexsha == commit
     assert branch_commit.parents[0].hexsha == workspace.base_commit
-    assert branch_commit.message.rstrip().endswith("\n\nRefactor-Agent-Run: r1")
+    assert branch_commit.message == "Rename compute_area\n\nRefactor-Agent-Run: r1\n"
     assert sorted(branch_commit.stats.files) == ["pkg/geometry.py", "pkg/new.py"]
 
 
 def test_commit_without_changes_returns_none(tmp_path: Path) -> None:
-    workspace = Workspace.create(open_repository(make_repo(tmp_path / "repo")), run_id="r2", task="noop")
+    workspace = create(make_repo(tmp_path / "repo"), "noop")
     try:
-        assert workspace.diff() == ""
+        assert workspace.diff(max_bytes=ALL).data == b""
         assert workspace.commit("nothing", {}) is None
     finally:
         workspace.remove()
@@ -66,7 +84,8 @@ def test_slug_is_safe_for_branch_names() -> None:
 
 
 def test_cache_artifacts_are_not_committed_but_tracked_changes_are(tmp_path: Path) -> None:
-    workspace = Workspace.create(open_repository(make_repo(tmp_path / "repo")), run_id="r3", task="artifacts")
+    repo_path = make_repo(tmp_path / "repo")
+    workspace = create(repo_path, "artifacts")
     try:
         (workspace.path / "pkg/__pycache__").mkdir()
         (workspace.path / "pkg/__pycache__/geometry.cpython-311.pyc").write_bytes(b"\0cache")
@@ -74,7 +93,322 @@ def test_cache_artifacts_are_not_committed_but_tracked_changes_are(tmp_path: Pat
         (workspace.path / ".pytest_cache/README.md").write_text("cache")
         (workspace.path / "pkg/geometry.py").write_text("def area(w, h):\n    return w * h\n")
         commit = workspace.commit("Rename", {})
-        files = sorted(git.Repo(workspace.path).commit(commit).stats.files)
     finally:
         workspace.remove()
-    assert files == ["pkg/geometry.py"]
+    assert commit is not None and committed_files(repo_path, commit) == ["pkg/geometry.py"]
+
+
+# --- the model owns the worktree, its `.git` file included ---
+
+
+def test_a_git_file_pointed_at_the_users_repository_commits_only_on_the_task_branch(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    main_before = run_git(repo_path, "rev-parse", "main")
+    before = checkout_fingerprint(repo_path)
+    workspace = create(repo_path, "redirect")
+    try:
+        (workspace.path / ".git").write_text(f"gitdir: {repo_path / '.git'}\n")
+        (workspace.path / "pkg/geometry.py").write_text("def area(w, h):\n    return w * h\n")
+        assert b"def area" in workspace.diff(max_bytes=ALL).data
+        commit = workspace.commit("Rename", {})
+    finally:
+        workspace.remove()
+    assert checkout_fingerprint(repo_path) == before
+    assert run_git(repo_path, "rev-parse", "main") == main_before
+    assert commit is not None and run_git(repo_path, "rev-parse", workspace.branch).strip() == commit
+    assert committed_files(repo_path, commit) == ["pkg/geometry.py"]
+
+
+def test_a_git_dir_of_the_models_own_with_an_fsmonitor_runs_nothing_on_the_host(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    marker = tmp_path / "fsmonitor-ran"
+    workspace = create(repo_path, "fsmonitor")
+    try:
+        planted = workspace.path / "planted"
+        run_git(workspace.path, "init", "-q", str(planted))
+        script = planted / "monitor.sh"
+        script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+        script.chmod(0o755)
+        run_git(planted, "config", "core.fsmonitor", str(script))
+        run_git(planted, "config", "core.hooksPath", str(planted))
+        (workspace.path / ".git").write_text(f"gitdir: {planted / '.git'}\n")
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        workspace.diff(max_bytes=ALL)
+        commit = workspace.commit("Change", {})
+        assert workspace.uncommitted_files == {"planted": "a git repository of its own"}
+    finally:
+        workspace.remove()
+    assert not marker.exists()
+    assert commit is not None and committed_files(repo_path, commit) == ["pkg/geometry.py"]
+
+
+def test_a_deleted_git_file_commits_nothing_into_an_enclosing_repository(tmp_path: Path) -> None:
+    outer = make_repo(tmp_path / "outer")
+    repo_path = make_repo(outer / "nested")
+    scratch_root = outer / "scratch"
+    scratch_root.mkdir()
+
+    def outer_state() -> tuple[str, str, bytes]:
+        refs = run_git(outer, "for-each-ref", "--format=%(refname) %(objectname)")
+        return run_git(outer, "rev-parse", "HEAD"), refs, (outer / ".git/index").read_bytes()
+
+    before = outer_state()
+    workspace = create(repo_path, "no git file", scratch_root=scratch_root)
+    try:
+        (workspace.path / ".git").unlink()
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        commit = workspace.commit("Change", {})
+    finally:
+        workspace.remove()
+    assert outer_state() == before
+    assert commit is not None and committed_files(repo_path, commit) == ["pkg/geometry.py"]
+
+
+@pytest.mark.parametrize("replacement", ["directory", "symlink"])
+def test_a_git_entry_made_a_directory_or_a_link_is_replaced_without_following_it(
+    tmp_path: Path, replacement: str
+) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("keep")
+    workspace = create(repo_path, "git entry")
+    try:
+        entry = workspace.path / ".git"
+        written_by_git = entry.read_text()
+        entry.unlink()
+        if replacement == "directory":
+            entry.mkdir()
+            (entry / "HEAD").write_text("ref: refs/heads/main\n")
+        else:
+            entry.symlink_to(precious)
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        commit = workspace.commit("Change", {})
+        assert entry.read_text() == written_by_git
+    finally:
+        workspace.remove()
+    assert (precious / "keep.txt").read_text() == "keep"
+    assert commit is not None and committed_files(repo_path, commit) == ["pkg/geometry.py"]
+    assert run_git(repo_path, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+def test_the_users_hooks_and_diff_programs_never_run(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    programs = {name: repo_path / ".git/hooks" / name for name in USER_HOOKS}
+    programs |= {name: tmp_path / name for name in ("diff-external", "diff-textconv")}
+    for name, program in programs.items():
+        program.write_text(f'#!/bin/sh\ntouch {markers / name}\ncat "$1" 2>/dev/null\nexit 0\n')
+        program.chmod(0o755)
+    run_git(repo_path, "config", "diff.external", str(programs["diff-external"]))
+    run_git(repo_path, "config", "diff.shown.textconv", str(programs["diff-textconv"]))
+    workspace = create(repo_path, "hooks")
+    (workspace.path / ".gitattributes").write_text("*.py diff=shown\n")  # the model picks what a driver sees
+    (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+    assert b"+changed = True" in workspace.diff(max_bytes=ALL).data
+    assert workspace.commit("Change", {}) is not None
+    workspace.remove()
+    assert sorted(os.listdir(markers)) == []
+    run_git(repo_path, "commit", "-q", "--allow-empty", "-m", "the hooks themselves work")
+    assert {"post-commit", "prepare-commit-msg"} <= set(os.listdir(markers))
+
+
+def test_a_user_ref_that_moves_during_the_commit_is_reported(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    workspace = create(repo_path, "race")
+    real_git = workspace.git
+
+    class RefMovedMeanwhile:
+        def run(self, *args: str, **options: object) -> bytes:
+            output = real_git.run(*args, **options)  # type: ignore[arg-type]
+            if "commit-tree" in args:
+                run_git(repo_path, "tag", "appeared-meanwhile")
+            return output
+
+    workspace.git = RefMovedMeanwhile()  # type: ignore[assignment]
+    try:
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        with pytest.raises(WorkspaceError, match="refs other than refs/heads/refactor-agent/r/race changed"):
+            workspace.commit("Change", {})
+    finally:
+        workspace.git = real_git
+        workspace.remove()
+
+
+def test_only_task_branches_are_ever_committed_onto(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo_path)
+    workspace = create(repo_path, "not main")
+    workspace.branch = "main"
+    try:
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        with pytest.raises(WorkspaceError, match="refusing to commit onto refs/heads/main"):
+            workspace.commit("Change", {})
+    finally:
+        workspace.remove()
+    assert checkout_fingerprint(repo_path) == before
+
+
+# --- sizes and messages ---
+
+
+def test_an_oversized_untracked_file_is_listed_and_not_committed(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    workspace = create(repo_path, "big")
+    try:
+        (workspace.path / "data").mkdir()
+        subprocess.run(["truncate", "-s", "300M", str(workspace.path / "data/big.bin")], check=True)
+        (workspace.path / "small.bin").write_bytes(b"\1" * 1000)
+        (workspace.path / "link").symlink_to(workspace.path / "data/big.bin")
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        diff = workspace.diff(max_bytes=ALL)
+        commit = workspace.commit("Change", {})
+        assert workspace.uncommitted_files == {
+            "data/big.bin": f"{300 * 1024**2} bytes, above the limit of {MAX_FILE_BYTES}"
+        }
+    finally:
+        workspace.remove()
+    assert b"b/data/big.bin" not in diff.data
+    assert commit is not None and committed_files(repo_path, commit) == ["link", "pkg/geometry.py", "small.bin"]
+    git_bytes = sum(file.stat().st_size for file in (repo_path / ".git").rglob("*") if file.is_file())
+    assert git_bytes < MAX_FILE_BYTES
+
+
+def test_a_summary_with_nul_control_characters_and_180_kb_still_commits(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    summary = "Rename\0 things \x1b[31mred\x7f\r\n\n\tindented\n" + "word " * 36_000
+    workspace = create(repo_path, "message")
+    try:
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        commit = workspace.commit(summary, {"Refactor-Agent-Run": "r9"})
+    finally:
+        workspace.remove()
+    assert commit is not None
+    message = git.Repo(repo_path).commit(commit).message
+    assert message.startswith("Rename things [31mred\n\n\tindented\nword word")
+    assert "\0" not in message and "\x1b" not in message and "\r" not in message
+    assert MAX_COMMIT_MESSAGE_CHARS < len(message) < MAX_COMMIT_MESSAGE_CHARS + 200
+    assert message.endswith("[message cut; the full text is in summary.json]\n\nRefactor-Agent-Run: r9\n")
+
+
+def test_a_large_diff_is_cut_at_a_line_and_the_patch_says_how_much(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    workspace = create(repo_path, "large diff")
+    try:
+        (workspace.path / "many.txt").write_text("".join(f"line {n}\n" for n in range(100_000)))
+        whole = workspace.diff(max_bytes=ALL)
+        cut = workspace.diff(max_bytes=10_000)
+    finally:
+        workspace.remove()
+    assert cut.total_bytes == whole.total_bytes == len(whole.data)
+    assert whole.data.startswith(cut.data) and cut.data.endswith(b"\n")
+    assert 9_000 < len(cut.data) <= 10_000
+
+    journal = RunJournal(tmp_path / "runs", "run")
+    journal.append_patch("task 1: big", cut.data, total_bytes=cut.total_bytes, full_change="commit abc on b")
+    journal.append_patch("task 2: none", b"", total_bytes=0, full_change=None)
+    journal.close()
+    patch = (journal.directory / "patch.diff").read_bytes()
+    assert patch.startswith(
+        f"# task 1: big\n# cut: the first {len(cut.data)} of {cut.total_bytes} bytes of this diff are below; "
+        "the whole change is commit abc on b\ndiff --git".encode()
+    )
+    assert patch.endswith(b"\n# task 2: none: no changes\n")
+
+
+def test_the_fingerprint_sees_a_leaked_worktree_a_moved_ref_and_an_index_refresh(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    run_git(repo_path, "tag", "v1")
+    before = checkout_fingerprint(repo_path)
+    run_git(repo_path, "worktree", "add", "-q", "--detach", str(tmp_path / "leaked"))
+    assert checkout_fingerprint(repo_path)["worktrees"] != before["worktrees"]
+    run_git(repo_path, "worktree", "remove", str(tmp_path / "leaked"))
+    run_git(repo_path, "commit", "-q", "--allow-empty", "-m", "x")
+    run_git(repo_path, "tag", "-f", "v1")
+    run_git(repo_path, "reset", "-q", "--soft", "HEAD~1")
+    assert checkout_fingerprint(repo_path)["refs"] != before["refs"]
+    run_git(repo_path, "tag", "-f", "v1", "HEAD")
+    assert checkout_fingerprint(repo_path) == before
+    for file in repo_path.rglob("*.py"):
+        os.utime(file, (1_000_000, 1_000_000))
+    before = checkout_fingerprint(repo_path)
+    run_git(repo_path, "status", "--porcelain")  # refreshes the stat data git keeps in the index
+    assert checkout_fingerprint(repo_path)["index-mtime"] != before["index-mtime"]
+
+
+# --- the sandbox's view of the user's .git: read-only ---
+
+
+@pytest.mark.docker
+def test_inside_the_sandbox_the_users_git_dir_cannot_be_written(tmp_path: Path) -> None:
+    client = docker_client()
+    require_image(client, DEFAULT_IMAGE)
+    repo_path = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo_path)
+    workspace = create(repo_path, "read only")
+    hooks = repo_path / ".git/hooks"
+    try:
+        with DockerSandbox(
+            DEFAULT_IMAGE,
+            workspace.path,
+            run_id="test-ro-git",
+            client=client,
+            read_only_paths=[workspace.git_common_dir],
+        ) as box:
+            assert box.execute("git status --short && echo readable").output.strip() == "readable"
+            identity = "-c user.email=m@example.com -c user.name=m"
+            attempts = {
+                "commit": f"echo x >> pkg/geometry.py && git {identity} commit -qam evil",
+                "update-ref": "git update-ref refs/heads/main HEAD && git update-ref refs/heads/evil HEAD",
+                "hook": f"echo 'touch /workspace/hooked' > {hooks / 'post-commit'} && chmod +x {hooks / 'post-commit'}",
+            }
+            for name, command in attempts.items():
+                result = box.execute(command)
+                assert result.exit_code != 0, (name, result.output)
+                assert "Read-only file system" in result.output, (name, result.output)
+    finally:
+        workspace.remove()
+    assert checkout_fingerprint(repo_path) == before
+    assert not (hooks / "post-commit").exists()
+    assert run_git(repo_path, "branch", "--list", "evil") == ""
+    assert stat.S_ISDIR((repo_path / ".git").stat().st_mode)
+
+
+# The model's side, from inside the real sandbox: it learns the host paths from the read-only bookkeeping.
+FIND_HOST_WORKTREE = 'host=$(dirname "$(cat "$(sed "s/^gitdir: //" .git)/gitdir")")'
+REDIRECTIONS = {
+    "users-git-dir": 'printf "gitdir: %s\\n" "$(git rev-parse --path-format=absolute --git-common-dir)" > .git',
+    "planted-fsmonitor": (
+        f"{FIND_HOST_WORKTREE} && git init -q planted"
+        ' && printf "#!/bin/sh\\ntouch %s/fsmonitor-ran\\n" "$host" > planted/monitor.sh && chmod +x planted/monitor.sh'
+        ' && git -C planted config core.fsmonitor "$host/planted/monitor.sh"'
+        ' && printf "gitdir: %s/planted/.git\\n" "$host" > .git'
+    ),
+}
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("redirection", sorted(REDIRECTIONS))
+def test_a_git_file_redirected_from_the_sandbox_changes_only_the_task_branch(tmp_path: Path, redirection: str) -> None:
+    client = docker_client()
+    require_image(client, DEFAULT_IMAGE)
+    repo_path = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo_path)
+    workspace = create(repo_path, "redirect from the sandbox")
+    try:
+        with DockerSandbox(
+            DEFAULT_IMAGE,
+            workspace.path,
+            run_id="test-redirect",
+            client=client,
+            read_only_paths=[workspace.git_common_dir],
+        ) as box:
+            result = box.execute(f"echo changed >> pkg/geometry.py && {REDIRECTIONS[redirection]}")
+            assert result.exit_code == 0, result.output
+        commit = workspace.commit("Change", {})
+        assert not (workspace.path / "fsmonitor-ran").exists()
+    finally:
+        workspace.remove()
+    assert checkout_fingerprint(repo_path) == before
+    assert commit is not None and committed_files(repo_path, commit) == ["pkg/geometry.py"]

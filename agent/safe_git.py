@@ -1,0 +1,112 @@
+"""Host-side git that trusts nothing a task's worktree holds; workspace.py runs all its git through it.
+
+The model can rewrite anything in its worktree, the `.git` file included (point it at the user's git dir, or at a
+git dir of its own whose config sets core.fsmonitor or core.hooksPath), and the user's own hooks would run on
+the model's content. So every call names the git dir and the work tree on the command line (git never reads
+the worktree's `.git` to find them), points core.hooksPath at an empty directory of ours, turns core.fsmonitor
+off, takes no optional locks (nothing is written that the command does not have to write), and drops the
+caller's GIT_* variables, which could name other directories or carry config. Config then comes only from the
+user's repository, global and system files, which the model cannot write (the sandbox mounts `.git` read-only).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# Kept: who commits are attributed to, and which of the user's own config files git reads. Every other GIT_*
+# variable is dropped (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, GIT_CONFIG_PARAMETERS ...).
+KEPT_VARIABLES = (
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+)
+READ_CHUNK_BYTES = 1024 * 1024
+
+
+class GitError(Exception):
+    """A git command failed; str() is the command and git's last line."""
+
+
+@dataclass(frozen=True)
+class CappedOutput:
+    data: bytes  # at most the cap asked for, cut at a line end
+    total_bytes: int  # everything git wrote
+
+
+def _environment(extra: dict[str, str] | None) -> dict[str, str]:
+    kept = {key: value for key, value in os.environ.items() if not key.startswith("GIT_") or key in KEPT_VARIABLES}
+    return {**kept, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", **(extra or {})}
+
+
+@dataclass(frozen=True)
+class SafeGit:
+    git_dir: Path
+    work_tree: Path
+    hooks_dir: Path  # empty and outside every worktree, so no hook of anyone's runs
+
+    def command(self, *args: str) -> list[str]:
+        return [
+            "git",
+            f"--git-dir={self.git_dir}",
+            f"--work-tree={self.work_tree}",
+            "-c",
+            f"core.hooksPath={self.hooks_dir}",
+            "-c",
+            "core.fsmonitor=false",
+            *args,
+        ]
+
+    def run(self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+        completed = subprocess.run(
+            self.command(*args),
+            cwd=self.work_tree,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            env=_environment(env),
+            check=False,
+        )
+        if completed.returncode != 0:
+            raise GitError(_failure(args, completed.stderr))
+        return completed.stdout
+
+    def read_capped(self, *args: str, max_bytes: int) -> CappedOutput:
+        """stdout of a command that may print gigabytes: the first max_bytes are kept, the rest only counted."""
+        with tempfile.TemporaryFile() as errors:
+            process = subprocess.Popen(
+                self.command(*args),
+                cwd=self.work_tree,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                env=_environment(None),
+            )
+            assert process.stdout is not None
+            kept = bytearray()
+            total = 0
+            with process.stdout:
+                while chunk := process.stdout.read(READ_CHUNK_BYTES):
+                    total += len(chunk)
+                    if len(kept) <= max_bytes:
+                        kept += chunk[: max_bytes + 1 - len(kept)]
+            if process.wait() != 0:
+                errors.seek(0)
+                raise GitError(_failure(args, errors.read(64 * 1024)))
+        if total <= max_bytes:
+            return CappedOutput(bytes(kept), total)
+        cut = kept.rfind(b"\n", 0, max_bytes) + 1
+        return CappedOutput(bytes(kept[:cut]), total)
+
+
+def _failure(args: tuple[str, ...], stderr: bytes) -> str:
+    lines = stderr.decode("utf-8", errors="replace").strip().splitlines()
+    subcommand = next((arg for arg in args if not arg.startswith("-") and "=" not in arg), "")
+    return f"git {subcommand} failed: {lines[-1] if lines else 'no message'}"
