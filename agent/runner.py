@@ -19,7 +19,7 @@ from agent.config import RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
 from agent.journal import RunJournal
 from agent.llama_api import LlamaServerAPI, ServerError
-from agent.llm import ChatModel, RequestStats
+from agent.llm import ChatModel, RequestStats, RetryPolicy
 from agent.loop import AgentLoop, LoopResult
 from agent.metrics import SpecCounters, scrape_spec_counters, speculation_configured, speculation_warning, summarize
 from agent.report import RunSummary, TaskSummary
@@ -156,7 +156,10 @@ class Run:
                 output_chars=self.config.tool_output_chars,
             )
             loop = AgentLoop(self.model, self.registry, context, max_turns=self.config.max_turns, emit=self.emit)
-            system = system_prompt(workspace.path, pack_options(self.config, task, self.server_url))
+            retry = RetryPolicy(
+                self.config.llm, on_retry=lambda message: self.emit({"type": "retry", "message": message})
+            )
+            system = system_prompt(workspace.path, pack_options(self.config, task, self.server_url), retry)
             return loop.run(system, task_prompt(task, test_command))
 
     def _save_patch(self, workspace: Workspace, outcome: TaskSummary) -> None:
