@@ -42,7 +42,7 @@ def test_a_server_that_stays_down_ends_after_the_retries(tmp_path: Path) -> None
     sleeps: list[float] = []
     retry = RetryPolicy(LLMConfig(max_retries=2), sleep=sleeps.append)
     options = PackOptions(server_url=f"http://127.0.0.1:{free_port()}/v1", cache_dir=tmp_path / "cache")
-    with pytest.raises(ModelUnavailable, match="failed 3 times, last: .*unreachable"):
+    with pytest.raises(ModelUnavailable, match=r"failed 3 times, last: .*unreachable"):
         system_prompt(repo, options, retry)
     assert sleeps == [2.0, 4.0]
 
