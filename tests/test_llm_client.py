@@ -163,3 +163,12 @@ def test_prefill_progress_reaches_the_observer_a_few_times_per_request() -> None
     assert 2 <= len(events) <= 11  # the first chunk, then one per tenth: not 200 transcript lines
     assert processed == sorted(processed) and processed[-1] == events[-1]["total"]
     assert set(events[0]) == {"type", "processed", "total", "cached"}
+
+
+def test_the_total_request_timeout_is_a_backstop_that_is_not_retried() -> None:
+    endless = Reply(content="late", prefill_chunks=20, prefill_interval_s=0.2)  # alive, but 4 s in all
+    with ScriptedServer([endless, Reply(content="never asked")]) as server:
+        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, request_timeout_s=1.0, idle_timeout_s=30.0)
+        with pytest.raises(ModelUnavailable, match=r"still running after 1s"):
+            OpenAIChatModel(config).complete(MESSAGES, TOOLS)
+    assert len(server.requests) == 1  # an hour-long request repeated six times would cost the night
