@@ -188,7 +188,7 @@ class OpenAIChatModel:
         self.config = config
         self.name = config.model
         self._on_retry = on_retry or (lambda _message: None)
-        self.retry = RetryPolicy(config, on_retry=self._on_retry, sleep=sleep)
+        self._retry = RetryPolicy(config, on_retry=self._on_retry, sleep=sleep)
         self._on_progress = on_progress or (lambda _event: None)
         # Our own retry loop counts and logs retries; the SDK's would hide them. httpx applies the timeout to each
         # read, so it is the idle timeout: prefill progress chunks and tokens reset it, a silent server trips it.
@@ -233,7 +233,7 @@ class OpenAIChatModel:
                     resamples = self._count_resample(resamples, _error_text(error))
 
         try:
-            turn, retries = self.retry.call(attempt, self._transient_reason)
+            turn, retries = self._retry.call(attempt, self._transient_reason)
         except openai.APIStatusError as error:
             if _is_context_overflow(error):
                 raise ContextOverflow(f"prompt exceeds the server's context: {_error_text(error)}") from error
