@@ -28,6 +28,7 @@ EXIT_USAGE = 2
 # RunConfig fields (at any depth) whose option is not the field name with dashes.
 OPTION_OF_FIELD = {
     "tasks": "--task",
+    "server_url": "--server",
     "command_timeout_s": "--command-timeout",
     "idle_timeout_s": "--idle-timeout",
     "max_file_bytes": "--max-file-size",
@@ -76,7 +77,9 @@ def _option_problem(error: ValidationError) -> str:
     for detail in error.errors():
         field = next((str(part) for part in reversed(detail["loc"]) if isinstance(part, str)), "")
         option = OPTION_OF_FIELD.get(field, "--" + field.replace("_", "-"))
-        message = detail["msg"][:1].lower() + detail["msg"][1:]
+        # A validator's own ValueError reads as its text; pydantic's "Value error, " prefix says nothing more.
+        text = str(detail["ctx"]["error"]) if detail["type"] == "value_error" else detail["msg"]
+        message = text[:1].lower() + text[1:]
         problems.append(f"{option} {detail['input']}: {message}")
     return "; ".join(problems)
 

@@ -52,6 +52,11 @@ def _refused(tmp_path: Path, options: list[str]) -> str:
         (["--max-turns", "0"], "--max-turns 0: input should be greater than or equal to 1"),
         (["--max-retries", "-1"], "--max-retries -1: input should be greater than or equal to 0"),
         (["--max-tokens", "0"], "--max-tokens 0: input should be greater than or equal to 1"),
+        (["--server", "http://[::1"], "--server http://[::1: not a URL (Invalid IPv6 URL)"),
+        (
+            ["--server", "localhost:8080"],
+            "--server localhost:8080: not an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1",
+        ),
     ],
 )
 def test_an_out_of_range_value_is_one_line_naming_the_option(tmp_path: Path, options: list[str], line: str) -> None:
