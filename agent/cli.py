@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig
 from agent.pack_cli import pack
@@ -24,6 +26,21 @@ app.command("pack")(pack)
 app.command("doctor")(doctor)
 
 
+EXIT_USAGE = 2
+# RunConfig fields (at any depth) whose option is not the field name with dashes.
+OPTION_OF_FIELD = {
+    "tasks": "--task",
+    "server_url": "--server",
+    "command_timeout_s": "--command-timeout",
+    "idle_timeout_s": "--idle-timeout",
+    "max_file_bytes": "--max-file-size",
+}
+
+
+class UsageProblem(Exception):
+    """Bad input on the command line; str() is the one line the user sees."""
+
+
 def _read_tasks(tasks: list[str], task_file: Path | None) -> list[str]:
     """A task file holds one task per paragraph (blank-line separated); lines starting with # are comments."""
     collected = [task for task in tasks if task.strip()]
@@ -31,12 +48,42 @@ def _read_tasks(tasks: list[str], task_file: Path | None) -> list[str]:
         try:
             text = task_file.read_text(encoding="utf-8")
         except OSError as error:
-            raise typer.BadParameter(f"cannot read {task_file}: {error.strerror}", param_hint="--task-file") from None
+            raise UsageProblem(f"--task-file {task_file}: cannot read it: {error.strerror}") from None
+        except UnicodeDecodeError as error:
+            raise UsageProblem(f"--task-file {task_file}: not UTF-8 text (byte {error.start})") from None
         lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
         collected += [paragraph.strip() for paragraph in "\n".join(lines).split("\n\n") if paragraph.strip()]
     if not collected:
-        raise typer.BadParameter("give at least one --task or a --task-file", param_hint="--task")
+        raise UsageProblem("--task: give at least one --task or a --task-file")
     return collected
+
+
+def _check_runs_dir(runs_dir: Path) -> None:
+    """Fail before anything is created when the run record could not be written: probe the directory, or the
+    nearest existing one it would be created in, with an unnamed temporary file (nothing is left behind)."""
+    existing = runs_dir.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageProblem(f"--runs-dir {runs_dir}: {existing} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise UsageProblem(f"--runs-dir {runs_dir}: cannot write in {existing}: {error.strerror}") from None
+
+
+def _option_problem(error: ValidationError) -> str:
+    """RunConfig's complaints in the words of the command line: the option, the value given, what is wrong."""
+    problems = []
+    for detail in error.errors():
+        field = next((str(part) for part in reversed(detail["loc"]) if isinstance(part, str)), "")
+        option = OPTION_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+        # A validator's own ValueError reads as its text; pydantic's "Value error, " prefix says nothing more.
+        text = str(detail["ctx"]["error"]) if detail["type"] == "value_error" else detail["msg"]
+        message = text[:1].lower() + text[1:]
+        problems.append(f"{option} {detail['input']}: {message}")
+    return "; ".join(problems)
 
 
 @app.command()
@@ -51,25 +98,29 @@ def run(
     effort: Annotated[Effort, typer.Option(help="Reasoning effort.")] = "max",
     image: Annotated[str, typer.Option(help="Sandbox image.")] = DEFAULT_IMAGE,
     runs_dir: Annotated[Path, typer.Option(help="Where run records go.")] = Path("runs"),
-    max_turns: Annotated[int, typer.Option(min=1, help="Model turns per task.")] = RunConfig.model_fields[
-        "max_turns"
-    ].default,
+    max_turns: Annotated[int, typer.Option(help="Model turns per task.")] = RunConfig.model_fields["max_turns"].default,
     test_cmd: Annotated[str | None, typer.Option(help="Test command (default: detected).")] = None,
-    command_timeout: Annotated[float, typer.Option(help="Seconds before a sandbox command is killed.")] = 600.0,
+    command_timeout: Annotated[
+        float, typer.Option(help="Seconds before a sandbox command is killed.")
+    ] = RunConfig.model_fields["command_timeout_s"].default,
+    idle_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds of silence from the server (no token, no prefill progress) before a retry."),
+    ] = LLMConfig().idle_timeout_s,
     repair_rounds: Annotated[
-        int, typer.Option(min=0, help="Times the gate sends regressed tests back to the model.")
+        int, typer.Option(help="Times the gate sends regressed tests back to the model.")
     ] = RunConfig.model_fields["repair_rounds"].default,
     max_file_size: Annotated[
-        int, typer.Option(min=1, help="MiB; larger new files are not committed (listed in summary.json).")
+        int, typer.Option(help="MiB; larger new files are not committed (listed in summary.json).")
     ] = RunConfig.model_fields["max_file_bytes"].default // MIB,
     temperature: Annotated[float, typer.Option()] = SamplingConfig().temperature,
     top_p: Annotated[float, typer.Option()] = SamplingConfig().top_p,
     min_p: Annotated[float, typer.Option()] = SamplingConfig().min_p,
     seed: Annotated[int | None, typer.Option(help="Sampling seed (reproducible runs).")] = None,
     max_retries: Annotated[
-        int, typer.Option(min=0, help="Retries of a failing server, backoff from 2 s.")
+        int, typer.Option(help="Retries of a failing server, backoff from 2 s.")
     ] = LLMConfig().max_retries,
-    max_tokens: Annotated[int | None, typer.Option(min=1, help="Cap per response (default: the server's).")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Cap per response (default: the server's).")] = None,
     allow_dirty: Annotated[
         bool, typer.Option(help="Run although REPO has uncommitted changes (they are ignored).")
     ] = False,
@@ -79,25 +130,35 @@ def run(
     from agent.live import RunView
     from agent.session import execute
 
-    config = RunConfig(
-        repo=repo.resolve(),
-        tasks=_read_tasks(task, task_file),
-        llm=LLMConfig(
-            server_url=server or DEFAULT_SERVER_URL,
-            server_explicit=server is not None,
-            model=model,
-            effort=effort,
-            max_retries=max_retries,
-            sampling=SamplingConfig(
-                temperature=temperature, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max_tokens
+    try:
+        tasks = _read_tasks(task, task_file)
+        _check_runs_dir(runs_dir)
+        config = RunConfig(
+            repo=repo.resolve(),
+            tasks=tasks,
+            llm=LLMConfig(
+                server_url=server or DEFAULT_SERVER_URL,
+                server_explicit=server is not None,
+                model=model,
+                effort=effort,
+                max_retries=max_retries,
+                idle_timeout_s=idle_timeout,
+                sampling=SamplingConfig(
+                    temperature=temperature, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max_tokens
+                ),
             ),
-        ),
-        image=image,
-        runs_dir=runs_dir,
-        max_turns=max_turns,
-        test_cmd=test_cmd,
-        command_timeout_s=command_timeout,
-        repair_rounds=repair_rounds,
-        max_file_bytes=max_file_size * MIB,
-    )
+            image=image,
+            runs_dir=runs_dir,
+            max_turns=max_turns,
+            test_cmd=test_cmd,
+            command_timeout_s=command_timeout,
+            repair_rounds=repair_rounds,
+            max_file_bytes=max_file_size * MIB,
+        )
+    except UsageProblem as problem:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    except ValidationError as error:
+        typer.echo(f"error: {_option_problem(error)}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
     raise typer.Exit(execute(config, allow_dirty=allow_dirty, view=RunView()))

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from sandbox.models import DEFAULT_IMAGE
 
 Effort = Literal["low", "high", "max"]
 
 DEFAULT_SERVER_URL = "http://127.0.0.1:8080/v1"
+RETRY_BACKOFF_CAP_S = 60.0  # the longest wait between two retries of a failing server
 
 
 class SamplingConfig(BaseModel):
@@ -30,10 +32,29 @@ class LLMConfig(BaseModel):
     model: str = "deepseek-v4-flash"
     effort: Effort = "max"
     sampling: SamplingConfig = SamplingConfig()
-    request_timeout_s: float = Field(3600.0, gt=0, description="a 500k-token prefill takes minutes")
+    request_timeout_s: float = Field(3600.0, gt=0, description="backstop for one whole request, progress or not")
+    idle_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="a request is abandoned after this long with nothing from the server (no token, "
+        "no prefill progress): a 500k-token prefill reports progress, so it stays alive",
+    )
     max_retries: int = Field(6, ge=0)
     max_resamples: int = Field(3, ge=0, description="re-asks after output that breaks the tool-call format")
-    retry_backoff_s: float = Field(2.0, ge=0, description="first wait; doubles per retry, capped at 60 s")
+    retry_backoff_s: float = Field(2.0, ge=0, description="first wait; doubles per retry up to RETRY_BACKOFF_CAP_S")
+
+    @field_validator("server_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        """Refused here, not deep in an HTTP client: an http(s) URL with a host and a valid port."""
+        try:
+            address = urlsplit(url)
+            address.port  # noqa: B018 - parsing the port is the check (":1" in "http://[::1" is not one)
+        except ValueError as error:
+            raise ValueError(f"not a URL ({error})") from None
+        if address.scheme not in ("http", "https") or not address.hostname:
+            raise ValueError("not an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1")
+        return url
 
 
 class RunConfig(BaseModel):

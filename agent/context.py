@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+
 from agent.config import RunConfig
+from agent.llama_api import ServerLoading, ServerUnreachable
+from agent.llm import RetryPolicy
 from agent.packing import PackOptions, pack_repository
 from prompts import load_prompt
 
@@ -19,9 +23,23 @@ def pack_options(config: RunConfig, task: str, server_url: str) -> PackOptions:
     return PackOptions(server_url=server_url, effort=config.llm.effort, task=task)
 
 
-def system_prompt(worktree: Path, options: PackOptions) -> str:
-    packed = pack_repository(worktree, options)
+def system_prompt(worktree: Path, options: PackOptions, retry: RetryPolicy) -> str:
+    """Packing counts tokens on the server: a server that is briefly down is retried as model requests are."""
+    packed, _retries = retry.call(lambda: pack_repository(worktree, options), _server_down)
     return f"{load_prompt('system').rstrip()}\n\n{packed.text}"
+
+
+def _server_down(error: Exception) -> str | None:
+    """The reason when the packer failed because the server did not answer (unreachable, loading, 5xx), which a
+    retry can cure; None for everything else (the repository, a 4xx), which it cannot."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ServerUnreachable | ServerLoading | httpx.TransportError):
+            return str(error)
+        if isinstance(cause, httpx.HTTPStatusError) and cause.response.status_code >= 500:
+            return str(error)
+        cause = cause.__cause__
+    return None
 
 
 def task_prompt(task: str, test_command: str | None) -> str:

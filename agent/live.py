@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 
 def _tool_label(event: dict[str, Any]) -> str:
     marker = " (error)" if event.get("is_error") else ""
     return f"{event['name']}{marker}"
+
+
+def _prefill_bar(processed: int, total: int) -> RenderableType:
+    """llama-server's progress through the prompt: minutes for a whole repository, so it gets a bar."""
+    bar = Table.grid(padding=(0, 1))
+    bar.add_row(ProgressBar(total=total, completed=processed, width=30), f"{processed:,} / {total:,} prompt tokens")
+    return bar
 
 
 class RunView:
@@ -26,6 +34,7 @@ class RunView:
             "acceptance": None,
             "tool": "-",
             "status": "",
+            "prefill": None,
         }
         self._live: Live | None = None
 
@@ -65,6 +74,7 @@ class RunView:
             return f"task {event['index']} started on branch {event['branch']}"
         if kind == "response":
             stats = event["stats"]
+            state["prefill"] = None
             state["turn"] = event["turn"]
             state["tok_s"] = stats.predicted_per_second
             state["cache"] = stats.cache_hit_ratio
@@ -78,11 +88,14 @@ class RunView:
             state["tool"] = _tool_label(event)
             return f"turn {event['turn']}: {_tool_label(event)}"
         if kind == "task_end":
+            state["prefill"] = None  # a task that failed mid-prefill leaves no stale bar
             state["status"] = f"{event['status']}: {event['reason']}"
             where = f" ({event['commit'][:12]})" if event.get("commit") else ""
             return f"task {event['index']} {event['status']}{where}: {event['reason']}"
         if kind == "retry":
             return f"model: {event['message']}"
+        if kind == "prefill_progress":  # the live panel's bar; a log gets the response line when it is done
+            state["prefill"] = (event["processed"], event["total"])
         return None
 
     def _table(self) -> Table:
@@ -101,4 +114,6 @@ class RunView:
             ("status", state["status"]),
         ):
             table.add_row(f"[bold]{label}[/bold]", value)
+        if state["prefill"] is not None:
+            table.add_row("[bold]prefill[/bold]", _prefill_bar(*state["prefill"]))
         return table

@@ -1,8 +1,9 @@
 """The model: llama-server's OpenAI-compatible chat endpoint, streamed, with llama-server's timings kept.
 
-Failures are sorted into what the loop can act on: transient (retried here with backoff), output that broke the
-tool-call format (resampled here, counted), a prompt over the context (ContextOverflow, ends the task) and the rest
-(ModelUnavailable, ends the task).
+Failures are sorted into what the loop can act on: transient (retried here with backoff, RetryPolicy), output that
+broke the tool-call format (resampled here, counted), a prompt over the context (ContextOverflow, ends the task) and
+the rest (ModelUnavailable, ends the task). A stream with nothing from the server (no token, no prefill progress) for
+`idle_timeout_s` is abandoned and retried; `request_timeout_s` bounds a whole request.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import openai
 from pydantic import BaseModel, computed_field
 
-from agent.config import LLMConfig
+from agent.config import RETRY_BACKOFF_CAP_S, LLMConfig
 
 
 class LLMError(Exception):
@@ -109,6 +110,49 @@ class ChatModel(Protocol):
 
 
 RetryListener = Callable[[str], None]
+EventListener = Callable[[dict[str, Any]], None]
+T = TypeVar("T")
+
+# Prefill progress goes to the observer (and the transcript) at most once per tenth of the prompt: a live bar, not
+# a line per batch.
+PREFILL_PROGRESS_STEPS = 10
+
+
+class RetryPolicy:
+    """The one schedule for a server that fails transiently, shared by chat requests and the repository context:
+    `retry_backoff_s`, doubling per retry, capped at RETRY_BACKOFF_CAP_S, at most `max_retries` retries."""
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        *,
+        on_retry: RetryListener | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config = config
+        self._on_retry = on_retry or (lambda _message: None)
+        self._sleep = sleep
+
+    def delay(self, retry: int) -> float:
+        return min(RETRY_BACKOFF_CAP_S, self.config.retry_backoff_s * 2**retry)
+
+    def call(self, attempt: Callable[[], T], transient: Callable[[Exception], str | None]) -> tuple[T, int]:
+        """attempt()'s result and the retries it took. `transient` names a retryable failure (None: not one, it
+        propagates); after the last retry the failure ends in ModelUnavailable with that reason."""
+        retries = 0
+        while True:
+            try:
+                return attempt(), retries
+            except Exception as error:
+                reason = transient(error)
+                if reason is None:
+                    raise
+                if retries >= self.config.max_retries:
+                    raise ModelUnavailable(f"model server failed {retries + 1} times, last: {reason}") from error
+                delay = self.delay(retries)
+                self._on_retry(f"retry {retries + 1}/{self.config.max_retries} in {delay:.1f}s after {reason}")
+                self._sleep(delay)
+                retries += 1
 
 
 def _error_text(error: openai.APIError) -> str:
@@ -120,7 +164,11 @@ def _error_text(error: openai.APIError) -> str:
     return str(error.message or error)
 
 
-def _is_format_mismatch(text: str) -> bool:
+def _is_format_mismatch(error: openai.APIError) -> bool:
+    """HTTP 500 before the stream, or an SSE error event in it: llama-server could not parse the model's output."""
+    if isinstance(error, openai.APIStatusError) and error.status_code != 500:
+        return False
+    text = _error_text(error)
     return "does not match the expected" in text or "Failed to parse" in text
 
 
@@ -129,18 +177,29 @@ def _is_context_overflow(error: openai.APIStatusError) -> bool:
 
 
 class OpenAIChatModel:
-    def __init__(self, config: LLMConfig, *, on_retry: RetryListener | None = None) -> None:
+    def __init__(
+        self,
+        config: LLMConfig,
+        *,
+        on_retry: RetryListener | None = None,
+        on_progress: EventListener | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.config = config
         self.name = config.model
         self._on_retry = on_retry or (lambda _message: None)
-        # Our own retry loop counts and logs retries; the SDK's would hide them.
+        self._retry = RetryPolicy(config, on_retry=self._on_retry, sleep=sleep)
+        self._on_progress = on_progress or (lambda _event: None)
+        # Our own retry loop counts and logs retries; the SDK's would hide them. httpx applies the timeout to each
+        # read, so it is the idle timeout: prefill progress chunks and tokens reset it, a silent server trips it.
         self._client = openai.OpenAI(
-            base_url=config.server_url, api_key="sk-no-key-required", max_retries=0, timeout=config.request_timeout_s
+            base_url=config.server_url, api_key="sk-no-key-required", max_retries=0, timeout=config.idle_timeout_s
         )
 
     def _request_arguments(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         sampling = self.config.sampling
-        extra_body: dict[str, Any] = {"min_p": sampling.min_p}
+        # return_progress: llama-server streams prompt_progress chunks while it processes the prompt.
+        extra_body: dict[str, Any] = {"min_p": sampling.min_p, "return_progress": True}
         arguments: dict[str, Any] = {
             "model": self.config.model,
             "messages": messages,
@@ -161,39 +220,40 @@ class OpenAIChatModel:
         return arguments
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
-        retries = resamples = 0
-        while True:
-            try:
-                turn = self._stream_once(messages, tools)
-            except openai.APIStatusError as error:
-                if _is_context_overflow(error):
-                    raise ContextOverflow(f"prompt exceeds the server's context: {_error_text(error)}") from error
-                text = _error_text(error)
-                if error.status_code == 500 and _is_format_mismatch(text):
-                    resamples = self._count_resample(resamples, text)
-                    continue
-                if error.status_code != 503 and error.status_code < 500:
-                    raise ModelUnavailable(f"server rejected the request ({error.status_code}): {text}") from error
-                retries = self._count_retry(retries, f"HTTP {error.status_code}: {text}")
-            except openai.APIConnectionError as error:
-                retries = self._count_retry(retries, f"{error.__class__.__name__}: {error}")
-            except openai.APIError as error:  # an SSE error event in the middle of a stream
-                text = _error_text(error)
-                if _is_format_mismatch(text):
-                    resamples = self._count_resample(resamples, text)
-                    continue
-                retries = self._count_retry(retries, f"stream error: {text}")
-            else:
-                turn.stats.retries, turn.stats.resamples = retries, resamples
-                return turn
+        resamples = 0
 
-    def _count_retry(self, retries: int, reason: str) -> int:
-        if retries >= self.config.max_retries:
-            raise ModelUnavailable(f"model server failed {retries + 1} times, last: {reason}")
-        delay = min(60.0, self.config.retry_backoff_s * 2**retries)
-        self._on_retry(f"retry {retries + 1}/{self.config.max_retries} in {delay:.1f}s after {reason}")
-        time.sleep(delay)
-        return retries + 1
+        def attempt() -> AssistantTurn:
+            nonlocal resamples
+            while True:
+                try:
+                    return self._stream_once(messages, tools)
+                except openai.APIError as error:
+                    if not _is_format_mismatch(error):
+                        raise
+                    resamples = self._count_resample(resamples, _error_text(error))
+
+        try:
+            turn, retries = self._retry.call(attempt, self._transient_reason)
+        except openai.APIStatusError as error:
+            if _is_context_overflow(error):
+                raise ContextOverflow(f"prompt exceeds the server's context: {_error_text(error)}") from error
+            raise ModelUnavailable(
+                f"server rejected the request ({error.status_code}): {_error_text(error)}"
+            ) from error
+        turn.stats.retries, turn.stats.resamples = retries, resamples
+        return turn
+
+    def _transient_reason(self, error: Exception) -> str | None:
+        """Why a failed request is worth repeating, or None when it is not (the same request would fail again)."""
+        if isinstance(error, openai.APITimeoutError):
+            return f"idle timeout: nothing from the server for {self.config.idle_timeout_s:g}s (--idle-timeout)"
+        if isinstance(error, openai.APIStatusError):
+            return f"HTTP {error.status_code}: {_error_text(error)}" if error.status_code >= 500 else None
+        if isinstance(error, openai.APIConnectionError):
+            return f"{error.__class__.__name__}: {error}"
+        if isinstance(error, openai.APIError):  # an SSE error event in the middle of a stream
+            return f"stream error: {_error_text(error)}"
+        return None
 
     def _count_resample(self, resamples: int, reason: str) -> int:
         if resamples >= self.config.max_resamples:
@@ -203,12 +263,40 @@ class OpenAIChatModel:
 
     def _stream_once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
         started = time.monotonic()
+        deadline = started + self.config.request_timeout_s
         stream = self._client.chat.completions.create(**self._request_arguments(messages, tools))
         accumulator = _StreamAccumulator(started)
+        progress = _PrefillProgress(self._on_progress)
         with stream:
             for chunk in stream:
                 accumulator.add(chunk)
+                progress.add((chunk.model_extra or {}).get("prompt_progress"))
+                if time.monotonic() > deadline:
+                    raise ModelUnavailable(
+                        f"request still running after {self.config.request_timeout_s:g}s (request_timeout_s)"
+                    )
         return accumulator.finish()
+
+
+class _PrefillProgress:
+    """Passes llama-server's prompt_progress on as small events: the first one, then one per step crossed."""
+
+    def __init__(self, emit: EventListener) -> None:
+        self._emit = emit
+        self._next_step = 0
+
+    def add(self, progress: Any) -> None:
+        if not isinstance(progress, dict):
+            return
+        total, processed = int(progress.get("total") or 0), int(progress.get("processed") or 0)
+        if total <= 0:
+            return
+        step = min(processed, total) * PREFILL_PROGRESS_STEPS // total
+        if step < self._next_step:
+            return
+        self._next_step = step + 1
+        cached = int(progress.get("cache") or 0)
+        self._emit({"type": "prefill_progress", "processed": processed, "total": total, "cached": cached})
 
 
 class _StreamAccumulator:

@@ -25,7 +25,7 @@ from agent.gate.syntax import MAX_CHECKED_BYTES
 from agent.gate.verdict import GateCheck, evidence_trailer, repair_message
 from agent.journal import PATCH_MAX_BYTES, RunJournal
 from agent.llama_api import LlamaServerAPI, ServerError
-from agent.llm import ChatModel, RequestStats
+from agent.llm import ChatModel, RequestStats, RetryPolicy
 from agent.loop import AgentLoop, LoopResult
 from agent.metrics import SpecCounters, scrape_spec_counters, speculation_configured, speculation_warning, summarize
 from agent.report import GateEvidence, RunSummary, TaskSummary, now_iso
@@ -190,9 +190,12 @@ class Run:
             )
             # The baseline runs in the sandbox while the host packs the repository: it costs the first request
             # nothing it would not have waited for anyway.
+            retry = RetryPolicy(
+                self.config.llm, on_retry=lambda message: self.emit({"type": "retry", "message": message})
+            )
             with ThreadPoolExecutor(max_workers=1) as pool:
                 baseline = pool.submit(gate.baseline)
-                system = system_prompt(workspace.path, pack_options(self.config, task, self.server_url))
+                system = system_prompt(workspace.path, pack_options(self.config, task, self.server_url), retry)
                 baseline.result()
             loop = AgentLoop(self.model, self.registry, context, max_turns=self.config.max_turns, emit=self.emit)
             result = loop.run(system, task_prompt(task, test_command))

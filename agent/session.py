@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.config import RunConfig
 from agent.journal import RunJournal, new_run_id
 from agent.live import RunView
@@ -28,11 +30,13 @@ def execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
     journal.write_config(config)
     run: Run | None = None
 
-    def on_retry(message: str) -> None:
+    def on_event(event: dict[str, Any]) -> None:
         if run is not None:
-            run.emit({"type": "retry", "message": message})
+            run.emit(event)
 
-    model = OpenAIChatModel(config.llm, on_retry=on_retry)
+    model = OpenAIChatModel(
+        config.llm, on_retry=lambda message: on_event({"type": "retry", "message": message}), on_progress=on_event
+    )
     run = Run(
         config,
         repo=prepared.repo,

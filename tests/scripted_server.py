@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -24,6 +25,9 @@ class Reply:
     reasoning: str = ""
     draft_n: int = 0
     draft_n_accepted: int = 0
+    # A slow prefill: this many prompt_progress chunks (when the request asks for them), this far apart.
+    prefill_chunks: int = 0
+    prefill_interval_s: float = 0.0
 
 
 @dataclass
@@ -41,7 +45,16 @@ class StreamError:
     message: str
 
 
-Step = Reply | Fail | StreamError
+@dataclass
+class Stall:
+    """A server that hangs: headers and the first progress chunk, then nothing for `seconds` (or until shutdown)."""
+
+    seconds: float = 3600.0
+
+
+Step = Reply | Fail | StreamError | Stall
+
+LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
 FORMAT_ERROR = "The model produced output that does not match the expected DeepSeek V4 format"
 
@@ -65,13 +78,19 @@ def common_prefix(a: str, b: str) -> int:
 
 
 class ScriptedServer:
-    def __init__(self, script: list[Step] | None = None, *, n_ctx: int = 65536) -> None:
+    def __init__(
+        self, script: list[Step] | None = None, *, n_ctx: int = 65536, loading_requests: int = 0, port: int = 0
+    ) -> None:
+        """loading_requests: answer that many requests, of any endpoint, with 503 "Loading model" first, as
+        llama-server does while it loads. port: 0 picks a free one."""
         self.script: list[Step] = list(script or [])
         self.n_ctx = n_ctx
+        self.loading_requests = loading_requests
         self.requests: list[dict[str, Any]] = []
         self.prompts: list[str] = []
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._closing = threading.Event()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
@@ -88,6 +107,7 @@ class ScriptedServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -99,6 +119,13 @@ class ScriptedServer:
             self.prompts.append(prompt)
             step = self.script.pop(0) if self.script else Reply(content="Nothing more to do.")
         return step, tokens_of(prompt), tokens_of(prompt[: common_prefix(prompt, previous)])
+
+    def still_loading(self) -> bool:
+        with self._lock:
+            if self.loading_requests <= 0:
+                return False
+            self.loading_requests -= 1
+            return True
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -118,7 +145,9 @@ class ScriptedServer:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                if self.path == "/health":
+                if server.still_loading():
+                    self._json(503, LOADING)
+                elif self.path == "/health":
                     self._json(200, {"status": "ok"})
                 elif self.path == "/props":
                     self._json(
@@ -139,7 +168,9 @@ class ScriptedServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if self.path == "/tokenize":
+                if server.still_loading():
+                    self._json(503, LOADING)
+                elif self.path == "/tokenize":
                     self._json(200, {"tokens": list(range(tokens_of(body.get("content", ""))))})
                 elif self.path == "/v1/chat/completions":
                     self._chat(body)
@@ -169,7 +200,34 @@ class ScriptedServer:
                     self._event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]})
                     self._event({"error": {"code": 500, "message": step.message, "type": "server_error"}})
                     return
+                if isinstance(step, Stall):
+                    self._progress(prompt_n, cache_n, cache_n)
+                    server._closing.wait(step.seconds)
+                    return
+                if body.get("return_progress"):
+                    self._prefill(step, prompt_n, cache_n)
                 self._stream_reply(step, prompt_n, cache_n)
+
+            def _progress(self, total: int, cache: int, processed: int) -> None:
+                """A prompt_progress chunk as llama-server sends it: an empty assistant delta carrying the counts."""
+                self._event(
+                    {
+                        "id": "chatcmpl-scripted",
+                        "object": "chat.completion.chunk",
+                        "created": 0,
+                        "model": "scripted",
+                        "choices": [
+                            {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}
+                        ],
+                        "prompt_progress": {"total": total, "cache": cache, "processed": processed, "time_ms": 0},
+                    }
+                )
+
+            def _prefill(self, reply: Reply, prompt_n: int, cache_n: int) -> None:
+                for chunk in range(1, reply.prefill_chunks + 1):
+                    if chunk > 1:
+                        time.sleep(reply.prefill_interval_s)
+                    self._progress(prompt_n, cache_n, cache_n + (prompt_n - cache_n) * chunk // reply.prefill_chunks)
 
             def _event(self, payload: Any) -> None:
                 data = payload if isinstance(payload, str) else json.dumps(payload)

@@ -51,3 +51,35 @@ def test_live_panel_on_a_terminal_shows_speed_cache_and_drafts() -> None:
             view.handle(event)
     screen = output.getvalue()
     assert "42.0" in screen and "95%" in screen and "50%" in screen and "bash (error)" in screen
+
+
+PREFILL = [
+    {"type": "task_start", "index": 1, "task": "Rename compute_area", "branch": "refactor-agent/r/1-rename"},
+    {"type": "prefill_progress", "processed": 120_000, "total": 480_000, "cached": 0},
+]
+
+
+def test_live_panel_shows_prefill_progress_as_a_bar() -> None:
+    output = io.StringIO()
+    with RunView(Console(file=output, force_terminal=True, width=100)) as view:
+        for event in PREFILL:
+            view.handle(event)
+    screen = output.getvalue()
+    assert "120,000 / 480,000 prompt tokens" in screen
+    assert "━" in screen  # rich's bar
+
+
+def test_the_prefill_bar_goes_when_the_response_arrives() -> None:
+    output = io.StringIO()
+    with RunView(Console(file=output, force_terminal=True, width=100)) as view:
+        for event in [*PREFILL, EVENTS[1]]:
+            view.handle(event)
+    assert view.state["prefill"] is None
+
+
+def test_plain_output_does_not_log_prefill_progress() -> None:
+    output = io.StringIO()
+    with RunView(Console(file=output, force_terminal=False, width=60)) as view:
+        for event in PREFILL:
+            view.handle(event)
+    assert output.getvalue().splitlines() == ["task 1 started on branch refactor-agent/r/1-rename"]

@@ -19,7 +19,10 @@ from repos import checkout_fingerprint, make_repo
 pytestmark = [pytest.mark.llama_server, pytest.mark.docker]
 
 
-def test_a_model_that_answers_without_tool_calls_ends_as_no_changes(tmp_path: Path, llama_server: ServerState) -> None:
+def test_a_model_that_answers_without_tool_calls_stops_with_no_changes(
+    tmp_path: Path, llama_server: ServerState
+) -> None:
+    """SmolLM2 given tools answers in plain text: the task must end because of exactly that, after one turn."""
     repo = make_repo(tmp_path / "repo")
     before = checkout_fingerprint(repo)
     arguments = ["run", str(repo), "--task", "Rename compute_area to area", "--server", llama_server.url]
@@ -27,9 +30,17 @@ def test_a_model_that_answers_without_tool_calls_ends_as_no_changes(tmp_path: Pa
     result = CliRunner().invoke(app, [*arguments, *options, "--model", "smollm2"])
     (run_dir,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
+    events = [json.loads(line) for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
     (task,) = summary["tasks"]
     assert result.exit_code == 0, result.output
     assert task["status"] == "no_changes", task
+    assert task["reason"] == "the model answered without calling a tool", task
+    assert task["turns"] == 1, task
+    (response,) = [event for event in events if event["type"] == "response"]
+    assert not response["message"].get("tool_calls") and response["message"]["content"].strip()
+    assert not [event for event in events if event["type"] in ("tool_call", "tool_result")]
+    progress = [event for event in events if event["type"] == "prefill_progress"]
+    assert 1 <= len(progress) <= 11 and progress[-1]["processed"] == progress[-1]["total"]
     assert task["metrics"]["prompt_tokens"] > 0 and task["metrics"]["generated_tokens"] > 0
     assert checkout_fingerprint(repo) == before
 

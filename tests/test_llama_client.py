@@ -1,5 +1,7 @@
 """The streaming client against a real llama-server: usage, timings, the prompt cache, speculation, a summary."""
 
+import time
+
 import pytest
 
 from agent.config import LLMConfig, SamplingConfig
@@ -28,7 +30,7 @@ SYSTEM = f"You are a refactoring assistant. The repository:\n{REPOSITORY}"
 TURNS = 4
 
 
-def _model(state: ServerState, max_tokens: int) -> OpenAIChatModel:
+def _model(state: ServerState, max_tokens: int, **listeners) -> OpenAIChatModel:
     config = LLMConfig(
         server_url=state.url,
         server_explicit=True,
@@ -36,7 +38,7 @@ def _model(state: ServerState, max_tokens: int) -> OpenAIChatModel:
         sampling=SamplingConfig(max_tokens=max_tokens, seed=7),
         max_retries=0,
     )
-    return OpenAIChatModel(config)
+    return OpenAIChatModel(config, **listeners)
 
 
 def test_streamed_turn_carries_usage_and_timings(llama_server):
@@ -55,6 +57,22 @@ def test_streamed_turn_carries_usage_and_timings(llama_server):
     assert stats.predicted_ms is not None and stats.predicted_ms > 0
     assert stats.predicted_per_second is not None and stats.predicted_per_second > 0
     assert stats.ttft_s is not None and 0 < stats.ttft_s <= stats.latency_s
+
+
+def test_a_long_prompt_streams_prefill_progress(llama_server):
+    events = []
+    # A fresh first line: nothing of this prompt is in the server's cache, so all of it is prefilled.
+    system = f"Session {time.time_ns()}.\n{SYSTEM}"
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "What does helper_3 do?"}]
+    turn = _model(llama_server, max_tokens=8, on_progress=events.append).complete(messages, TOOLS)
+    print(f"\nprefill progress events: {events}")
+    assert events, "no prompt_progress chunk reached the observer"
+    assert {event["type"] for event in events} == {"prefill_progress"}
+    assert {event["total"] for event in events} == {turn.stats.prompt_tokens}
+    processed = [event["processed"] for event in events]
+    assert processed == sorted(processed)
+    assert processed[-1] == turn.stats.prompt_tokens
+    assert len(events) <= 11  # a few per request, not one per batch
 
 
 def test_second_turn_reads_the_prefix_from_the_cache(llama_server):

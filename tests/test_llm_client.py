@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 
 from agent.config import LLMConfig, SamplingConfig
 from agent.llm import ContextOverflow, MalformedOutput, ModelUnavailable, OpenAIChatModel
 
-from scripted_server import FORMAT_ERROR, Fail, Reply, ScriptedServer, StreamError
+from scripted_server import FORMAT_ERROR, Fail, Reply, ScriptedServer, Stall, StreamError
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
 MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do it"}]
@@ -28,6 +31,7 @@ def test_request_carries_agentic_sampling_effort_and_string_tool_choice() -> Non
     assert sent["tools"] == TOOLS
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
     assert sent["seed"] == 7
+    assert sent["return_progress"] is True  # prefill progress chunks: the live bar and the idle timeout's heartbeat
 
 
 def test_streamed_tool_calls_reasoning_and_timings_are_assembled() -> None:
@@ -117,3 +121,54 @@ def test_garbage_arguments_go_back_wrapped_as_a_json_object() -> None:
         '{"command": "ls"}',
     ]
     assert turn.tool_calls[0].arguments == '{"command": "ls'  # the transcript keeps what the model really sent
+
+
+def test_retry_backoff_doubles_from_two_seconds_and_is_capped_at_a_minute() -> None:
+    sleeps: list[float] = []
+    config = LLMConfig(server_url="http://127.0.0.1:9/v1", max_retries=8)  # the default backoff: 2 s
+    model = OpenAIChatModel(config, sleep=sleeps.append)
+    with pytest.raises(ModelUnavailable, match="failed 9 times"):
+        model.complete(MESSAGES, TOOLS)
+    assert sleeps == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+
+
+def test_a_stalled_stream_is_abandoned_after_the_idle_timeout() -> None:
+    retries: list[str] = []
+    started = time.monotonic()
+    with ScriptedServer([Stall(), Stall()]) as server:
+        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=1, idle_timeout_s=1.0)
+        with pytest.raises(ModelUnavailable, match=r"failed 2 times, last: idle timeout.*1s \(--idle-timeout\)"):
+            OpenAIChatModel(config, on_retry=retries.append).complete(MESSAGES, TOOLS)
+    assert time.monotonic() - started < 60  # instead of the hour a silent server used to cost
+    assert len(server.requests) == 2 and "idle timeout" in retries[0]
+
+
+def test_prefill_progress_keeps_a_slow_prompt_alive_past_the_idle_timeout() -> None:
+    events: list[dict[str, Any]] = []
+    slow = Reply(content="done", prefill_chunks=10, prefill_interval_s=0.5)  # 4.5 s of prefill, a chunk each 0.5 s
+    with ScriptedServer([slow]) as server:
+        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=0, idle_timeout_s=2.0)
+        turn = OpenAIChatModel(config, on_progress=events.append).complete(MESSAGES, TOOLS)
+    assert turn.content == "done" and turn.stats.retries == 0
+    assert turn.stats.latency_s > 2.0  # longer than the idle timeout: the chunks kept it alive
+    assert [event["type"] for event in events] == ["prefill_progress"] * len(events)
+    assert events[-1]["processed"] == events[-1]["total"] == turn.stats.prompt_tokens
+
+
+def test_prefill_progress_reaches_the_observer_a_few_times_per_request() -> None:
+    events: list[dict[str, Any]] = []
+    with ScriptedServer([Reply(content="done", prefill_chunks=200)]) as server:
+        OpenAIChatModel(LLMConfig(server_url=server.url), on_progress=events.append).complete(MESSAGES, TOOLS)
+    processed = [event["processed"] for event in events]
+    assert 2 <= len(events) <= 11  # the first chunk, then one per tenth: not 200 transcript lines
+    assert processed == sorted(processed) and processed[-1] == events[-1]["total"]
+    assert set(events[0]) == {"type", "processed", "total", "cached"}
+
+
+def test_the_total_request_timeout_is_a_backstop_that_is_not_retried() -> None:
+    endless = Reply(content="late", prefill_chunks=20, prefill_interval_s=0.2)  # alive, but 4 s in all
+    with ScriptedServer([endless, Reply(content="never asked")]) as server:
+        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, request_timeout_s=1.0, idle_timeout_s=30.0)
+        with pytest.raises(ModelUnavailable, match=r"still running after 1s"):
+            OpenAIChatModel(config).complete(MESSAGES, TOOLS)
+    assert len(server.requests) == 1  # an hour-long request repeated six times would cost the night

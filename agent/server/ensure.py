@@ -24,11 +24,13 @@ START_HINT = (
 )
 
 
-def ensure_server(llm: LLMConfig, *, log: Callable[[str], None]) -> str:
+def ensure_server(
+    llm: LLMConfig, *, log: Callable[[str], None], load_wait_s: float = LOAD_WAIT_S, poll_s: float = LOAD_POLL_S
+) -> str:
     """The base URL of a ready llama-server: the configured one, or the embedded preset started on its port."""
     with LlamaServerAPI(llm.server_url, timeout_s=10.0) as api:
         try:
-            _wait_while_loading(api, log)
+            _wait_while_loading(api, log, load_wait_s=load_wait_s, poll_s=poll_s)
             return llm.server_url
         except ServerUnreachable:
             if llm.server_explicit:
@@ -50,8 +52,8 @@ def ensure_server(llm: LLMConfig, *, log: Callable[[str], None]) -> str:
     return llm.server_url
 
 
-def _wait_while_loading(api: LlamaServerAPI, log: Callable[[str], None]) -> None:
-    deadline = time.monotonic() + LOAD_WAIT_S
+def _wait_while_loading(api: LlamaServerAPI, log: Callable[[str], None], *, load_wait_s: float, poll_s: float) -> None:
+    deadline = time.monotonic() + load_wait_s
     announced = False
     while True:
         try:
@@ -59,11 +61,11 @@ def _wait_while_loading(api: LlamaServerAPI, log: Callable[[str], None]) -> None
             return
         except ServerLoading:
             if time.monotonic() > deadline:
-                raise ServerLoading(f"llama-server at {api.root} still loading after {LOAD_WAIT_S:.0f}s") from None
+                raise ServerLoading(f"llama-server at {api.root} still loading after {load_wait_s:g}s") from None
             if not announced:
-                log(f"llama-server at {api.root} is loading the model; waiting up to {LOAD_WAIT_S:.0f}s")
+                log(f"llama-server at {api.root} is loading the model; waiting up to {load_wait_s:g}s")
                 announced = True
-            time.sleep(LOAD_POLL_S)
+            time.sleep(poll_s)
         except httpx.HTTPStatusError as error:
             raise ServerError(
                 f"{api.root} answers /health with HTTP {error.response.status_code}: is it a llama-server?"
