@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+
+from agent.fallback_stream import FallbackStream
 
 
 def _tool_label(event: dict[str, Any]) -> str:
@@ -15,9 +18,12 @@ def _tool_label(event: dict[str, Any]) -> str:
 
 
 class RunView:
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, errors: Console | None = None) -> None:
         self.console = console or Console()
-        self.errors = Console(stderr=True)
+        self.errors = errors or Console(stderr=True)
+        # A reader that goes away (`| head -1`, a closed terminal) must not end the run: see FallbackStream.
+        self._streams = [FallbackStream(self.console.file), FallbackStream(self.errors.file)]
+        self.console.file, self.errors.file = self._streams
         self.state: dict[str, Any] = {
             "task": "-",
             "turn": 0,
@@ -38,6 +44,11 @@ class RunView:
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.__exit__(None, None, None)
+
+    def divert_to(self, log_file: Path) -> None:
+        """The run's log file, where output goes if stdout or stderr is closed."""
+        for stream in self._streams:
+            stream.divert_to(log_file)
 
     @property
     def live(self) -> bool:

@@ -51,3 +51,24 @@ def test_live_panel_on_a_terminal_shows_speed_cache_and_drafts() -> None:
             view.handle(event)
     screen = output.getvalue()
     assert "42.0" in screen and "95%" in screen and "50%" in screen and "bash (error)" in screen
+
+
+class ClosedPipe(io.StringIO):
+    """stdout after `| head -1` has exited: writes go into the buffer, the flush that would send them fails."""
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_output_to_a_closed_pipe_goes_on_in_the_log_file(tmp_path) -> None:
+    out, err = ClosedPipe(), ClosedPipe()
+    view = RunView(Console(file=out, force_terminal=False, width=60), Console(file=err, force_terminal=False))
+    view.log("preflight: server ready")  # before the run directory exists
+    view.divert_to(tmp_path / "output.log")
+    view.handle(EVENTS[-1])
+    view.error("the sandbox image is missing")
+    assert (tmp_path / "output.log").read_text().splitlines() == [
+        "preflight: server ready",
+        "task 1 committed: the model called finish",
+        "error: the sandbox image is missing",
+    ]
