@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Literal
 
 from pydantic import BaseModel
 
 from agent.metrics import MetricsSummary
 
-TaskStatus = Literal["committed", "no_changes", "failed"]
+TaskStatus = Literal["committed", "no_changes", "failed", "interrupted"]
+RunStatus = Literal["completed", "interrupted"]
 
 
 class TaskSummary(BaseModel):
@@ -32,6 +34,8 @@ class RunSummary(BaseModel):
     model: str
     server_url: str
     speculation_configured: bool = False
+    status: RunStatus = "completed"
+    interrupted_by: str | None = None  # the signal's name, e.g. SIGTERM
     tasks: list[TaskSummary] = []
     wall_time_s: float = 0.0
     metrics: MetricsSummary | None = None
@@ -39,4 +43,6 @@ class RunSummary(BaseModel):
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted_by is not None:  # as a shell reports a process that a signal ended
+            return 128 + signal.Signals[self.interrupted_by].value
         return 1 if any(task.status == "failed" for task in self.tasks) else 0
