@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -24,6 +25,12 @@ class Reply:
     reasoning: str = ""
     draft_n: int = 0
     draft_n_accepted: int = 0
+    before: Callable[[], None] | None = None  # runs in the server before it answers, e.g. to break something
+
+
+@dataclass
+class Hold:
+    """No answer: the request is held open until the server stops (`ScriptedServer.held` is set when it comes)."""
 
 
 @dataclass
@@ -41,7 +48,7 @@ class StreamError:
     message: str
 
 
-Step = Reply | Fail | StreamError
+Step = Reply | Fail | StreamError | Hold
 
 FORMAT_ERROR = "The model produced output that does not match the expected DeepSeek V4 format"
 
@@ -65,9 +72,12 @@ def common_prefix(a: str, b: str) -> int:
 
 
 class ScriptedServer:
-    def __init__(self, script: list[Step] | None = None, *, n_ctx: int = 65536) -> None:
+    def __init__(self, script: list[Step] | None = None, *, n_ctx: int = 65536, speculative: bool = False) -> None:
         self.script: list[Step] = list(script or [])
         self.n_ctx = n_ctx
+        self.speculative = speculative  # what /slots reports: a drafter configured
+        self.held = threading.Event()
+        self._release = threading.Event()
         self.requests: list[dict[str, Any]] = []
         self.prompts: list[str] = []
         self._lock = threading.Lock()
@@ -88,6 +98,7 @@ class ScriptedServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._release.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -131,7 +142,7 @@ class ScriptedServer:
                         },
                     )
                 elif self.path == "/slots":
-                    self._json(200, [{"id": 0, "n_ctx": server.n_ctx, "speculative": False}])
+                    self._json(200, [{"id": 0, "n_ctx": server.n_ctx, "speculative": server.speculative}])
                 elif self.path == "/v1/models":
                     self._json(200, {"data": [{"id": "scripted", "meta": {"n_ctx": server.n_ctx}}]})
                 else:
@@ -161,6 +172,12 @@ class ScriptedServer:
                 if isinstance(step, Fail):
                     self._json(step.status, step.body)
                     return
+                if isinstance(step, Hold):
+                    server.held.set()
+                    server._release.wait()
+                    return
+                if isinstance(step, Reply) and step.before is not None:
+                    step.before()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
