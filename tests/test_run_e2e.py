@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -70,8 +71,10 @@ def start_cli(command: list[str], scratch: Path, **popen: object) -> subprocess.
     def default_signals() -> None:  # a test runner started in the background ignores SIGINT; the run must not
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    environment = {**os.environ, "TMPDIR": str(scratch)}
-    return subprocess.Popen(command, env=environment, preexec_fn=default_signals, **popen)
+    # cwd outside any repository: a git call that lost its worktree must not find the one the tests run from;
+    # PYTHONPATH then names the code under test, which the cwd no longer does.
+    environment = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.Popen(command, cwd=scratch.parent, env=environment, preexec_fn=default_signals, **popen)
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout_s: float = 300) -> None:
@@ -257,13 +260,11 @@ def test_an_internal_error_costs_one_task_and_the_next_one_commits(tmp_path: Pat
         Reply(tool_calls=[("finish", {"summary": "Add pkg.extra"})]),
     ]
     with ScriptedServer(script) as server:
-        done = subprocess.run(
-            cli_command(repo, server, runs_dir, "first", "second"), capture_output=True, text=True, timeout=600
-        )
-    assert done.returncode == 1, done.stdout + done.stderr
+        process = start_cli(cli_command(repo, server, runs_dir, "first", "second"), tmp_path / "scratch")
+        assert process.wait(timeout=600) == 1
     _, summary, _ = read_run(runs_dir)
     first, second = summary["tasks"]
-    assert first["status"] == "failed" and first["reason"].startswith("internal error: ")
+    assert first["status"] == "failed" and re.match(r"internal error: \w+Error: ", first["reason"])
     assert second["status"] == "committed"
     (commit,) = git.Repo(repo).iter_commits(f"main..{second['branch']}")
     assert list(commit.stats.files) == ["pkg/extra.py"]
