@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from pathlib import Path
 
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
 from agent.leftovers import OWNER_RECORD, ScratchOwner, create_run_scratch, sweep_run_scratch
 
 from repos import git, make_repo
+
+DEAD_BRANCH = "refactor-agent/dead/1-task"
 
 
 def worktree_in(scratch: Path, repo: Path, branch: str) -> Path:
@@ -17,35 +24,55 @@ def worktree_in(scratch: Path, repo: Path, branch: str) -> Path:
     return path
 
 
+def listed_worktrees(repo: Path) -> list[str]:
+    lines = git(repo, "worktree", "list", "--porcelain").splitlines()
+    return [line.split(" ", 1)[1] for line in lines if line.startswith("worktree ")]
+
+
+def killed_run(repo: Path, root: Path) -> Path:
+    """The scratch directory of a run killed with -9 after it committed once."""
+    dead = create_run_scratch("dead", repo / ".git", root=root)
+    tree = worktree_in(dead, repo, DEAD_BRANCH)
+    (tree / "new.py").write_text("x = 1\n")
+    git(tree, "add", "new.py")
+    git(tree, "commit", "-q", "-m", "work of the night")
+    # The process that wrote this record has ended: same host and pid, another start time.
+    gone = ScratchOwner(owner=f"{socket.gethostname()}:{os.getpid()}:0", run_id="dead", git_dir=repo / ".git")
+    (dead / OWNER_RECORD).write_text(gone.model_dump_json())
+    return dead
+
+
 def test_the_sweep_removes_runs_whose_process_is_gone_and_keeps_their_branches(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
-    git_dir = repo / ".git"
     root = tmp_path / "scratch"
     root.mkdir()
-    dead = create_run_scratch("dead", git_dir, root=root)
-    dead_tree = worktree_in(dead, repo, "refactor-agent/dead/1-task")
-    (dead_tree / "new.py").write_text("x = 1\n")
-    git(dead_tree, "add", "new.py")
-    git(dead_tree, "commit", "-q", "-m", "work of the night")
+    dead = killed_run(repo, root)
     precious = tmp_path / "precious.txt"
     precious.write_text("keep me\n")
-    (dead_tree / "link").symlink_to(precious)  # a model-made symlink out of the worktree is not followed
-    # The process that wrote this record has ended: same host and pid, another start time.
-    gone = ScratchOwner(owner=f"{socket.gethostname()}:{os.getpid()}:0", run_id="dead", git_dir=git_dir)
-    (dead / OWNER_RECORD).write_text(gone.model_dump_json())
-    alive = create_run_scratch("alive", git_dir, root=root)
+    (dead / "1-task" / "worktree" / "link").symlink_to(precious)  # a model-made symlink is not followed
+    alive = create_run_scratch("alive", repo / ".git", root=root)
     alive_tree = worktree_in(alive, repo, "refactor-agent/alive/1-task")
-    planted = root / "refactor-agent-run-planted"
-    planted.symlink_to(dead)  # a symlink named like ours is not our directory
+    (root / "refactor-agent-run-planted").symlink_to(dead)  # a symlink named like ours is not our directory
 
     assert sweep_run_scratch(root=root) == 1
 
     assert not dead.exists() and alive_tree.is_dir() and precious.read_text() == "keep me\n"
-    listed = [
-        line.split(" ", 1)[1]
-        for line in git(repo, "worktree", "list", "--porcelain").splitlines()
-        if line.startswith("worktree ")
-    ]
-    assert listed == [str(repo), str(alive_tree)]
-    assert git(repo, "log", "--format=%s", "main..refactor-agent/dead/1-task").strip() == "work of the night"
-    git(repo, "branch", "-D", "refactor-agent/dead/1-task")  # no worktree pins it any more
+    assert listed_worktrees(repo) == [str(repo), str(alive_tree)]
+    assert git(repo, "log", "--format=%s", f"main..{DEAD_BRANCH}").strip() == "work of the night"
+    git(repo, "branch", "-D", DEAD_BRANCH)  # no worktree pins it any more
+
+
+@pytest.mark.docker
+def test_sandbox_sweep_removes_the_worktrees_of_killed_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = make_repo(tmp_path / "repo")
+    root = tmp_path / "scratch"
+    root.mkdir()
+    dead = killed_run(repo, root)
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+
+    result = CliRunner().invoke(app, ["sandbox", "sweep"])
+
+    assert result.exit_code == 0, result.output
+    assert "scratch directories of 1 unfinished run(s)" in result.output
+    assert not dead.exists() and listed_worktrees(repo) == [str(repo)]
+    git(repo, "branch", "-D", DEAD_BRANCH)
