@@ -73,7 +73,10 @@ def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> N
             where = f" on {task.branch} ({task.commit[:12]})" if task.commit else ""
             view.log(f"task {task.index} {task.status}{where}: {task.reason}")
     if summary.interrupted_by:
-        view.log(f"run interrupted by {summary.interrupted_by}: the task in flight kept its changes, see below")
+        view.log(
+            f"run interrupted by {summary.interrupted_by}: the task in flight kept its changes in patch.diff "
+            "and, if it had any, in a commit marked interrupted on its branch"
+        )
     for warning in summary.warnings:
         view.log(f"warning: {warning}")
     view.log(f"run {summary.run_id}: {journal.directory}")
