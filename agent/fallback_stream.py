@@ -16,6 +16,7 @@ from typing import TextIO
 class FallbackStream(io.TextIOBase):
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
+        self._log_file: Path | None = None
         self._log: TextIO | None = None
         # Written to the stream but not yet flushed through it: lost with the reader unless kept for the log.
         self._unflushed: list[str] = []
@@ -55,12 +56,11 @@ class FallbackStream(io.TextIOBase):
             self._log.flush()
 
     def divert_to(self, log_file: Path) -> None:
-        """Where output goes once the stream breaks (or went, if it already has)."""
-        self._log = log_file.open("a", encoding="utf-8")
-        for text in self._pending:
-            self._log.write(text)
-        self._pending.clear()
-        self._log.flush()
+        """Where output goes once the stream breaks (or went, if it already has); created only then."""
+        self._log_file = log_file
+        pending, self._pending = self._pending, []
+        for text in pending:
+            self._divert(text)
 
     def close(self) -> None:
         if self._log is not None:
@@ -80,8 +80,10 @@ class FallbackStream(io.TextIOBase):
             self._divert(text)
 
     def _divert(self, text: str) -> None:
-        if self._log is None:
+        if self._log_file is None:
             self._pending.append(text)
             return
+        if self._log is None:
+            self._log = self._log_file.open("a", encoding="utf-8")
         self._log.write(text)
         self._log.flush()
