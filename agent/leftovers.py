@@ -2,12 +2,13 @@
 
 A run keeps its task worktrees under one scratch directory of its own, created before any worktree, whose
 owner record names the process (see sandbox.owner) and the repository's git directory. A later run, or
-`refactor-agent sandbox sweep`, deletes the directories of owners that are gone and prunes git's record of their
+`refactor-agent sandbox sweep`, deletes the directories of owners that are gone and git's records of their
 worktrees, after which their branches can be deleted with `git branch -D`. Branches, and the commits on them,
 are never deleted here: a branch is the night's result, and resume reuses it.
 
-The user's repository is touched only through `git worktree prune`, with hooks and fsmonitor off; the worktrees
-themselves (model-written, hostile) are never read, only deleted without following symlinks.
+In the user's repository only git's records of our own worktrees (<git dir>/worktrees/<name>, found by the path
+git wrote in them) are deleted, no git command runs; the worktrees themselves (model-written, hostile) are never
+read, only deleted without following symlinks.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -26,9 +26,8 @@ from sandbox.owner import current_owner, owner_is_gone
 
 SCRATCH_PREFIX = "refactor-agent-run-"
 OWNER_RECORD = "owner.json"
-# Our own record, a few hundred bytes: anything larger is not ours.
+# Our owner record and git's worktree records are a few hundred bytes: anything larger is not one of them.
 MAX_RECORD_BYTES = 64 * 1024
-GIT_TIMEOUT_S = 60
 
 
 class ScratchOwner(BaseModel):
@@ -47,32 +46,47 @@ def create_run_scratch(run_id: str, git_dir: Path, *, root: Path | None = None) 
 
 
 def remove_run_scratch(directory: Path, git_dir: Path) -> None:
-    """Delete the directory and every worktree in it, then drop git's record of the worktrees; idempotent."""
-    shutil.rmtree(directory, ignore_errors=True)  # never follows a symlink out of the tree
-    prune_worktrees(git_dir)
+    """Delete the directory and every worktree in it, and git's record of those worktrees; idempotent."""
+    scratch = directory.resolve()
+    _forget_worktrees_in(scratch, git_dir)
+    shutil.rmtree(scratch, ignore_errors=True)  # never follows a symlink out of the tree
 
 
-def prune_worktrees(git_dir: Path) -> None:
-    """`git worktree prune` reads only the repository's own worktree records, never a worktree's files."""
-    with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as no_hooks:
-        command = [
-            "git", f"--git-dir={git_dir}", "-c", f"core.hooksPath={no_hooks}", "-c", "core.fsmonitor=false",
-            "worktree", "prune",
-        ]  # fmt: skip
-        environment = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
-        subprocess.run(command, capture_output=True, check=False, timeout=GIT_TIMEOUT_S, env=environment)
+def _forget_worktrees_in(scratch: Path, git_dir: Path) -> None:
+    """Delete git's record (<git dir>/worktrees/<name>) of each worktree inside `scratch`, and only those:
+    `git worktree prune` would also drop the records of the user's own worktrees that are not mounted now."""
+    try:
+        records = list((git_dir / "worktrees").iterdir())
+    except OSError:
+        return
+    for record in records:
+        location = _read_small(record / "gitdir")  # "<worktree>/.git", written by git when it made the worktree
+        if location is not None and Path(location.strip()).is_relative_to(scratch):
+            shutil.rmtree(record, ignore_errors=True)
+
+
+def _read_small(path: Path) -> str | None:
+    """A file of our own or of git's, read without following a symlink and within a byte cap."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(descriptor, "rb") as file:
+            return file.read(MAX_RECORD_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def _owner_record(directory: Path) -> ScratchOwner | None:
     """The record of a directory that we created: a real directory of our user, not a symlink planted in /tmp."""
     try:
         info = directory.lstat()
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-            return None
-        descriptor = os.open(directory / OWNER_RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(descriptor, "rb") as record:
-            return ScratchOwner.model_validate_json(record.read(MAX_RECORD_BYTES))
-    except (OSError, ValidationError):
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        return None
+    text = _read_small(directory / OWNER_RECORD)
+    try:
+        return ScratchOwner.model_validate_json(text) if text is not None else None
+    except ValidationError:
         return None
 
 

@@ -53,11 +53,15 @@ def test_the_sweep_removes_runs_whose_process_is_gone_and_keeps_their_branches(t
     alive = create_run_scratch("alive", repo / ".git", root=root)
     alive_tree = worktree_in(alive, repo, "refactor-agent/alive/1-task")
     (root / "refactor-agent-run-planted").symlink_to(dead)  # a symlink named like ours is not our directory
+    # The user's own worktree on a disk that is not mounted right now: `git worktree prune` would forget it.
+    unmounted = tmp_path / "usb" / "feature"
+    git(repo, "worktree", "add", "--quiet", "-b", "feature", str(unmounted))
+    (tmp_path / "usb").rename(tmp_path / "usb-unmounted")
 
     assert sweep_run_scratch(root=root) == 1
 
     assert not dead.exists() and alive_tree.is_dir() and precious.read_text() == "keep me\n"
-    assert listed_worktrees(repo) == [str(repo), str(alive_tree)]
+    assert listed_worktrees(repo) == [str(repo), str(alive_tree), str(unmounted)]
     assert git(repo, "log", "--format=%s", f"main..{DEAD_BRANCH}").strip() == "work of the night"
     git(repo, "branch", "-D", DEAD_BRANCH)  # no worktree pins it any more
 
