@@ -18,6 +18,14 @@ from agent.report import RunSummary
 PATCH_MAX_BYTES = 5 * 1024 * 1024
 
 
+def run_directories(runs_dir: Path) -> list[Path]:
+    """Every run's directory, by name (run ids start with their time); shared dot-folders such as .baselines
+    are not runs."""
+    if not runs_dir.is_dir():
+        return []
+    return sorted(path for path in runs_dir.iterdir() if path.is_dir() and not path.name.startswith("."))
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 

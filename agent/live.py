@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
+
+from agent.fallback_stream import FallbackStream
 
 
 def _tool_label(event: dict[str, Any]) -> str:
@@ -23,9 +26,12 @@ def _prefill_bar(processed: int, total: int) -> RenderableType:
 
 
 class RunView:
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, errors: Console | None = None) -> None:
         self.console = console or Console()
-        self.errors = Console(stderr=True)
+        self.errors = errors or Console(stderr=True)
+        # A reader that goes away (`| head -1`, a closed terminal) must not end the run: see FallbackStream.
+        self._streams = [FallbackStream(self.console.file), FallbackStream(self.errors.file)]
+        self.console.file, self.errors.file = self._streams
         self.state: dict[str, Any] = {
             "task": "-",
             "turn": 0,
@@ -47,6 +53,11 @@ class RunView:
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.__exit__(None, None, None)
+
+    def divert_to(self, log_file: Path) -> None:
+        """The run's log file, where output goes if stdout or stderr is closed."""
+        for stream in self._streams:
+            stream.divert_to(log_file)
 
     @property
     def live(self) -> bool:

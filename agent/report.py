@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from datetime import datetime
 from typing import Literal
 
@@ -15,9 +16,10 @@ def now_iso() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-TaskStatus = Literal["committed", "no_changes", "failed"]
+TaskStatus = Literal["committed", "no_changes", "failed", "interrupted"]
+RunStatus = Literal["completed", "interrupted"]
 # Beside the status, what the gate found: the tests' word on the work (no_changes and failed carried over).
-Verdict = Literal["verified", "unverified", "regressed", "no_changes", "failed"]
+Verdict = Literal["verified", "unverified", "regressed", "no_changes", "failed", "interrupted"]
 
 
 class GateEvidence(BaseModel):
@@ -60,6 +62,8 @@ class RunSummary(BaseModel):
     speculation_configured: bool = False
     started_at: str = Field(default_factory=now_iso)
     ended_at: str | None = None
+    status: RunStatus = "completed"
+    interrupted_by: str | None = None  # the signal's name, e.g. SIGTERM
     tasks: list[TaskSummary] = []
     wall_time_s: float = 0.0
     metrics: MetricsSummary | None = None
@@ -67,4 +71,6 @@ class RunSummary(BaseModel):
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted_by is not None:  # as a shell reports a process that a signal ended
+            return 128 + signal.Signals[self.interrupted_by].value
         return 1 if any(task.verdict in ("failed", "regressed") for task in self.tasks) else 0

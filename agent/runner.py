@@ -1,7 +1,9 @@
 """One run: tasks in order, each in its own worktree and container; side effects (commit, patch) after the loop.
 
 A task that fails for any reason is recorded and the next task still runs: a crash at 3 a.m. costs one task,
-not the night. Only Ctrl-C stops the run, after cleaning up the current task.
+not the night. Only a stop signal (SIGINT, SIGTERM, SIGHUP) ends the run early, and it ends it the same way:
+the task in flight keeps its diff (patch.diff, and an interrupted commit on its branch), summary.json says
+interrupted, and the run's containers and worktrees are removed.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -23,18 +26,21 @@ from agent.gate.baseline import BaselineCache, baseline_key
 from agent.gate.stage import Gate, GateRecord
 from agent.gate.syntax import MAX_CHECKED_BYTES
 from agent.gate.verdict import GateCheck, evidence_trailer, repair_message
+from agent.interrupt import Interrupted
 from agent.journal import PATCH_MAX_BYTES, RunJournal
+from agent.leftovers import create_run_scratch, remove_run_scratch
 from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import ChatModel, RequestStats, RetryPolicy
 from agent.loop import AgentLoop, LoopResult
 from agent.metrics import SpecCounters, scrape_spec_counters, speculation_configured, speculation_warning, summarize
 from agent.report import GateEvidence, RunSummary, TaskSummary, now_iso
 from agent.workspace import Workspace
-from sandbox import DockerSandbox, SandboxLimits
+from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
 from tools import ToolContext, default_registry
 from tools.test_command import detect_test_command
 
 Emit = Callable[[dict[str, Any]], None]
+INTERRUPTED_TRAILER = {"Refactor-Agent-Status": "interrupted"}
 
 
 def _spec_counters(api: LlamaServerAPI) -> SpecCounters | None:
@@ -92,6 +98,10 @@ class Run:
         self.server_api = LlamaServerAPI(server_url)
         self.requests: list[RequestStats] = []
         self.baselines = BaselineCache(config.runs_dir)
+        self.git_dir = Path(repo.git.rev_parse("--path-format=absolute", "--git-common-dir"))
+        self.scratch: Path | None = None
+        self.loop: AgentLoop | None = None  # the task's loop, so an interrupted task still reports its turns
+        self.stopped_by: Interrupted | None = None
         try:
             self.speculation = speculation_configured(self.server_api)
         except (ServerError, httpx.HTTPError):
@@ -110,28 +120,53 @@ class Run:
             server_url=self.server_url,
             speculation_configured=self.speculation,
         )
-        self.emit({"type": "run_start", "run_id": self.journal.run_id, "tasks": len(self.config.tasks)})
-        self.journal.write_summary(summary)
-        counters_at_start = _spec_counters(self.server_api)
         try:
+            self.emit({"type": "run_start", "run_id": self.journal.run_id, "tasks": len(self.config.tasks)})
+            self.journal.write_summary(summary)
+            self.scratch = create_run_scratch(self.journal.run_id, self.git_dir)
+            counters_at_start = _spec_counters(self.server_api)
             for index, task in enumerate(self.config.tasks, start=1):
                 summary.tasks.append(self.run_task(index, task))
                 run_delta = _delta(_spec_counters(self.server_api), counters_at_start)
                 _measure(summary, self.requests, run_delta, self.speculation)
                 summary.wall_time_s = round(time.monotonic() - started, 3)
+                if self.stopped_by is not None:
+                    break
                 self.journal.write_summary(summary)
+        except Interrupted as stop:  # between tasks, or while a task was being set up
+            self.stopped_by = stop
         finally:
+            # From here on further stop signals are ignored (agent.interrupt), so these steps always finish.
             summary.ended_at = now_iso()
+            if self.stopped_by is not None:
+                summary.status, summary.interrupted_by = "interrupted", self.stopped_by.signal_name
+                summary.wall_time_s = round(time.monotonic() - started, 3)
+                with contextlib.suppress(Exception):  # the signal may have landed while one was being made
+                    remove_run_containers(self.docker, self.journal.run_id)
             self.journal.write_summary(summary)
+            if self.scratch is not None:
+                remove_run_scratch(self.scratch, self.git_dir)
             self.server_api.close()
-            self.emit({"type": "run_end", "exit_code": summary.exit_code, "wall_time_s": summary.wall_time_s})
+            self.emit(
+                {
+                    "type": "run_end",
+                    "status": summary.status,
+                    "signal": summary.interrupted_by,
+                    "exit_code": summary.exit_code,
+                    "wall_time_s": summary.wall_time_s,
+                }
+            )
         return summary
 
     def run_task(self, index: int, task: str) -> TaskSummary:
         """The stages of one task: workspace, then in its sandbox baseline and loop and gate, then settle."""
         started = time.monotonic()
         workspace = Workspace.create(
-            self.repo, run_id=self.journal.run_id, task=f"{index}-{task}", max_file_bytes=self.config.max_file_bytes
+            self.repo,
+            run_id=self.journal.run_id,
+            task=f"{index}-{task}",
+            max_file_bytes=self.config.max_file_bytes,
+            scratch_root=self.scratch,
         )
         self.emit({"type": "task_start", "index": index, "task": task, "branch": workspace.branch})
         outcome = TaskSummary(
@@ -142,16 +177,18 @@ class Run:
             branch=workspace.branch,
             base_commit=workspace.base_commit,
         )
+        self.loop = None
         counters_before = _spec_counters(self.server_api)
         try:
             result, check = self._in_sandbox(workspace, task)
+            self.loop = None  # its turns and requests are in the result from here on
             self.requests += result.requests
             task_delta = _delta(_spec_counters(self.server_api), counters_before)
             _measure(outcome, result.requests, task_delta, self.speculation)
             outcome = self._settle(workspace, outcome, result, check)
-        except KeyboardInterrupt:
-            outcome.reason = "interrupted (Ctrl-C)"
-            raise
+        except Interrupted as stop:
+            self.stopped_by = stop
+            self._settle_interrupted(workspace, outcome, stop)
         except Exception as error:  # the next task still deserves its chance
             outcome.reason = f"internal error: {error.__class__.__name__}: {error}"
             with contextlib.suppress(Exception):  # keep what the model did so far for the morning
@@ -161,6 +198,28 @@ class Run:
             self.emit({"type": "task_end", **outcome.model_dump(mode="json")})
             workspace.remove()
         return outcome
+
+    def _settle_interrupted(self, workspace: Workspace, outcome: TaskSummary, stop: Interrupted) -> None:
+        """Keep what the model did so far: in patch.diff, and as a commit marked interrupted on the task branch.
+
+        The sandbox is already gone (the signal unwound through its `with`), so nothing changes the worktree
+        any more."""
+        outcome.status = outcome.verdict = "interrupted"
+        outcome.reason = f"interrupted by {stop.signal_name}"
+        if self.loop is not None:
+            outcome.turns = self.loop.turn
+            self.requests += self.loop.requests
+            _measure(outcome, self.loop.requests, None, self.speculation)
+        with contextlib.suppress(Exception):
+            outcome.commit = workspace.commit(
+                f"refactor-agent: {outcome.task} (interrupted, unfinished)",
+                {**self._trailers(), **INTERRUPTED_TRAILER},
+            )
+        with contextlib.suppress(Exception):  # after the commit, so a cut patch can name it
+            self._save_patch(workspace, outcome)
+
+    def _trailers(self) -> dict[str, str]:
+        return {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
 
     def _in_sandbox(self, workspace: Workspace, task: str) -> tuple[LoopResult, GateRecord]:
         test_command = self.config.test_cmd or detect_test_command(workspace.path)
@@ -193,11 +252,16 @@ class Run:
             retry = RetryPolicy(
                 self.config.llm, on_retry=lambda message: self.emit({"type": "retry", "message": message})
             )
-            with ThreadPoolExecutor(max_workers=1) as pool:
+            pool = ThreadPoolExecutor(max_workers=1)
+            try:
                 baseline = pool.submit(gate.baseline)
                 system = system_prompt(workspace.path, pack_options(self.config, task, self.server_url), retry)
                 baseline.result()
-            loop = AgentLoop(self.model, self.registry, context, max_turns=self.config.max_turns, emit=self.emit)
+            finally:  # a stop signal must not wait for the suite: leaving the sandbox ends its command
+                pool.shutdown(wait=False, cancel_futures=True)
+            loop = self.loop = AgentLoop(
+                self.model, self.registry, context, max_turns=self.config.max_turns, emit=self.emit
+            )
             result = loop.run(system, task_prompt(task, test_command))
             return self._gate(gate, loop, result, workspace)
 
@@ -244,7 +308,7 @@ class Run:
         check = record.check
         failed = result.outcome in ("max_turns", "error") and check is None
         if not failed:
-            trailers = {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
+            trailers = self._trailers()
             if check is not None:
                 outcome.tests = _evidence(record, check)
                 outcome.reason = f"{result.reason}; gate: {check.reason}"

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from agent.config import RunConfig
+from agent.interrupt import Interrupted, stop_signals
 from agent.journal import RunJournal, new_run_id
+from agent.leftovers import sweep_run_scratch
 from agent.live import RunView
 from agent.llm import OpenAIChatModel
 from agent.preflight import PreflightError, preflight
@@ -14,9 +16,19 @@ from agent.runner import Run
 from sandbox import sweep_leftovers
 
 EXIT_PREFLIGHT = 2
+OUTPUT_LOG = "output.log"
 
 
 def execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
+    with stop_signals():
+        try:
+            return _execute(config, allow_dirty=allow_dirty, view=view)
+        except Interrupted as stop:  # before the run started, or after it ended: nothing of it to settle
+            view.error(f"{stop}")
+            return stop.exit_code
+
+
+def _execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
     try:
         prepared = preflight(config, allow_dirty=allow_dirty, log=view.log)
     except PreflightError as error:
@@ -25,8 +37,12 @@ def execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
     swept = sweep_leftovers(prepared.docker)
     if swept:
         view.log(f"removed {swept} sandbox container(s) left behind by earlier runs that did not finish")
+    swept = sweep_run_scratch()
+    if swept:
+        view.log(f"removed the worktrees of {swept} earlier run(s) that did not finish (their branches are kept)")
     config = config.model_copy(update={"llm": config.llm.model_copy(update={"server_url": prepared.server_url})})
     journal = RunJournal(config.runs_dir, new_run_id())
+    view.divert_to(journal.directory / OUTPUT_LOG)
     journal.write_config(config)
     run: Run | None = None
 
@@ -60,6 +76,11 @@ def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> N
         for task in summary.tasks:
             where = f" on {task.branch} ({task.commit[:12]})" if task.commit else ""
             view.log(f"task {task.index} {task.status}{where}: {task.reason}")
+    if summary.interrupted_by:
+        view.log(
+            f"run interrupted by {summary.interrupted_by}: the task in flight kept its changes in patch.diff "
+            "and, if it had any, in a commit marked interrupted on its branch"
+        )
     for warning in summary.warnings:
         view.log(f"warning: {warning}")
     view.log(f"run {summary.run_id}: {journal.directory}")

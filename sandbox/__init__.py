@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sandbox.container import LABEL, DockerSandbox, sweep_leftovers
+    from sandbox.container import LABEL, DockerSandbox, remove_run_containers, sweep_leftovers
     from sandbox.daemon import docker_client, require_image
     from sandbox.errors import DockerUnavailable, ImageMissing, SandboxError
     from sandbox.image import build_image
@@ -27,6 +27,7 @@ _EXPORTS = {
     "SandboxLimits": "sandbox.models",
     "build_image": "sandbox.image",
     "docker_client": "sandbox.daemon",
+    "remove_run_containers": "sandbox.container",
     "require_image": "sandbox.daemon",
     "sweep_leftovers": "sandbox.container",
 }
@@ -41,6 +42,7 @@ __all__ = [
     "SandboxLimits",
     "build_image",
     "docker_client",
+    "remove_run_containers",
     "require_image",
     "sweep_leftovers",
 ]

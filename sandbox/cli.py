@@ -39,7 +39,9 @@ def build(
 
 @sandbox_app.command()
 def sweep() -> None:
-    """Remove sandbox containers left behind by runs that crashed or were killed."""
+    """Remove sandbox containers, worktrees and scratch directories left behind by runs that crashed or were
+    killed. Their branches are kept (with any commits on them) and can be deleted with `git branch -D`."""
+    from agent.leftovers import sweep_run_scratch  # the run's scratch layout is the agent's; loaded only here
     from sandbox.container import sweep_leftovers
     from sandbox.daemon import docker_client
 
@@ -48,3 +50,4 @@ def sweep() -> None:
     except SandboxError as error:
         raise _fail(error) from error
     typer.echo(f"removed {removed} leftover sandbox container(s)")
+    typer.echo(f"removed the worktrees and scratch directories of {sweep_run_scratch()} unfinished run(s)")

@@ -260,3 +260,14 @@ def sweep_leftovers(client: docker.DockerClient, *, older_than_run: str | None =
         except docker.errors.NotFound:
             continue
     return removed
+
+
+def remove_run_containers(client: docker.DockerClient, run_id: str) -> int:
+    """Remove every sandbox container of run `run_id`: the last step of a run that was stopped by a signal,
+    which may have landed while a container was being created or removed. Returns how many were removed."""
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"}):
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
+            removed += 1
+    return removed

@@ -11,6 +11,7 @@ import json
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -28,6 +29,12 @@ class Reply:
     # A slow prefill: this many prompt_progress chunks (when the request asks for them), this far apart.
     prefill_chunks: int = 0
     prefill_interval_s: float = 0.0
+    before: Callable[[], None] | None = None  # runs in the server before it answers, e.g. to break something
+
+
+@dataclass
+class Hold:
+    """No answer: the request is held open until the server stops (`ScriptedServer.held` is set when it comes)."""
 
 
 @dataclass
@@ -52,7 +59,7 @@ class Stall:
     seconds: float = 3600.0
 
 
-Step = Reply | Fail | StreamError | Stall
+Step = Reply | Fail | StreamError | Stall | Hold
 
 LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
@@ -79,13 +86,22 @@ def common_prefix(a: str, b: str) -> int:
 
 class ScriptedServer:
     def __init__(
-        self, script: list[Step] | None = None, *, n_ctx: int = 65536, loading_requests: int = 0, port: int = 0
+        self,
+        script: list[Step] | None = None,
+        *,
+        n_ctx: int = 65536,
+        loading_requests: int = 0,
+        port: int = 0,
+        speculative: bool = False,
     ) -> None:
         """loading_requests: answer that many requests, of any endpoint, with 503 "Loading model" first, as
-        llama-server does while it loads. port: 0 picks a free one."""
+        llama-server does while it loads. port: 0 picks a free one. speculative: /slots reports a drafter."""
         self.script: list[Step] = list(script or [])
         self.n_ctx = n_ctx
         self.loading_requests = loading_requests
+        self.speculative = speculative
+        self.held = threading.Event()
+        self._release = threading.Event()
         self.requests: list[dict[str, Any]] = []
         self.prompts: list[str] = []
         self._lock = threading.Lock()
@@ -108,6 +124,7 @@ class ScriptedServer:
 
     def __exit__(self, *exc: object) -> None:
         self._closing.set()
+        self._release.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -160,7 +177,7 @@ class ScriptedServer:
                         },
                     )
                 elif self.path == "/slots":
-                    self._json(200, [{"id": 0, "n_ctx": server.n_ctx, "speculative": False}])
+                    self._json(200, [{"id": 0, "n_ctx": server.n_ctx, "speculative": server.speculative}])
                 elif self.path == "/v1/models":
                     self._json(200, {"data": [{"id": "scripted", "meta": {"n_ctx": server.n_ctx}}]})
                 else:
@@ -192,6 +209,12 @@ class ScriptedServer:
                 if isinstance(step, Fail):
                     self._json(step.status, step.body)
                     return
+                if isinstance(step, Hold):
+                    server.held.set()
+                    server._release.wait()
+                    return
+                if isinstance(step, Reply) and step.before is not None:
+                    step.before()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")

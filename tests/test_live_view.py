@@ -83,3 +83,24 @@ def test_plain_output_does_not_log_prefill_progress() -> None:
         for event in PREFILL:
             view.handle(event)
     assert output.getvalue().splitlines() == ["task 1 started on branch refactor-agent/r/1-rename"]
+
+
+class ClosedPipe(io.StringIO):
+    """stdout after `| head -1` has exited: writes go into the buffer, the flush that would send them fails."""
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_output_to_a_closed_pipe_goes_on_in_the_log_file(tmp_path) -> None:
+    out, err = ClosedPipe(), ClosedPipe()
+    view = RunView(Console(file=out, force_terminal=False, width=60), Console(file=err, force_terminal=False))
+    view.log("preflight: server ready")  # before the run directory exists
+    view.divert_to(tmp_path / "output.log")
+    view.handle(EVENTS[-1])
+    view.error("the sandbox image is missing")
+    assert (tmp_path / "output.log").read_text().splitlines() == [
+        "preflight: server ready",
+        "task 1 committed: the model called finish",
+        "error: the sandbox image is missing",
+    ]

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.config import LLMConfig, SamplingConfig
+from agent.journal import run_directories
 from agent.llm import AssistantTurn, OpenAIChatModel, ToolCall
 from agent.server.launcher import ServerState
 from tools import default_registry
@@ -28,7 +29,7 @@ def test_a_model_that_answers_without_tool_calls_stops_with_no_changes(
     arguments = ["run", str(repo), "--task", "Rename compute_area to area", "--server", llama_server.url]
     options = ["--runs-dir", str(tmp_path / "runs"), "--max-tokens", "48", "--seed", "1", "--max-turns", "3"]
     result = CliRunner().invoke(app, [*arguments, *options, "--model", "smollm2"])
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = run_directories(tmp_path / "runs")
     summary = json.loads((run_dir / "summary.json").read_text())
     events = [json.loads(line) for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
     (task,) = summary["tasks"]

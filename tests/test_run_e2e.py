@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import git
@@ -12,9 +19,13 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
+from agent.config import LLMConfig
+from agent.journal import run_directories
+from agent.metrics import percentile
+from sandbox import LABEL, docker_client
 
 from repos import checkout_fingerprint, make_repo
-from scripted_server import Fail, Reply, ScriptedServer
+from scripted_server import Fail, Hold, Reply, ScriptedServer, common_prefix, tokens_of
 
 pytestmark = pytest.mark.docker
 
@@ -40,10 +51,52 @@ RENAME_SCRIPT = [
 
 
 def read_run(runs_dir: Path) -> tuple[Path, dict, list[dict]]:
-    (run_dir,) = [path for path in runs_dir.iterdir() if not path.name.startswith(".")]  # .baselines is shared
+    (run_dir,) = run_directories(runs_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     transcript = [json.loads(line) for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
     return run_dir, summary, transcript
+
+
+def cli_command(repo: Path, server: ScriptedServer, runs_dir: Path, *tasks: str) -> list[str]:
+    task_options = [option for task in tasks for option in ("--task", task)]
+    return [
+        sys.executable, "-m", "agent", "run", str(repo), *task_options, "--server", server.url,
+        "--runs-dir", str(runs_dir),
+    ]  # fmt: skip
+
+
+def start_cli(command: list[str], scratch: Path, **popen: object) -> subprocess.Popen:
+    """The CLI in a process of its own, for signals; its scratch directories go under `scratch` (TMPDIR)."""
+    scratch.mkdir(exist_ok=True)
+
+    def default_signals() -> None:  # a test runner started in the background ignores SIGINT; the run must not
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    # cwd outside any repository: a git call that lost its worktree must not find the one the tests run from;
+    # PYTHONPATH then names the code under test, which the cwd no longer does.
+    environment = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.Popen(command, cwd=scratch.parent, env=environment, preexec_fn=default_signals, **popen)
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def run_containers(run_id: str) -> list:
+    return docker_client().containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})
+
+
+def worktrees(repo: Path) -> list[str]:
+    listing = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)
+    return [line.split(" ", 1)[1] for line in listing.stdout.splitlines() if line.startswith("worktree ")]
+
+
+def transcript_of(run_dir: Path) -> list[dict]:
+    path = run_dir / "transcript.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def invoke(repo: Path, server: ScriptedServer, runs_dir: Path, *extra: str) -> int:
@@ -75,6 +128,7 @@ def test_rename_across_files_lands_as_one_commit_on_a_branch(tmp_path: Path) -> 
     assert [c.hexsha for c in commits] == [task["commit"]]
     assert sorted(commits[0].stats.files) == ["pkg/geometry.py", "pkg/report.py", "tests/test_geometry.py"]
     assert f"Refactor-Agent-Run: {summary['run_id']}" in commits[0].message
+    assert f"Refactor-Agent-Model: {LLMConfig().model}" in commits[0].message.splitlines()
     assert commits[0].message.startswith("Rename compute_area to area")
 
     test_result = next(e for e in transcript if e["type"] == "tool_result" and e["name"] == "run_tests")
@@ -85,7 +139,18 @@ def test_rename_across_files_lands_as_one_commit_on_a_branch(tmp_path: Path) -> 
     assert "exit code 0" in git_in_sandbox["text"] and "pkg/geometry.py" in git_in_sandbox["text"]
     config = json.loads((run_dir / "config.json").read_text())
     assert config["llm"]["effort"] == "max" and config["llm"]["sampling"]["top_p"] == 0.95
-    assert task["metrics"]["cached_tokens"] > 0 and task["metrics"]["latency_p99_s"] is not None
+    # The scripted server's numbers are known: 4 characters a token, cache = prefix shared with the last request.
+    prompts = server.prompts
+    prompt_tokens = sum(tokens_of(prompt) for prompt in prompts)
+    previous = ["", *prompts[:-1]]
+    cached = sum(tokens_of(now[: common_prefix(now, before)]) for before, now in zip(previous, prompts, strict=True))
+    metrics = task["metrics"]
+    assert (metrics["requests"], metrics["prompt_tokens"], metrics["cached_tokens"]) == (4, prompt_tokens, cached)
+    assert metrics["cache_hit_ratio"] == pytest.approx(cached / prompt_tokens)
+    assert metrics["cache_hit_ratio"] > 0.5  # every turn after the first reuses the repository prefix
+    latencies = [e["stats"]["latency_s"] for e in transcript if e["type"] == "response"]
+    assert metrics["latency_p50_s"] == pytest.approx(percentile(latencies, 50))
+    assert metrics["latency_p99_s"] == pytest.approx(percentile(latencies, 99))
     first_request = next(e for e in transcript if e["type"] == "request")
     system = first_request["new_messages"][0]["content"]
     assert '<file path="pkg/geometry.py">' in system and "def compute_area" in system
@@ -106,7 +171,7 @@ def test_dirty_checkout_is_refused_unless_allowed_and_never_touched(tmp_path: Pa
 
 
 @pytest.mark.parametrize(
-    ("script", "status", "reason"),
+    ("script", "status", "reason", "kept"),
     [
         (
             [
@@ -116,6 +181,7 @@ def test_dirty_checkout_is_refused_unless_allowed_and_never_touched(tmp_path: Pa
             ],
             "no_changes",
             "the model called finish",
+            "",
         ),
         (
             [
@@ -125,13 +191,14 @@ def test_dirty_checkout_is_refused_unless_allowed_and_never_touched(tmp_path: Pa
             ],
             "failed",
             "CUDA out of memory",
+            "--- /dev/null\n+++ b/half.py\n@@ -0,0 +1 @@\n+x = 1\n",
         ),
-        ([Reply(tool_calls=[("bash", {"command": "true"})])] * 9, "failed", "--max-turns 8"),
+        ([Reply(tool_calls=[("bash", {"command": "true"})])] * 9, "failed", "--max-turns 8", ""),
     ],
     ids=["timeout-and-escape", "server-500-mid-run", "turn-limit"],
 )
 def test_failure_paths_end_with_a_status_and_a_complete_transcript(
-    tmp_path: Path, script: list, status: str, reason: str
+    tmp_path: Path, script: list, status: str, reason: str, kept: str
 ) -> None:
     repo = make_repo(tmp_path / "repo")
     with ScriptedServer(script) as server:
@@ -147,7 +214,8 @@ def test_failure_paths_end_with_a_status_and_a_complete_transcript(
         assert "timed out after 1s" in results[0]
         assert "outside the workspace" in results[1]
     assert not list(git.Repo(repo).iter_commits(f"main..{task['branch']}"))
-    assert (run_dir / "patch.diff").exists()
+    patch = (run_dir / "patch.diff").read_text()
+    assert kept in patch  # a failed task's work is kept for the morning
 
 
 def test_context_overflow_fails_the_task_with_that_reason(tmp_path: Path) -> None:
@@ -161,7 +229,7 @@ def test_context_overflow_fails_the_task_with_that_reason(tmp_path: Path) -> Non
 def test_two_tasks_share_the_repository_prefix(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     finish = Reply(tool_calls=[("finish", {"summary": "done"})])
-    with ScriptedServer([finish, finish]) as server:
+    with ScriptedServer([finish, finish], speculative=True) as server:
         result = CliRunner().invoke(
             app,
             ["run", str(repo), "--task", "first", "--task", "second", "--server", server.url,
@@ -174,3 +242,150 @@ def test_two_tasks_share_the_repository_prefix(tmp_path: Path) -> None:
     _, summary, _ = read_run(tmp_path / "runs")
     assert [t["status"] for t in summary["tasks"]] == ["no_changes", "no_changes"]
     assert summary["tasks"][0]["branch"] != summary["tasks"][1]["branch"]
+    # A drafter configured (/slots) that made no drafts is the run's warning, not only each task's.
+    assert summary["speculation_configured"] is True
+    assert any("no drafts were made in 2 requests" in warning for warning in summary["warnings"])
+
+
+def test_an_internal_error_costs_one_task_and_the_next_one_commits(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    runs_dir = tmp_path / "runs"
+
+    def remove_first_worktree() -> None:  # the first task's checkout disappears under it
+        (task_worktree,) = (path for path in worktrees(repo) if path != str(repo))
+        shutil.rmtree(task_worktree)
+
+    script = [
+        Reply(tool_calls=[("finish", {"summary": "done"})], before=remove_first_worktree),
+        Reply(tool_calls=[("create_file", {"path": "pkg/extra.py", "content": "VALUE = 2\n"})]),
+        Reply(tool_calls=[("finish", {"summary": "Add pkg.extra"})]),
+    ]
+    with ScriptedServer(script) as server:
+        process = start_cli(cli_command(repo, server, runs_dir, "first", "second"), tmp_path / "scratch")
+        assert process.wait(timeout=600) == 1
+    _, summary, _ = read_run(runs_dir)
+    first, second = summary["tasks"]
+    assert first["status"] == "failed" and re.match(r"internal error: \w+Error: ", first["reason"])
+    assert second["status"] == "committed"
+    (commit,) = git.Repo(repo).iter_commits(f"main..{second['branch']}")
+    assert list(commit.stats.files) == ["pkg/extra.py"]
+
+
+def test_sigkill_mid_request_keeps_every_step_and_the_next_run_removes_the_leftovers(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    runs_dir, scratch = tmp_path / "runs", tmp_path / "scratch"
+    script = [
+        Reply(tool_calls=[("create_file", {"path": "notes.py", "content": "x = 1\n"})]),
+        Reply(tool_calls=[("bash", {"command": "echo step-two"})]),
+        Hold(),
+    ]
+    with ScriptedServer(script) as server:
+        process = start_cli(cli_command(repo, server, runs_dir, "note"), scratch, stdout=subprocess.DEVNULL)
+        try:
+            wait_for(server.held.is_set, "the third request")
+        finally:
+            process.kill()
+            process.wait(timeout=60)
+    (run_dir,) = run_directories(runs_dir)
+    events = [(e["type"], e.get("turn"), e.get("name")) for e in transcript_of(run_dir)]
+    assert events == [
+        ("run_start", None, None),
+        ("task_start", None, None),
+        ("baseline", None, None),
+        ("request", 1, None),
+        ("response", 1, None),
+        ("tool_call", 1, "create_file"),
+        ("tool_result", 1, "create_file"),
+        ("request", 2, None),
+        ("response", 2, None),
+        ("tool_call", 2, "bash"),
+        ("tool_result", 2, "bash"),
+        ("request", 3, None),
+    ]
+    branch = transcript_of(run_dir)[1]["branch"]
+    # What kill -9 leaves: the worktree (which pins the branch), its scratch directory, the container.
+    assert len(worktrees(repo)) == 2 and list(scratch.iterdir()) and run_containers(run_dir.name)
+
+    with ScriptedServer([Reply(tool_calls=[("finish", {"summary": "nothing"})])]) as server:
+        next_run = start_cli(cli_command(repo, server, tmp_path / "runs-2", "nothing"), scratch, stdout=subprocess.PIPE)
+        output, _ = next_run.communicate(timeout=600)
+    assert next_run.returncode == 0
+    assert b"did not finish" in output
+    assert worktrees(repo) == [str(repo)]
+    assert not list(scratch.iterdir()) and not run_containers(run_dir.name)
+    user_repo = git.Repo(repo)
+    assert branch in [head.name for head in user_repo.heads]  # kept: resume may reuse it
+    user_repo.git.branch("-D", branch)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_stop_signal_mid_command_keeps_the_diff_and_leaves_nothing_behind(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo)
+    runs_dir, scratch = tmp_path / "runs", tmp_path / "scratch"
+    script = [
+        Reply(tool_calls=[("create_file", {"path": "notes.py", "content": "x = 1\n"})]),
+        Reply(tool_calls=[("bash", {"command": "sleep 300"})]),
+    ]
+    with ScriptedServer(script) as server:
+        process = start_cli(cli_command(repo, server, runs_dir, "note"), scratch, stdout=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: list(runs_dir.glob("*/transcript.jsonl")), "the run to start")
+            (run_dir,) = run_directories(runs_dir)
+
+            def sleeping() -> bool:
+                containers = run_containers(run_dir.name)
+                return bool(containers) and "sleep 300" in json.dumps(containers[0].top())
+
+            wait_for(sleeping, "the command to run")
+            process.send_signal(stop)
+            exit_code = process.wait(timeout=120)
+        finally:
+            process.kill()
+    assert exit_code == 128 + stop
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (task,) = summary["tasks"]
+    assert (summary["status"], summary["interrupted_by"]) == ("interrupted", stop.name)
+    assert (task["status"], task["reason"], task["turns"]) == ("interrupted", f"interrupted by {stop.name}", 2)
+    assert "--- /dev/null\n+++ b/notes.py\n@@ -0,0 +1 @@\n+x = 1\n" in (run_dir / "patch.diff").read_text()
+    (commit,) = git.Repo(repo).iter_commits(f"main..{task['branch']}")
+    assert commit.hexsha == task["commit"] and list(commit.stats.files) == ["notes.py"]
+    assert "Refactor-Agent-Status: interrupted" in commit.message.splitlines()
+    last = transcript_of(run_dir)[-1]
+    assert (last["type"], last["status"], last["signal"], last["exit_code"]) == (
+        "run_end", "interrupted", stop.name, 128 + stop
+    )  # fmt: skip
+    assert not run_containers(run_dir.name)
+    assert worktrees(repo) == [str(repo)] and not list(scratch.iterdir())
+    assert checkout_fingerprint(repo) == before
+
+
+def test_a_closed_stdout_sends_the_rest_to_the_log_and_the_run_goes_on(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    runs_dir = tmp_path / "runs"
+    stdout_closed = threading.Event()
+    script = [
+        Reply(
+            tool_calls=[("create_file", {"path": "notes.py", "content": "x = 1\n"})],
+            before=lambda: stdout_closed.wait(120),  # everything after this point is written to a closed pipe
+        ),
+        Reply(tool_calls=[("finish", {"summary": "Add notes"})]),
+    ]
+    stderr = tmp_path / "stderr.txt"
+    with ScriptedServer(script) as server, stderr.open("wb") as errors:
+        process = start_cli(
+            cli_command(repo, server, runs_dir, "note"), tmp_path / "scratch", stdout=subprocess.PIPE, stderr=errors
+        )
+        first_line = process.stdout.readline()  # `| head -1`
+        process.stdout.close()
+        stdout_closed.set()
+        exit_code = process.wait(timeout=600)
+    assert first_line and exit_code == 0
+    assert stderr.read_text() == ""  # no "Exception ignored ... BrokenPipeError"
+    run_dir, summary, _ = read_run(runs_dir)
+    (task,) = summary["tasks"]
+    assert task["status"] == "committed"
+    log = (run_dir / "output.log").read_text()
+    assert f"task 1 committed ({task['commit'][:12]})" in log and f"run {summary['run_id']}: {run_dir}" in log

@@ -1,0 +1,102 @@
+"""Each run's scratch directory carries an owner record, so what a killed run leaves behind can be removed.
+
+A run keeps its task worktrees under one scratch directory of its own, created before any worktree, whose
+owner record names the process (see sandbox.owner) and the repository's git directory. A later run, or
+`refactor-agent sandbox sweep`, deletes the directories of owners that are gone and git's records of their
+worktrees, after which their branches can be deleted with `git branch -D`. Branches, and the commits on them,
+are never deleted here: a branch is the night's result, and resume reuses it.
+
+In the user's repository only git's records of our own worktrees (<git dir>/worktrees/<name>, found by the path
+git wrote in them) are deleted, no git command runs; the worktrees themselves (model-written, hostile) are never
+read, only deleted without following symlinks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from sandbox.owner import current_owner, owner_is_gone
+
+SCRATCH_PREFIX = "refactor-agent-run-"
+OWNER_RECORD = "owner.json"
+# Our owner record and git's worktree records are a few hundred bytes: anything larger is not one of them.
+MAX_RECORD_BYTES = 64 * 1024
+
+
+class ScratchOwner(BaseModel):
+    owner: str
+    run_id: str
+    git_dir: Path
+
+
+def create_run_scratch(run_id: str, git_dir: Path, *, root: Path | None = None) -> Path:
+    """The run's scratch directory (mode 0700), owner record written before anything else goes in."""
+    safe_run_id = re.sub(r"[^a-zA-Z0-9_.-]", "-", run_id)[:60]
+    directory = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{safe_run_id}-", dir=root))
+    record = ScratchOwner(owner=current_owner(), run_id=run_id, git_dir=git_dir)
+    (directory / OWNER_RECORD).write_text(record.model_dump_json(), encoding="utf-8")
+    return directory
+
+
+def remove_run_scratch(directory: Path, git_dir: Path) -> None:
+    """Delete the directory and every worktree in it, and git's record of those worktrees; idempotent."""
+    scratch = directory.resolve()
+    _forget_worktrees_in(scratch, git_dir)
+    shutil.rmtree(scratch, ignore_errors=True)  # never follows a symlink out of the tree
+
+
+def _forget_worktrees_in(scratch: Path, git_dir: Path) -> None:
+    """Delete git's record (<git dir>/worktrees/<name>) of each worktree inside `scratch`, and only those:
+    `git worktree prune` would also drop the records of the user's own worktrees that are not mounted now."""
+    try:
+        records = list((git_dir / "worktrees").iterdir())
+    except OSError:
+        return
+    for record in records:
+        location = _read_small(record / "gitdir")  # "<worktree>/.git", written by git when it made the worktree
+        if location is not None and Path(location.strip()).is_relative_to(scratch):
+            shutil.rmtree(record, ignore_errors=True)
+
+
+def _read_small(path: Path) -> str | None:
+    """A file of our own or of git's, read without following a symlink and within a byte cap."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(descriptor, "rb") as file:
+            return file.read(MAX_RECORD_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _owner_record(directory: Path) -> ScratchOwner | None:
+    """The record of a directory that we created: a real directory of our user, not a symlink planted in /tmp."""
+    try:
+        info = directory.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        return None
+    text = _read_small(directory / OWNER_RECORD)
+    try:
+        return ScratchOwner.model_validate_json(text) if text is not None else None
+    except ValidationError:
+        return None
+
+
+def sweep_run_scratch(*, root: Path | None = None) -> int:
+    """Remove the scratch directories (and worktrees) of runs whose process has ended; returns how many."""
+    removed = 0
+    for directory in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        record = _owner_record(directory)
+        if record is None or not owner_is_gone(record.owner):
+            continue
+        remove_run_scratch(directory, record.git_dir)
+        removed += 1
+    return removed
