@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel
 
+from agent.events import Event
 from agent.morning_report import render_html, render_markdown, split_patch
 from agent.report import RunSummary
 
@@ -59,9 +60,8 @@ class RunJournal:
     def write_config(self, config: BaseModel) -> None:
         _write_json_file(self.directory / "config.json", config.model_dump(mode="json"))
 
-    def record(self, event: dict[str, Any]) -> None:
-        line = json.dumps({"time": round(time.time(), 3), **event}, default=_default, ensure_ascii=False)
-        self._transcript.write(line + "\n")
+    def record(self, event: Event) -> None:
+        self._transcript.write(event.model_dump_json() + "\n")
         self._transcript.flush()
         os.fsync(self._transcript.fileno())
 

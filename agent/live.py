@@ -10,12 +10,24 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
+from agent.events import (
+    Baseline,
+    Event,
+    GateEvent,
+    PrefillProgress,
+    Repair,
+    Response,
+    Retry,
+    TaskEnd,
+    TaskStart,
+    ToolResultEvent,
+)
 from agent.fallback_stream import FallbackStream
 
 
-def _tool_label(event: dict[str, Any]) -> str:
-    marker = " (error)" if event.get("is_error") else ""
-    return f"{event['name']}{marker}"
+def _tool_label(event: ToolResultEvent) -> str:
+    marker = " (error)" if event.is_error else ""
+    return f"{event.name}{marker}"
 
 
 def _prefill_bar(processed: int, total: int) -> RenderableType:
@@ -70,43 +82,49 @@ class RunView:
     def error(self, message: str) -> None:
         self.errors.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
 
-    def handle(self, event: dict[str, Any]) -> None:
+    def handle(self, event: Event) -> None:
         line = self._update(event)
         if self._live is not None:
             self._live.update(self._table())
         elif line:
             self.log(line)
 
-    def _update(self, event: dict[str, Any]) -> str | None:
-        kind = event["type"]
+    def _update(self, event: Event) -> str | None:
         state = self.state
-        if kind == "task_start":
-            state.update(task=f"{event['index']}: {event['task'][:60]}", turn=0, tool="-", status="running")
-            return f"task {event['index']} started on branch {event['branch']}"
-        if kind == "response":
-            stats = event["stats"]
-            state["prefill"] = None
-            state["turn"] = event["turn"]
-            state["tok_s"] = stats.predicted_per_second
-            state["cache"] = stats.cache_hit_ratio
-            state["acceptance"] = stats.acceptance_rate
-            drafts = f", {stats.draft_accepted}/{stats.draft_tokens} drafts accepted" if stats.draft_tokens else ""
-            return (
-                f"turn {event['turn']}: {stats.prompt_tokens} prompt tokens ({stats.cached_tokens} cached), "
-                f"{stats.completion_tokens} generated{drafts}, {stats.latency_s:.1f}s"
-            )
-        if kind == "tool_result":
-            state["tool"] = _tool_label(event)
-            return f"turn {event['turn']}: {_tool_label(event)}"
-        if kind == "task_end":
-            state["prefill"] = None  # a task that failed mid-prefill leaves no stale bar
-            state["status"] = f"{event['status']}: {event['reason']}"
-            where = f" ({event['commit'][:12]})" if event.get("commit") else ""
-            return f"task {event['index']} {event['status']}{where}: {event['reason']}"
-        if kind == "retry":
-            return f"model: {event['message']}"
-        if kind == "prefill_progress":  # the live panel's bar; a log gets the response line when it is done
-            state["prefill"] = (event["processed"], event["total"])
+        match event:
+            case TaskStart():
+                state.update(task=f"{event.task}: {event.text[:60]}", turn=0, tool="-", status="running")
+                return f"task {event.task} started on branch {event.branch}"
+            case Response(stats=stats):
+                state["prefill"] = None
+                state["turn"] = event.turn
+                state["tok_s"] = stats.predicted_per_second
+                state["cache"] = stats.cache_hit_ratio
+                state["acceptance"] = stats.acceptance_rate
+                drafts = f", {stats.draft_accepted}/{stats.draft_tokens} drafts accepted" if stats.draft_tokens else ""
+                return (
+                    f"turn {event.turn}: {stats.prompt_tokens} prompt tokens ({stats.cached_tokens} cached), "
+                    f"{stats.completion_tokens} generated{drafts}, {stats.latency_s:.1f}s"
+                )
+            case ToolResultEvent():
+                state["tool"] = _tool_label(event)
+                return f"turn {event.turn}: {_tool_label(event)}"
+            case TaskEnd(outcome=outcome):
+                state["prefill"] = None  # a task that failed mid-prefill leaves no stale bar
+                words = outcome.status if outcome.verdict == outcome.status else f"{outcome.status}, {outcome.verdict}"
+                state["status"] = f"{words}: {outcome.reason}"
+                where = f" ({outcome.commit[:12]})" if outcome.commit else ""
+                return f"task {outcome.index} {words}{where}: {outcome.reason}"
+            case Retry():
+                return f"model: {event.message}"
+            case Baseline():
+                return f"baseline: {event.result}" + (" (cached)" if event.cached else "")
+            case GateEvent():
+                return f"gate: {event.verdict}, {event.reason}"
+            case Repair():
+                return f"repair round {event.round}: {event.reason}"
+            case PrefillProgress():  # the live panel's bar; a log gets the response line when it is done
+                state["prefill"] = (event.processed, event.total)
         return None
 
     def _table(self) -> Table:

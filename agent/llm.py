@@ -14,9 +14,11 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 import openai
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel
 
 from agent.config import RETRY_BACKOFF_CAP_S, LLMConfig
+from agent.events import PrefillProgress
+from agent.metrics import RequestStats
 
 
 class LLMError(Exception):
@@ -51,34 +53,6 @@ class ToolCall(BaseModel):
         return json.dumps({"unparsed_arguments": self.arguments})
 
 
-class RequestStats(BaseModel):
-    """One request as llama-server reports it (usage + the non-standard `timings` object) plus our clock."""
-
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    prompt_ms: float | None = None
-    predicted_ms: float | None = None
-    predicted_per_second: float | None = None
-    draft_tokens: int = 0
-    draft_accepted: int = 0
-    timings_reported: bool = False
-    ttft_s: float | None = None
-    latency_s: float = 0.0
-    retries: int = 0
-    resamples: int = 0
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def cache_hit_ratio(self) -> float | None:
-        return round(self.cached_tokens / self.prompt_tokens, 4) if self.prompt_tokens else None
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def acceptance_rate(self) -> float | None:
-        return round(self.draft_accepted / self.draft_tokens, 4) if self.draft_tokens else None
-
-
 class AssistantTurn(BaseModel):
     content: str = ""
     reasoning_content: str | None = None
@@ -110,7 +84,7 @@ class ChatModel(Protocol):
 
 
 RetryListener = Callable[[str], None]
-EventListener = Callable[[dict[str, Any]], None]
+EventListener = Callable[[PrefillProgress], None]
 T = TypeVar("T")
 
 # Prefill progress goes to the observer (and the transcript) at most once per tenth of the prompt: a live bar, not
@@ -296,7 +270,7 @@ class _PrefillProgress:
             return
         self._next_step = step + 1
         cached = int(progress.get("cache") or 0)
-        self._emit({"type": "prefill_progress", "processed": processed, "total": total, "cached": cached})
+        self._emit(PrefillProgress(processed=processed, total=total, cached=cached))
 
 
 class _StreamAccumulator:

@@ -10,10 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.llm import ChatModel, LLMError, RequestStats, ToolCall
+from agent.events import Event, Request, Response, ToolCallEvent, ToolResultEvent
+from agent.llm import ChatModel, LLMError, ToolCall
+from agent.metrics import RequestStats
 from tools import FinishRequested, ToolContext, ToolRegistry
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[Event], None]
 LoopOutcome = Literal["finished", "stopped", "max_turns", "error"]
 
 
@@ -96,7 +98,7 @@ class AgentLoop:
             raise ModelFailed(str(error)) from error
         self.requests.append(reply.stats)
         self.messages.append(reply.to_message())
-        self.emit({"type": "response", "turn": self.turn, "message": self.messages[-1], "stats": reply.stats})
+        self.emit(Response(turn=self.turn, message=self.messages[-1], stats=reply.stats))
         if not reply.tool_calls:
             raise Stopped("the model answered without calling a tool", summary=reply.content)
         for call in reply.tool_calls:
@@ -104,21 +106,17 @@ class AgentLoop:
 
     def _record_request(self) -> None:
         """Log only what is new since the last request: the repository is in the first one, not in every one."""
-        event: dict[str, Any] = {
-            "type": "request",
-            "turn": self.turn,
-            "message_count": len(self.messages),
-            "new_messages": self.messages[self._recorded :],
-        }
-        if self._recorded == 0:
-            event["tools"] = self.tool_schemas
+        event = Request(
+            turn=self.turn,
+            message_count=len(self.messages),
+            new_messages=self.messages[self._recorded :],
+            tools=self.tool_schemas if self._recorded == 0 else None,
+        )
         self._recorded = len(self.messages)
         self.emit(event)
 
     def _execute(self, call: ToolCall) -> None:
-        self.emit(
-            {"type": "tool_call", "turn": self.turn, "id": call.id, "name": call.name, "arguments": call.arguments}
-        )
+        self.emit(ToolCallEvent(turn=self.turn, id=call.id, name=call.name, arguments=call.arguments))
         try:
             result = self.registry.dispatch(call.name, call.arguments, self.context)
         except FinishRequested as finish:
@@ -128,13 +126,4 @@ class AgentLoop:
 
     def _append_tool_result(self, call: ToolCall, text: str, *, is_error: bool) -> None:
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
-        self.emit(
-            {
-                "type": "tool_result",
-                "turn": self.turn,
-                "id": call.id,
-                "name": call.name,
-                "is_error": is_error,
-                "text": text,
-            }
-        )
+        self.emit(ToolResultEvent(turn=self.turn, id=call.id, name=call.name, is_error=is_error, text=text))

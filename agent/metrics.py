@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from agent.llama_api import LlamaServerAPI
-
-if TYPE_CHECKING:
-    from agent.llm import RequestStats  # the openai client behind it is not needed to summarise
 
 METRIC_PREFIX = "llamacpp:"
 
@@ -89,6 +86,34 @@ def speculation_configured(api: LlamaServerAPI) -> bool:
         if types and types != "none":
             return True
     return False
+
+
+class RequestStats(BaseModel):
+    """One request as llama-server reports it (usage + the non-standard `timings` object) plus our clock."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_ms: float | None = None
+    predicted_ms: float | None = None
+    predicted_per_second: float | None = None
+    draft_tokens: int = 0
+    draft_accepted: int = 0
+    timings_reported: bool = False
+    ttft_s: float | None = None
+    latency_s: float = 0.0
+    retries: int = 0
+    resamples: int = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        return round(self.cached_tokens / self.prompt_tokens, 4) if self.prompt_tokens else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def acceptance_rate(self) -> float | None:
+        return round(self.draft_accepted / self.draft_tokens, 4) if self.draft_tokens else None
 
 
 class MetricsSummary(BaseModel):

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import docker
 import git
@@ -22,6 +21,7 @@ import httpx
 
 from agent.config import RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
+from agent.events import Event, Repair, Retry, RunEnd, RunStart, TaskEnd, TaskStart
 from agent.gate.baseline import BaselineCache, baseline_key
 from agent.gate.stage import Gate, GateRecord
 from agent.gate.syntax import MAX_CHECKED_BYTES
@@ -30,16 +30,23 @@ from agent.interrupt import Interrupted
 from agent.journal import PATCH_MAX_BYTES, RunJournal
 from agent.leftovers import create_run_scratch, remove_run_scratch
 from agent.llama_api import LlamaServerAPI, ServerError
-from agent.llm import ChatModel, RequestStats, RetryPolicy
+from agent.llm import ChatModel, RetryPolicy
 from agent.loop import AgentLoop, LoopResult
-from agent.metrics import SpecCounters, scrape_spec_counters, speculation_configured, speculation_warning, summarize
+from agent.metrics import (
+    RequestStats,
+    SpecCounters,
+    scrape_spec_counters,
+    speculation_configured,
+    speculation_warning,
+    summarize,
+)
 from agent.report import GateEvidence, RunSummary, TaskSummary, now_iso
 from agent.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
 from tools import ToolContext, default_registry
 from tools.test_command import detect_test_command
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[Event], None]
 INTERRUPTED_TRAILER = {"Refactor-Agent-Status": "interrupted"}
 
 
@@ -102,12 +109,16 @@ class Run:
         self.scratch: Path | None = None
         self.loop: AgentLoop | None = None  # the task's loop, so an interrupted task still reports its turns
         self.stopped_by: Interrupted | None = None
+        self.current_task: int | None = None
         try:
             self.speculation = speculation_configured(self.server_api)
         except (ServerError, httpx.HTTPError):
             self.speculation = False
 
-    def emit(self, event: dict[str, Any]) -> None:
+    def emit(self, event: Event) -> None:
+        """Every event of a task carries its index, whoever made it (the loop, the gate, the model client)."""
+        if event.task is None and self.current_task is not None:
+            event = event.model_copy(update={"task": self.current_task})
         self.journal.record(event)
         self.observe(event)
 
@@ -121,7 +132,7 @@ class Run:
             speculation_configured=self.speculation,
         )
         try:
-            self.emit({"type": "run_start", "run_id": self.journal.run_id, "tasks": len(self.config.tasks)})
+            self.emit(RunStart(run_id=self.journal.run_id, tasks=len(self.config.tasks)))
             self.journal.write_summary(summary)
             self.scratch = create_run_scratch(self.journal.run_id, self.git_dir)
             counters_at_start = _spec_counters(self.server_api)
@@ -147,14 +158,14 @@ class Run:
             if self.scratch is not None:
                 remove_run_scratch(self.scratch, self.git_dir)
             self.server_api.close()
+            self.current_task = None
             self.emit(
-                {
-                    "type": "run_end",
-                    "status": summary.status,
-                    "signal": summary.interrupted_by,
-                    "exit_code": summary.exit_code,
-                    "wall_time_s": summary.wall_time_s,
-                }
+                RunEnd(
+                    status=summary.status,
+                    signal=summary.interrupted_by,
+                    exit_code=summary.exit_code,
+                    wall_time_s=summary.wall_time_s,
+                )
             )
         return summary
 
@@ -168,7 +179,8 @@ class Run:
             max_file_bytes=self.config.max_file_bytes,
             scratch_root=self.scratch,
         )
-        self.emit({"type": "task_start", "index": index, "task": task, "branch": workspace.branch})
+        self.current_task = index
+        self.emit(TaskStart(text=task, branch=workspace.branch))
         outcome = TaskSummary(
             index=index,
             task=task,
@@ -195,7 +207,7 @@ class Run:
                 self._save_patch(workspace, outcome)
         finally:
             outcome.wall_time_s = round(time.monotonic() - started, 3)
-            self.emit({"type": "task_end", **outcome.model_dump(mode="json")})
+            self.emit(TaskEnd(outcome=outcome))
             workspace.remove()
         return outcome
 
@@ -249,9 +261,7 @@ class Run:
             )
             # The baseline runs in the sandbox while the host packs the repository: it costs the first request
             # nothing it would not have waited for anyway.
-            retry = RetryPolicy(
-                self.config.llm, on_retry=lambda message: self.emit({"type": "retry", "message": message})
-            )
+            retry = RetryPolicy(self.config.llm, on_retry=lambda message: self.emit(Retry(message=message)))
             pool = ThreadPoolExecutor(max_workers=1)
             try:
                 baseline = pool.submit(gate.baseline)
@@ -280,7 +290,7 @@ class Run:
             if record.repair_rounds >= self.config.repair_rounds:
                 break
             record.repair_rounds += 1
-            self.emit({"type": "repair", "round": record.repair_rounds, "reason": record.check.reason})
+            self.emit(Repair(round=record.repair_rounds, reason=record.check.reason))
             result = loop.resume(repair_message(record.check))
         return result, record
 

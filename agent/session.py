@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from agent.config import RunConfig
+from agent.events import Event, Retry
 from agent.interrupt import Interrupted, stop_signals
 from agent.journal import RunJournal, new_run_id
 from agent.leftovers import sweep_run_scratch
@@ -46,13 +45,11 @@ def _execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
     journal.write_config(config)
     run: Run | None = None
 
-    def on_event(event: dict[str, Any]) -> None:
+    def on_event(event: Event) -> None:
         if run is not None:
             run.emit(event)
 
-    model = OpenAIChatModel(
-        config.llm, on_retry=lambda message: on_event({"type": "retry", "message": message}), on_progress=on_event
-    )
+    model = OpenAIChatModel(config.llm, on_retry=lambda message: on_event(Retry(message=message)), on_progress=on_event)
     run = Run(
         config,
         repo=prepared.repo,

@@ -10,7 +10,8 @@ import copy
 import json
 from typing import Any
 
-from agent.llm import AssistantTurn, LLMError, RequestStats, ToolCall
+from agent.llm import AssistantTurn, LLMError, ToolCall
+from agent.metrics import RequestStats
 
 from scripted_server import Reply, common_prefix, rendered_prompt, tokens_of
 

@@ -6,15 +6,18 @@ import io
 
 from rich.console import Console
 
+from agent.events import PrefillProgress, Response, Retry, TaskEnd, TaskStart, ToolResultEvent
 from agent.live import RunView
-from agent.llm import RequestStats
+from agent.metrics import RequestStats
+from agent.report import TaskSummary
 
 EVENTS = [
-    {"type": "task_start", "index": 1, "task": "Rename compute_area", "branch": "refactor-agent/r/1-rename"},
-    {
-        "type": "response",
-        "turn": 1,
-        "stats": RequestStats(
+    TaskStart(task=1, text="Rename compute_area", branch="refactor-agent/r/1-rename"),
+    Response(
+        task=1,
+        turn=1,
+        message={"role": "assistant", "content": ""},
+        stats=RequestStats(
             prompt_tokens=1000,
             cached_tokens=950,
             completion_tokens=40,
@@ -23,10 +26,19 @@ EVENTS = [
             predicted_per_second=42.0,
             latency_s=2.5,
         ),
-    },
-    {"type": "tool_result", "turn": 1, "name": "bash", "is_error": True, "text": "boom"},
-    {"type": "retry", "message": "retry 1/6 in 2.0s after HTTP 503"},
-    {"type": "task_end", "index": 1, "status": "committed", "reason": "the model called finish"},
+    ),
+    ToolResultEvent(task=1, turn=1, id="call_1", name="bash", is_error=True, text="boom"),
+    Retry(task=1, message="retry 1/6 in 2.0s after HTTP 503"),
+    TaskEnd(
+        task=1,
+        outcome=TaskSummary(
+            index=1,
+            task="Rename compute_area",
+            status="committed",
+            verdict="verified",
+            reason="the model called finish",
+        ),
+    ),
 ]
 
 
@@ -40,7 +52,7 @@ def test_plain_lines_when_not_a_terminal() -> None:
         "turn 1: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
         "turn 1: bash (error)",
         "model: retry 1/6 in 2.0s after HTTP 503",
-        "task 1 committed: the model called finish",
+        "task 1 committed, verified: the model called finish",
     ]
 
 
@@ -54,8 +66,8 @@ def test_live_panel_on_a_terminal_shows_speed_cache_and_drafts() -> None:
 
 
 PREFILL = [
-    {"type": "task_start", "index": 1, "task": "Rename compute_area", "branch": "refactor-agent/r/1-rename"},
-    {"type": "prefill_progress", "processed": 120_000, "total": 480_000, "cached": 0},
+    TaskStart(task=1, text="Rename compute_area", branch="refactor-agent/r/1-rename"),
+    PrefillProgress(task=1, processed=120_000, total=480_000, cached=0),
 ]
 
 
@@ -101,6 +113,6 @@ def test_output_to_a_closed_pipe_goes_on_in_the_log_file(tmp_path) -> None:
     view.error("the sandbox image is missing")
     assert (tmp_path / "output.log").read_text().splitlines() == [
         "preflight: server ready",
-        "task 1 committed: the model called finish",
+        "task 1 committed, verified: the model called finish",
         "error: the sandbox image is missing",
     ]

@@ -67,9 +67,9 @@ def test_a_long_prompt_streams_prefill_progress(llama_server):
     turn = _model(llama_server, max_tokens=8, on_progress=events.append).complete(messages, TOOLS)
     print(f"\nprefill progress events: {events}")
     assert events, "no prompt_progress chunk reached the observer"
-    assert {event["type"] for event in events} == {"prefill_progress"}
-    assert {event["total"] for event in events} == {turn.stats.prompt_tokens}
-    processed = [event["processed"] for event in events]
+    assert {event.type for event in events} == {"prefill_progress"}
+    assert {event.total for event in events} == {turn.stats.prompt_tokens}
+    processed = [event.processed for event in events]
     assert processed == sorted(processed)
     assert processed[-1] == turn.stats.prompt_tokens
     assert len(events) <= 11  # a few per request, not one per batch

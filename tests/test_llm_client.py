@@ -151,18 +151,18 @@ def test_prefill_progress_keeps_a_slow_prompt_alive_past_the_idle_timeout() -> N
         turn = OpenAIChatModel(config, on_progress=events.append).complete(MESSAGES, TOOLS)
     assert turn.content == "done" and turn.stats.retries == 0
     assert turn.stats.latency_s > 2.0  # longer than the idle timeout: the chunks kept it alive
-    assert [event["type"] for event in events] == ["prefill_progress"] * len(events)
-    assert events[-1]["processed"] == events[-1]["total"] == turn.stats.prompt_tokens
+    assert [event.type for event in events] == ["prefill_progress"] * len(events)
+    assert events[-1].processed == events[-1].total == turn.stats.prompt_tokens
 
 
 def test_prefill_progress_reaches_the_observer_a_few_times_per_request() -> None:
     events: list[dict[str, Any]] = []
     with ScriptedServer([Reply(content="done", prefill_chunks=200)]) as server:
         OpenAIChatModel(LLMConfig(server_url=server.url), on_progress=events.append).complete(MESSAGES, TOOLS)
-    processed = [event["processed"] for event in events]
+    processed = [event.processed for event in events]
     assert 2 <= len(events) <= 11  # the first chunk, then one per tenth: not 200 transcript lines
-    assert processed == sorted(processed) and processed[-1] == events[-1]["total"]
-    assert set(events[0]) == {"type", "processed", "total", "cached"}
+    assert processed == sorted(processed) and processed[-1] == events[-1].total
+    assert set(events[0].model_dump()) == {"type", "processed", "total", "cached", "task", "time"}
 
 
 def test_the_total_request_timeout_is_a_backstop_that_is_not_retried() -> None:

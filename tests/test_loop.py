@@ -57,7 +57,7 @@ def test_malformed_calls_are_survived(tmp_path: Path) -> None:
         Reply(tool_calls=[("finish", {"summary": "gave up"})]),
     ]
     result, events, _ = run_loop(tmp_path, script)
-    errors = [e["text"] for e in events if e["type"] == "tool_result" and e["is_error"]]
+    errors = [e.text for e in events if e.type == "tool_result" and e.is_error]
     assert result.outcome == "finished"
     assert len(errors) == 3
     assert "not valid JSON" in errors[0] and "unknown tool" in errors[1] and "'..' is not allowed" in errors[2]

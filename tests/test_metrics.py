@@ -1,7 +1,7 @@
 import pytest
 
-from agent.llm import RequestStats
 from agent.metrics import (
+    RequestStats,
     SpecCounters,
     accepted_per_position,
     parse_prometheus,

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.config import LLMConfig
+from agent.events import parse_event
 from agent.journal import run_directories
 from agent.metrics import percentile
 from sandbox import LABEL, docker_client
@@ -53,8 +54,11 @@ RENAME_SCRIPT = [
 def read_run(runs_dir: Path) -> tuple[Path, dict, list[dict]]:
     (run_dir,) = run_directories(runs_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    transcript = [json.loads(line) for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
-    return run_dir, summary, transcript
+    lines = (run_dir / "transcript.jsonl").read_text().splitlines()
+    # Every line is one typed event (what resume and review read back), stamped with its task past run_start.
+    events = [parse_event(line) for line in lines]
+    assert all(event.task is not None for event in events if event.type not in ("run_start", "run_end"))
+    return run_dir, summary, [json.loads(line) for line in lines]
 
 
 def cli_command(repo: Path, server: ScriptedServer, runs_dir: Path, *tasks: str) -> list[str]:
@@ -388,4 +392,4 @@ def test_a_closed_stdout_sends_the_rest_to_the_log_and_the_run_goes_on(tmp_path:
     (task,) = summary["tasks"]
     assert task["status"] == "committed"
     log = (run_dir / "output.log").read_text()
-    assert f"task 1 committed ({task['commit'][:12]})" in log and f"run {summary['run_id']}: {run_dir}" in log
+    assert f"task 1 committed, verified ({task['commit'][:12]})" in log and f"run {summary['run_id']}: {run_dir}" in log

@@ -49,7 +49,7 @@ def run(
 ) -> tuple[RunSummary, list, ScriptedModel]:
     model = ScriptedModel(script)
     config = RunConfig(repo=repo, tasks=tasks or ["Add perimeter"], runs_dir=tmp_path / "runs", max_turns=10)
-    events: list[dict] = []
+    events: list = []
     with ScriptedServer([]) as server:  # only for the packer's token counts and the metrics probes
         journal = RunJournal(config.runs_dir, "run-under-test")
         runner = Run(
@@ -89,7 +89,7 @@ def test_a_regression_goes_back_to_the_model_and_its_repair_is_verified(tmp_path
         "Refactor-Agent-Tests": "2 passed, 1 failed (baseline 2 passed, 1 failed)",
     }
     assert summary.exit_code == 0
-    assert [event["verdict"] for event in events if event["type"] == "gate"] == ["regressed", "verified"]
+    assert [event.verdict for event in events if event.type == "gate"] == ["regressed", "verified"]
 
 
 def test_work_that_stays_broken_is_committed_as_regressed(tmp_path: Path) -> None:
@@ -142,6 +142,6 @@ def test_tasks_on_one_commit_run_the_baseline_once(tmp_path: Path) -> None:
     tasks = [f"Task number {n}" for n in range(3)]
     summary, events, _ = run(tmp_path, repo, [finish("nothing to do")] * 3, tasks=tasks)
     assert [task.verdict for task in summary.tasks] == ["no_changes"] * 3
-    baselines = [event for event in events if event["type"] == "baseline"]
-    assert [event["cached"] for event in baselines] == [False, True, True]
-    assert {event["result"] for event in baselines} == {"2 passed, 1 failed"}
+    baselines = [event for event in events if event.type == "baseline"]
+    assert [event.cached for event in baselines] == [False, True, True]
+    assert {event.result for event in baselines} == {"2 passed, 1 failed"}

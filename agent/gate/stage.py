@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from agent.events import Baseline, Event, GateEvent
 from agent.gate.baseline import BaselineCache
 from agent.gate.compare import compare, settle_flaky
 from agent.gate.results import SuiteRun
@@ -18,7 +18,7 @@ from agent.gate.syntax import syntax_regressions
 from agent.gate.verdict import GateCheck, judge
 from tools.base import Executor
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[Event], None]
 ReadFile = Callable[[str, str], bytes | None]
 
 
@@ -53,7 +53,7 @@ class Gate:
     def baseline(self) -> SuiteRun | None:
         """The suite on the untouched worktree, from the cache when this commit, command and image ran it."""
         if self.test_command is None:
-            self.emit({"type": "baseline", "ran": False, "cached": False, "result": "no test command found"})
+            self.emit(Baseline(ran=False, cached=False, result="no test command found"))
             return None
         cached = self.cache.get(self.cache_key) if self.cache_key else None
         suite = cached or run_suite(self.executor, self.test_command, timeout_s=self.timeout_s)
@@ -61,13 +61,7 @@ class Gate:
             self.cache.put(self.cache_key, suite)
         self.baseline_run = suite
         self.emit(
-            {
-                "type": "baseline",
-                "ran": suite.ran,
-                "cached": cached is not None,
-                "result": suite.describe(),
-                "duration_s": suite.duration_s,
-            }
+            Baseline(ran=suite.ran, cached=cached is not None, result=suite.describe(), duration_s=suite.duration_s)
         )
         return suite
 
@@ -83,13 +77,12 @@ class Gate:
                 comparison = settle_flaky(comparison, rerun)
         check = judge(baseline, final, comparison, syntax_regressions(changed_paths, read))
         self.emit(
-            {
-                "type": "gate",
-                "verdict": check.verdict,
-                "reason": check.reason,
-                "result": final.describe() if final else None,
-                "regressed": comparison.regressed if comparison else [],
-                "syntax_errors": check.syntax_errors,
-            }
+            GateEvent(
+                verdict=check.verdict,
+                reason=check.reason,
+                result=final.describe() if final else None,
+                regressed=comparison.regressed if comparison else [],
+                syntax_errors=check.syntax_errors,
+            )
         )
         return check

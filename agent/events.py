@@ -1,0 +1,145 @@
+"""Everything a run reports as it happens, as typed models: one line each in transcript.jsonl.
+
+The journal writes them, the live view shows them, and later readers (the report, `review`, resume) parse them
+back with `parse_event`. Every event carries the index of the task it belongs to (`task`; None for the run's
+own events) and its time. Tagged by `type`, like Codex CLI's exec events.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from agent.metrics import RequestStats
+from agent.report import TaskSummary
+
+
+def _now() -> float:
+    return round(time.time(), 3)
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    time: float = Field(default_factory=_now)
+    task: int | None = None
+
+
+class RunStart(_Event):
+    type: Literal["run_start"] = "run_start"
+    run_id: str
+    tasks: int
+
+
+class RunEnd(_Event):
+    type: Literal["run_end"] = "run_end"
+    status: str
+    signal: str | None = None
+    exit_code: int
+    wall_time_s: float
+
+
+class TaskStart(_Event):
+    type: Literal["task_start"] = "task_start"
+    text: str
+    branch: str
+
+
+class TaskEnd(_Event):
+    type: Literal["task_end"] = "task_end"
+    outcome: TaskSummary
+
+
+class Request(_Event):
+    """What is new since the previous request: the repository is in the first one, not in every one."""
+
+    type: Literal["request"] = "request"
+    turn: int
+    message_count: int
+    new_messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+
+
+class Response(_Event):
+    type: Literal["response"] = "response"
+    turn: int
+    message: dict[str, Any]
+    stats: RequestStats
+
+
+class ToolCallEvent(_Event):
+    type: Literal["tool_call"] = "tool_call"
+    turn: int
+    id: str
+    name: str
+    arguments: str
+
+
+class ToolResultEvent(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    turn: int
+    id: str
+    name: str
+    is_error: bool
+    text: str
+
+
+class Retry(_Event):
+    type: Literal["retry"] = "retry"
+    message: str
+
+
+class PrefillProgress(_Event):
+    type: Literal["prefill_progress"] = "prefill_progress"
+    processed: int
+    total: int
+    cached: int = 0
+
+
+class Baseline(_Event):
+    type: Literal["baseline"] = "baseline"
+    ran: bool
+    cached: bool
+    result: str
+    duration_s: float = 0.0
+
+
+class GateEvent(_Event):
+    type: Literal["gate"] = "gate"
+    verdict: str
+    reason: str
+    result: str | None = None
+    regressed: list[str] = []
+    syntax_errors: list[str] = []
+
+
+class Repair(_Event):
+    type: Literal["repair"] = "repair"
+    round: int
+    reason: str
+
+
+Event = Annotated[
+    RunStart
+    | RunEnd
+    | TaskStart
+    | TaskEnd
+    | Request
+    | Response
+    | ToolCallEvent
+    | ToolResultEvent
+    | Retry
+    | PrefillProgress
+    | Baseline
+    | GateEvent
+    | Repair,
+    Field(discriminator="type"),
+]
+_EVENT = TypeAdapter(Event)
+
+
+def parse_event(line: str | bytes) -> Event:
+    """One transcript line back into its model; raises pydantic.ValidationError on anything else."""
+    return _EVENT.validate_json(line)
