@@ -14,11 +14,12 @@ if TYPE_CHECKING:
     from sandbox.daemon import docker_client, require_image
     from sandbox.errors import DockerUnavailable, ImageMissing, SandboxError
     from sandbox.image import build_image
-    from sandbox.models import DEFAULT_IMAGE, ExecResult, SandboxLimits
+    from sandbox.models import DEFAULT_IMAGE, SANDBOX_RESTARTED_NOTICE, ExecResult, SandboxLimits
 
 _EXPORTS = {
     "DEFAULT_IMAGE": "sandbox.models",
     "LABEL": "sandbox.container",
+    "SANDBOX_RESTARTED_NOTICE": "sandbox.models",
     "DockerSandbox": "sandbox.container",
     "DockerUnavailable": "sandbox.errors",
     "ExecResult": "sandbox.models",
@@ -34,6 +35,7 @@ _EXPORTS = {
 __all__ = [
     "DEFAULT_IMAGE",
     "LABEL",
+    "SANDBOX_RESTARTED_NOTICE",
     "DockerSandbox",
     "DockerUnavailable",
     "ExecResult",

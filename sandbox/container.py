@@ -14,13 +14,16 @@ from typing import Any
 
 import docker
 import docker.errors
+from docker.types import Mount
 from docker.utils.socket import frames_iter
 
 from sandbox.daemon import docker_client, require_image
+from sandbox.disk import DiskWatch
 from sandbox.errors import SandboxError, one_line
 from sandbox.models import ExecResult, SandboxLimits
 from sandbox.output import OutputCapture
 from sandbox.owner import current_owner, owner_is_gone
+from sandbox.pids import ProcessTable
 
 LABEL = "refactor-agent.sandbox"
 OWNER_LABEL = "refactor-agent.owner"
@@ -37,6 +40,9 @@ STREAM_END_GRACE_S = 10
 # Past this much output the command is killed: it is flooding, and keeping on reading only burns time.
 FLOOD_CEILING_BYTES = 64 * 1024 * 1024
 TIMEOUT_EXIT_CODES = (124, 137)
+# How often a running command's stream, the host disk and the container's process count are looked at.
+POLL_S = 0.2
+PIDS_CHECK_EVERY_S = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +122,8 @@ class DockerSandbox:
         self._client = client
         self._container: Any = None
         self._exec_lock = threading.Lock()
+        self._disk: DiskWatch | None = None
+        self._processes: ProcessTable | None = None
 
     @property
     def container_id(self) -> str | None:
@@ -129,6 +137,12 @@ class DockerSandbox:
         client = self._client = self._client or docker_client()
         require_image(client, self.image)
         owner = self.workspace.stat()
+        if self._disk is None:  # a recycled container keeps the first baseline: growth counts from the task's start
+            self._disk = DiskWatch(
+                self.workspace,
+                growth_cap_bytes=self.limits.workspace_growth_bytes,
+                free_floor_bytes=self.limits.disk_free_floor_bytes,
+            )
         # No more CPUs than the daemon has: Docker refuses the container otherwise.
         cpus = min(self.limits.cpus, float(client.info().get("NCPU") or self.limits.cpus))
         try:
@@ -137,10 +151,11 @@ class DockerSandbox:
                 command=["sleep", "infinity"],
                 name=_container_name(self.run_id),
                 labels={LABEL: self.run_id, OWNER_LABEL: current_owner()},
-                volumes={
-                    str(self.workspace): {"bind": WORKSPACE, "mode": "rw"},
-                    **{str(path): {"bind": str(path), "mode": "ro"} for path in self.read_only_paths},
-                },
+                # Mount objects, not `volumes` strings: those split on `:`, so a path holding one could not mount.
+                mounts=[
+                    Mount(WORKSPACE, str(self.workspace), type="bind"),
+                    *(Mount(str(path), str(path), type="bind", read_only=True) for path in self.read_only_paths),
+                ],
                 working_dir=WORKSPACE,
                 user=f"{owner.st_uid}:{owner.st_gid}",
                 # GIT_OPTIONAL_LOCKS=0: `git status` would otherwise try to refresh the read-only index.
@@ -156,6 +171,7 @@ class DockerSandbox:
                 init=True,
             )
             self._container.start()
+            self._processes = ProcessTable(client, self._container)
         except docker.errors.APIError as error:
             self.close()
             raise SandboxError(f"cannot start a sandbox container from {self.image}: {one_line(error)}") from error
@@ -187,6 +203,9 @@ class DockerSandbox:
         # whole command tree and leaves the container's idle process alone. One pipe for stdout and
         # stderr keeps their lines in the order they were written.
         wrapper = f'echo $$ > {PID_FILE}; exec timeout -k {KILL_AFTER_S} {timeout:.3f} bash -c "$1" 2>&1'
+        # A table filled after the last command ended (a bomb in the background) would fail this one too.
+        restarted_before = self._recycle_if_full()
+        self._disk.command_started()
         started = time.monotonic()
         try:
             exec_id = api.exec_create(self._container.id, ["sh", "-c", wrapper, "_", command], workdir=WORKSPACE)["Id"]
@@ -196,27 +215,59 @@ class DockerSandbox:
         stream = _CommandStream(exec_socket, OutputCapture(max_output_bytes))
         deadline = started + timeout + KILL_AFTER_S + BACKSTOP_GRACE_S
         killed_at: float | None = None
-        while not stream.wait(0.2):
+        disk_full: str | None = None
+        restarted_during = False
+        next_pids_check = started + PIDS_CHECK_EVERY_S
+        while not stream.wait(POLL_S):
             now = time.monotonic()
-            if killed_at is None and (stream.flooded.is_set() or now > deadline):
-                self._kill_command_group()
-                killed_at = now
-            elif killed_at is not None and now - killed_at > STREAM_END_GRACE_S:
+            if killed_at is None:
+                disk_full = self._disk.breach()
+                if disk_full or stream.flooded.is_set() or now > deadline:
+                    self._kill_command_group()
+                    killed_at = now
+            elif now - killed_at > STREAM_END_GRACE_S:
                 stream.abandon()
                 break
+            # A full process table defeats the kill above too (it needs a process of its own): only a new
+            # container helps, and it ends the command's stream along with the old one.
+            if now >= next_pids_check:
+                next_pids_check = now + PIDS_CHECK_EVERY_S
+                if self._recycle_if_full():
+                    restarted_during = True
+                    # The daemon ends the stream with the old container; cut it only if it does not.
+                    if not stream.wait(STREAM_END_GRACE_S):
+                        stream.abandon()
+                    break
         duration = time.monotonic() - started
         output, total_bytes, truncated = stream.render()
-        exit_code = self._exit_code(exec_id)
+        exit_code = None if restarted_during else self._exit_code(exec_id)
         flooded = stream.flooded.is_set()
-        timed_out = (killed_at is not None and not flooded) or (exit_code in TIMEOUT_EXIT_CODES and duration >= timeout)
+        timed_out = (killed_at is not None and not (flooded or disk_full)) or (
+            exit_code in TIMEOUT_EXIT_CODES and duration >= timeout
+        )
+        # A command can end on its own and still leave processes that fill the table, or fill the disk
+        # between two looks.
+        restarted_after = not restarted_during and self._recycle_if_full()
         return ExecResult(
-            exit_code=None if timed_out or flooded else exit_code,
+            exit_code=None if timed_out or killed_at is not None else exit_code,
             output=output,
             total_bytes=total_bytes,
             truncated=truncated or flooded,
             timed_out=timed_out,
             duration_s=duration,
+            disk_full=disk_full or self._disk.breach(),
+            sandbox_restarted=restarted_before or restarted_during or restarted_after,
         )
+
+    def _recycle_if_full(self) -> bool:
+        """Replace a container whose process table is full by a fresh one with the same mounts: the workspace's
+        files stay, nothing else does. True when it was replaced."""
+        if not self._processes.full():
+            return False
+        log.warning("sandbox %s hit its process limit: replacing it", self._container.name)
+        self.close()
+        self.start()
+        return True
 
     def _exit_code(self, exec_id: str) -> int | None:
         state = self._client.api.exec_inspect(exec_id)

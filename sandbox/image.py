@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -76,7 +76,10 @@ def build_from_dockerfile(
             log(f"  {text}")
 
 
-def bootstrap_base_image(client: docker.DockerClient, tag: str, *, log: Log) -> None:
+def bootstrap_base_image(
+    client: docker.DockerClient, tag: str, *, packages: Sequence[str] = BOOTSTRAP_PACKAGES, log: Log
+) -> None:
+    """Import as `tag` a Debian root filesystem holding `packages`, made by debootstrap (root only)."""
     if os.geteuid() != 0:
         raise SandboxError("--bootstrap needs root (debootstrap chroots and makes device nodes); or use --base")
     if shutil.which("debootstrap") is None:
@@ -85,7 +88,7 @@ def bootstrap_base_image(client: docker.DockerClient, tag: str, *, log: Log) -> 
     workdir = Path(tempfile.mkdtemp(prefix="refactor-agent-rootfs-", dir="/var/tmp"))
     rootfs = workdir / "rootfs"
     try:
-        run_debootstrap(rootfs, mirror, log=log)
+        run_debootstrap(rootfs, mirror, packages, log=log)
         log(f"importing the root filesystem as {tag}")
         import_rootfs(client, rootfs, tag)
     finally:
@@ -106,15 +109,10 @@ def import_rootfs(client: docker.DockerClient, rootfs: Path, tag: str) -> None:
             raise SandboxError(f"docker import of {tag} failed: {one_line(message['error'])}")
 
 
-def run_debootstrap(rootfs: Path, mirror: str, *, log: Log) -> None:
-    command = [
-        "debootstrap",
-        "--variant=minbase",
-        f"--include={','.join(BOOTSTRAP_PACKAGES)}",
-        SUITE,
-        str(rootfs),
-        mirror,
-    ]
+def run_debootstrap(rootfs: Path, mirror: str, packages: Sequence[str], *, log: Log) -> None:
+    # minbase: only the essential packages and apt, so `packages` name everything the image needs beyond that.
+    include = [f"--include={','.join(packages)}"] if packages else []
+    command = ["debootstrap", "--variant=minbase", *include, SUITE, str(rootfs), mirror]
     log(f"debootstrap {SUITE} from {mirror} into {rootfs} (takes 3 to 9 minutes)")
     started = time.monotonic()
     last_logged = started

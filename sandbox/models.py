@@ -7,6 +7,11 @@ DEFAULT_IMAGE = "refactor-agent-sandbox:latest"
 # Sizes as Docker and tmpfs both take them: a number of bytes, or of k, m or g.
 SIZE_PATTERN = r"^[0-9]+[kmgKMG]?$"
 
+# What the model reads after its sandbox was replaced: it must not count on anything it had started.
+SANDBOX_RESTARTED_NOTICE = (
+    "the sandbox hit its process limit and was restarted: processes and files outside /workspace are gone"
+)
+
 
 class SandboxLimits(BaseModel):
     memory: str = Field(default="4g", pattern=SIZE_PATTERN)
@@ -15,12 +20,25 @@ class SandboxLimits(BaseModel):
     command_timeout_s: float = Field(default=600.0, gt=0)
     # /tmp is a tmpfs, so what commands write there counts against `memory` as well.
     tmp_size: str = Field(default="1g", pattern=SIZE_PATTERN)
+    # The workspace is a bind mount: what commands write there lands on the host's disk, which no container
+    # limit bounds. Growth is measured as the drop of that disk's free space since the sandbox started.
+    workspace_growth_bytes: int = Field(default=4 * 1024**3, gt=0)
+    # A command is stopped when the disk holding the workspace gets this close to full, whatever grew it.
+    disk_free_floor_bytes: int = Field(default=1024**3, ge=0)
 
 
 class ExecResult(BaseModel):
-    exit_code: int | None = Field(description="None when the command was killed for a timeout or an output flood")
+    exit_code: int | None = Field(
+        description="None when the command was killed: timeout, output flood, full disk or restarted sandbox"
+    )
     output: str = Field(description="stdout and stderr interleaved; head and tail kept when too long")
     total_bytes: int = Field(description="everything the command printed, kept or not")
     truncated: bool
     timed_out: bool
     duration_s: float
+    disk_full: str | None = Field(
+        default=None, description="why the command counts as filling the disk (one line), None when it did not"
+    )
+    sandbox_restarted: bool = Field(
+        default=False, description="the container hit its process limit and was replaced by a fresh one"
+    )

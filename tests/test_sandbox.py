@@ -12,13 +12,29 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from docker.types import Mount
 
-from sandbox import DEFAULT_IMAGE, LABEL, DockerSandbox, SandboxError, docker_client, require_image, sweep_leftovers
+from sandbox import (
+    DEFAULT_IMAGE,
+    LABEL,
+    DockerSandbox,
+    SandboxError,
+    SandboxLimits,
+    docker_client,
+    require_image,
+    sweep_leftovers,
+)
+from sandbox.disk import free_bytes
 from sandbox.output import OutputCapture
 from sandbox.owner import current_owner, owner_is_gone
+from sandbox.pids import CGROUP_ROOT, ProcessTable
+
+from repos import git, make_repo
 
 WORKSPACE_OWNER = 1234
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving the workspace another owner needs root")
+MIB = 1024**2
+# Writes up to 1 GiB into the workspace, one MiB at a time, unless it is stopped first.
+FILL_THE_DISK = "for i in $(seq 1024); do head -c 1M /dev/zero >> big; done; echo finished"
 
 
 # --- output capping (no Docker) ---
@@ -100,13 +116,34 @@ def client() -> docker.DockerClient:
     return client
 
 
+def _chown_in_docker(client: docker.DockerClient, path: Path, uid: int) -> None:
+    """chown -R by the daemon's root: any user can give a directory to another owner (and take it back)."""
+    client.containers.run(
+        DEFAULT_IMAGE,
+        ["chown", "-R", f"{uid}:{uid}", "/target"],
+        mounts=[Mount("/target", str(path), type="bind")],
+        user="0:0",
+        network_mode="none",
+        remove=True,
+    )
+
+
+def _workspace_owned_by(client: docker.DockerClient, path: Path, uid: int) -> Iterator[Path]:
+    path.mkdir()
+    _chown_in_docker(client, path, uid)
+    yield path
+    _chown_in_docker(client, path, os.getuid())  # so that pytest can delete what the container made
+
+
 @pytest.fixture
-def owned_workspace(tmp_path: Path) -> Path:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    if os.geteuid() == 0:
-        os.chown(workspace, WORKSPACE_OWNER, WORKSPACE_OWNER)
-    return workspace
+def owned_workspace(client: docker.DockerClient, tmp_path: Path) -> Iterator[Path]:
+    """A workspace owned by someone else than the test's user, whoever that is."""
+    yield from _workspace_owned_by(client, tmp_path / "workspace", WORKSPACE_OWNER)
+
+
+@pytest.fixture
+def root_workspace(client: docker.DockerClient, tmp_path: Path) -> Iterator[Path]:
+    yield from _workspace_owned_by(client, tmp_path / "root-workspace", 0)
 
 
 @pytest.fixture
@@ -139,7 +176,6 @@ def test_commands_run_in_the_workspace_with_home_in_tmp_and_no_stdin(sandbox: Do
 
 
 @pytest.mark.docker
-@needs_root
 def test_files_made_in_the_container_belong_to_the_workspace_owner(
     sandbox: DockerSandbox, owned_workspace: Path
 ) -> None:
@@ -229,16 +265,14 @@ def test_binary_output_is_decoded_leniently(sandbox: DockerSandbox) -> None:
 
 
 @pytest.mark.docker
-def test_capabilities_are_dropped_even_for_root(client: docker.DockerClient, tmp_path: Path) -> None:
-    if tmp_path.stat().st_uid != 0:
-        pytest.skip("needs a root-owned workspace")
-    with DockerSandbox(DEFAULT_IMAGE, tmp_path, run_id="test-caps", client=client) as box:
+def test_capabilities_are_dropped_even_for_root(client: docker.DockerClient, root_workspace: Path) -> None:
+    with DockerSandbox(DEFAULT_IMAGE, root_workspace, run_id="test-caps", client=client) as box:
         result = box.execute("id -u; touch file; chown 1234 file")
     lines = result.output.splitlines()
     assert lines[0] == "0"
     assert "Operation not permitted" in lines[1]
     assert result.exit_code != 0
-    assert (tmp_path / "file").stat().st_uid == 0
+    assert (root_workspace / "file").stat().st_uid == 0
 
 
 @pytest.mark.docker
@@ -253,6 +287,96 @@ def test_container_is_confined(client: docker.DockerClient, sandbox: DockerSandb
     assert host["Memory"] == 4 * 1024**3
     assert "/tmp" in host["Tmpfs"]
     assert container.labels[LABEL] == "test-sandbox"
+
+
+@pytest.mark.docker
+def test_a_task_sandbox_works_where_paths_hold_colons_and_commas(client: docker.DockerClient, tmp_path: Path) -> None:
+    # As the runner mounts it: the worktree read-write, the repository's git directory read-only at its own path.
+    repo = make_repo(tmp_path / "user:repo,one")
+    worktree = tmp_path / "scratch:dir,two" / "worktree"
+    git(repo, "worktree", "add", "-q", "-b", "task", str(worktree))
+    with DockerSandbox(
+        DEFAULT_IMAGE, worktree, run_id="test-colon", client=client, read_only_paths=[repo / ".git"]
+    ) as box:
+        result = box.execute("git status --porcelain && echo made > made.txt && git status --porcelain")
+    assert (result.exit_code, result.output) == (0, "?? made.txt\n")
+    assert (worktree / "made.txt").read_text() == "made\n"
+
+
+@pytest.mark.docker
+def test_a_fork_bomb_gets_a_fresh_sandbox_and_the_workspace_survives(
+    client: docker.DockerClient, tmp_path: Path
+) -> None:
+    limits = SandboxLimits(pids=64)
+    with DockerSandbox(DEFAULT_IMAGE, tmp_path, run_id="test-fork-bomb", limits=limits, client=client) as box:
+        bombed = box.container_id
+        assert box.execute("echo kept > note; echo kept > /tmp/note").exit_code == 0
+        result = box.execute(":(){ :|:& };:", timeout_s=60)
+        # Straight after the bomb: in the bombed container this could not even fork its shell.
+        after = box.execute("echo ok; cat note; cat /tmp/note")
+    assert after.output.splitlines()[:2] == ["ok", "kept"]
+    assert "No such file" in after.output  # /tmp went with the old container
+    assert result.sandbox_restarted
+    assert result.exit_code is None
+    assert bombed is not None and not _container_exists(client, bombed)
+    assert not after.sandbox_restarted
+    assert result.duration_s < 60  # found out by the process count, not by the command's timeout
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("cgroup_root", [CGROUP_ROOT, Path("/no/cgroups/here")], ids=["cgroup-files", "daemon-stats"])
+def test_a_process_table_filled_in_the_background_is_seen(client: docker.DockerClient, cgroup_root: Path) -> None:
+    container = client.containers.run(
+        DEFAULT_IMAGE, ["sleep", "infinity"], detach=True, pids_limit=64, network_mode="none", init=True
+    )
+    try:
+        table = ProcessTable(client, container, cgroup_root=cgroup_root)
+        assert (table.cgroup is not None) == (cgroup_root == CGROUP_ROOT)
+        assert not table.full()
+        container.exec_run(["bash", "-c", "(:(){ :|:& };:) >/dev/null 2>&1 </dev/null &"])
+        deadline = time.monotonic() + 60
+        while not table.full():
+            assert time.monotonic() < deadline, f"never seen full: {table.counts()}"
+            time.sleep(0.2)
+    finally:
+        container.remove(force=True)
+
+
+@pytest.mark.docker
+def test_a_command_that_grows_the_workspace_past_its_cap_is_stopped(
+    client: docker.DockerClient, tmp_path: Path
+) -> None:
+    limits = SandboxLimits(workspace_growth_bytes=32 * MIB)
+    with DockerSandbox(DEFAULT_IMAGE, tmp_path, run_id="test-disk-cap", limits=limits, client=client) as box:
+        result = box.execute(FILL_THE_DISK, timeout_s=300)
+        assert box.execute("echo alive").output == "alive\n"
+    assert result.disk_full is not None and "over its 32.0 MiB cap" in result.disk_full
+    assert (result.exit_code, result.timed_out) == (None, False)
+    assert "finished" not in result.output
+    assert (tmp_path / "big").stat().st_size < 1024 * MIB
+
+
+@pytest.mark.docker
+def test_a_command_that_takes_the_disk_under_its_free_floor_is_stopped(
+    client: docker.DockerClient, tmp_path: Path
+) -> None:
+    limits = SandboxLimits(disk_free_floor_bytes=max(free_bytes(tmp_path) - 64 * MIB, 0))
+    with DockerSandbox(DEFAULT_IMAGE, tmp_path, run_id="test-disk-floor", limits=limits, client=client) as box:
+        result = box.execute(FILL_THE_DISK, timeout_s=300)
+    assert result.disk_full is not None and "left free on the disk holding the workspace" in result.disk_full
+    assert result.exit_code is None
+    assert "finished" not in result.output
+
+
+@pytest.mark.docker
+def test_a_quick_write_past_the_cap_is_reported_though_it_ended(client: docker.DockerClient, tmp_path: Path) -> None:
+    limits = SandboxLimits(workspace_growth_bytes=16 * MIB)
+    with DockerSandbox(DEFAULT_IMAGE, tmp_path, run_id="test-disk-quick", limits=limits, client=client) as box:
+        result = box.execute("fallocate -l 64M big")
+        cleaned = box.execute("rm big")
+    assert result.exit_code == 0
+    assert result.disk_full is not None and "over its 16.0 MiB cap" in result.disk_full
+    assert (cleaned.exit_code, cleaned.disk_full) == (0, None)  # freeing space is never blamed
 
 
 @pytest.mark.docker
@@ -293,11 +417,18 @@ def _sandbox_in_child_process(workspace: Path, run_id: str, then: str) -> tuple[
     return child, child.stdout.readline().strip()
 
 
+def _wait_for(path: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} did not appear within {timeout_s}s"
+        time.sleep(0.05)
+
+
 @pytest.mark.docker
 def test_ctrl_c_during_a_command_removes_the_container(client: docker.DockerClient, tmp_path: Path) -> None:
-    child, container_id = _sandbox_in_child_process(tmp_path, "test-ctrl-c", "box.execute('sleep 300')")
+    child, container_id = _sandbox_in_child_process(tmp_path, "test-ctrl-c", "box.execute('touch started; sleep 300')")
     assert _container_exists(client, container_id)
-    time.sleep(0.5)  # let the command start; the test holds whether or not it has
+    _wait_for(tmp_path / "started")  # the command runs: the interrupt lands in the middle of it
     child.send_signal(signal.SIGINT)
     assert child.wait(timeout=60) != 0
     assert not _container_exists(client, container_id)

@@ -1,5 +1,6 @@
 """Reaching the daemon, the image checks, and building the sandbox image for real (no registry needed)."""
 
+import contextlib
 import io
 import secrets
 import tarfile
@@ -21,7 +22,7 @@ from sandbox import (
     require_image,
 )
 from sandbox.cli import sandbox_app
-from sandbox.image import ROOTFS_IMAGE, import_rootfs
+from sandbox.image import ROOTFS_IMAGE, bootstrap_base_image, import_rootfs
 from sandbox.mirrors import DEBOOTSTRAP_DEFAULT_MIRROR, choose_mirror, configured_mirrors
 
 PACKAGE_CHECK = "python3 -m pytest --version && git --version && timeout --version && bash --version"
@@ -137,6 +138,23 @@ def test_a_root_filesystem_is_imported_as_an_image(client: docker.DockerClient, 
 def test_a_missing_root_filesystem_is_a_clear_error(client: docker.DockerClient, tmp_path: Path) -> None:
     with pytest.raises(SandboxError, match=r"tar of .* failed"):
         import_rootfs(client, tmp_path / "absent", "refactor-agent-sandbox-test-import:never")
+
+
+@pytest.mark.docker
+@pytest.mark.bootstrap
+def test_debootstrap_makes_an_image_that_runs_offline(client: docker.DockerClient) -> None:
+    # The whole offline path, never served from an image made before: a minimal root filesystem (minbase and
+    # one small package, to prove `packages` reach debootstrap) under a tag of its own.
+    tag = f"refactor-agent-sandbox-test-bootstrap:{secrets.token_hex(4)}"
+    try:
+        bootstrap_base_image(client, tag, packages=("procps",), log=print)
+        output = _run(client, tag, "cat /etc/debian_version && ps --version")
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.images.remove(tag, force=True)
+    release, tools = output.splitlines()
+    assert release.startswith("12.")
+    assert tools.startswith("ps from procps-ng")
 
 
 @pytest.fixture(scope="module")

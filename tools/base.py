@@ -25,6 +25,8 @@ class ExecutionResult(Protocol):
     truncated: bool
     timed_out: bool
     duration_s: float
+    disk_full: str | None
+    sandbox_restarted: bool
 
 
 class Executor(Protocol):

@@ -60,6 +60,10 @@ def run_suite(executor: Executor, test_command: str, *, timeout_s: float) -> Sui
     result = executor.execute(instrumented(test_command), timeout_s=timeout_s, max_output_bytes=MAX_OUTPUT_BYTES)
     base = {"command": test_command, "exit_code": result.exit_code, "duration_s": round(result.duration_s, 3)}
     tail = _tail(result.output)
+    if result.disk_full is not None:
+        return SuiteRun(**base, ran=False, reason=f"stopped: it filled the disk ({result.disk_full})", output_tail=tail)
+    if result.sandbox_restarted and result.exit_code is None:
+        return SuiteRun(**base, ran=False, reason="killed: the sandbox hit its process limit", output_tail=tail)
     if result.timed_out:
         return SuiteRun(**base, ran=False, reason=f"timed out after {timeout_s:g}s", output_tail=tail)
     if result.exit_code is None:
