@@ -21,7 +21,7 @@ def run_loop(
     tmp_path: Path, script: list, *, max_turns: int = 10, n_ctx: int = 65536
 ) -> tuple[LoopResult, list[dict], ScriptedServer]:
     repo = make_repo(tmp_path / "repo")
-    context = ToolContext(repo, LocalExecutor(repo), "python3 -m pytest -q", 30, 4_000)
+    context = ToolContext(LocalExecutor(repo), "python3 -m pytest -q", 30, 4_000)
     events: list[dict] = []
     with ScriptedServer(script, n_ctx=n_ctx) as server:
         model = OpenAIChatModel(LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=1))
