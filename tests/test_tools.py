@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -360,3 +361,18 @@ def test_detect_test_command(tmp_path: Path) -> None:
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text("")
     assert detect_test_command(tmp_path) == "python3 -m pytest -q"
+
+
+def test_detect_test_command_follows_no_link_and_blocks_on_no_pipe(tmp_path: Path) -> None:
+    repo, elsewhere = tmp_path / "repo", tmp_path / "elsewhere"
+    repo.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "test_outside.py").write_text("")
+    (elsewhere / "package.json").write_text('{"scripts": {"test": "jest"}}')
+    os.mkfifo(elsewhere / "pipe")
+    (repo / "tests").symlink_to(elsewhere)  # test files outside the repository are not its tests
+    (repo / "package.json").symlink_to(elsewhere / "package.json")
+    (repo / "pyproject.toml").symlink_to(elsewhere / "pipe")  # reading it would wait for a writer forever
+    assert within(BOUND_S, lambda: detect_test_command(repo)) is None
+    (repo / "Makefile").symlink_to("/dev/zero")
+    assert within(BOUND_S, lambda: detect_test_command(repo)) is None
