@@ -149,6 +149,15 @@ def test_create_file_makes_parents_and_search_finds_untracked_files(context: Too
 
 
 @pytest.mark.docker
+def test_unusual_line_separators_survive_the_round_trip(context: ToolContext, sandbox: DockerSandbox) -> None:
+    name = "odd\u2028name\x85.txt"  # JSON leaves both unescaped; str.splitlines() breaks lines at both
+    created = call(context, "create_file", {"path": name, "content": "x\n"})
+    assert created.text == f"created '{name}' (1 lines)"
+    assert (sandbox.workspace / name).read_text() == "x\n"
+    assert call(context, "search", {"pattern": "x"}).text == f"{name}:1: x"
+
+
+@pytest.mark.docker
 def test_search_reports_invalid_regex_as_error(context: ToolContext) -> None:
     result = call(context, "search", {"pattern": "("})
     assert result.is_error and "invalid regular expression" in result.text

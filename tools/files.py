@@ -26,8 +26,11 @@ def _helper_command() -> str:
 
 
 def _reply(output: str) -> dict[str, Any] | None:
-    """The helper's reply is its last line; anything before it (a warning on stderr, say) is ignored."""
-    for line in reversed(output.splitlines()):
+    """The helper's reply is its last line; anything before it (a warning on stderr, say) is ignored.
+
+    Split on newlines only: JSON leaves U+2028 or U+0085 unescaped, and str.splitlines() would cut the reply there.
+    """
+    for line in reversed(output.split("\n")):
         try:
             reply = json.loads(line)
         except json.JSONDecodeError:
