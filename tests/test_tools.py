@@ -158,6 +158,14 @@ def test_unusual_line_separators_survive_the_round_trip(context: ToolContext, sa
 
 
 @pytest.mark.docker
+def test_modules_in_the_workspace_are_not_imported_by_the_file_tools(context: ToolContext) -> None:
+    planted = 'import sys\nprint(\'{"text": "hijacked"}\')\nsys.exit()\n'
+    assert call(context, "create_file", {"path": "json.py", "content": planted}).text == "created 'json.py' (3 lines)"
+    viewed = call(context, "view_file", {"path": "json.py", "start_line": 3})
+    assert viewed.text == "json.py (lines 3-3 of 3)\n3  sys.exit()"
+
+
+@pytest.mark.docker
 def test_search_reports_invalid_regex_as_error(context: ToolContext) -> None:
     result = call(context, "search", {"pattern": "("})
     assert result.is_error and "invalid regular expression" in result.text
