@@ -245,7 +245,6 @@ class Run:
             read_only_paths=[workspace.git_common_dir],
         ) as sandbox:
             context = ToolContext(
-                workspace=workspace.path,
                 executor=sandbox,
                 test_command=test_command,
                 command_timeout_s=self.config.command_timeout_s,

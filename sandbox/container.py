@@ -60,7 +60,7 @@ def _os_socket(exec_socket: Any) -> socket.socket:
 class _CommandStream:
     """Reads one exec's output on a thread so the caller can keep its own deadline."""
 
-    def __init__(self, exec_socket: Any, capture: OutputCapture) -> None:
+    def __init__(self, exec_socket: Any, capture: OutputCapture, stdin: bytes | None = None) -> None:
         self.capture = capture
         self.flooded = threading.Event()
         self._socket = exec_socket
@@ -69,6 +69,18 @@ class _CommandStream:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
+        if stdin is not None:
+            # Its own thread: a command that prints before it reads its input must not wait on our writing.
+            threading.Thread(target=self._write, args=(stdin,), daemon=True).start()
+
+    def _write(self, data: bytes) -> None:
+        os_socket = _os_socket(self._socket)
+        try:
+            os_socket.sendall(data)
+            # Half-closing the hijacked connection is how the daemon learns to close the command's stdin (EOF).
+            os_socket.shutdown(socket.SHUT_WR)
+        except OSError as error:  # the command ended (or was killed) before it read everything
+            log.debug("exec stdin ended with %s", error)
 
     def _read(self) -> None:
         try:
@@ -90,7 +102,7 @@ class _CommandStream:
 
     def abandon(self) -> None:
         """Cut the stream: output that a stray process still writes is not worth waiting for."""
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, AttributeError):  # the reader may have closed it already
             _os_socket(self._socket).shutdown(socket.SHUT_RDWR)
         self._thread.join(STREAM_END_GRACE_S)
 
@@ -188,16 +200,24 @@ class DockerSandbox:
     ) -> None:
         self.close()
 
-    def execute(self, command: str, *, timeout_s: float | None = None, max_output_bytes: int = 256_000) -> ExecResult:
+    def execute(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        max_output_bytes: int = 256_000,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run `command` with bash in /workspace; `stdin`, when given, is its whole input (then EOF), else none."""
         if self._container is None or self._client is None:
             raise SandboxError("the sandbox is not started")
         timeout = timeout_s if timeout_s is not None else self.limits.command_timeout_s
         if timeout < MIN_TIMEOUT_S:
             raise SandboxError(f"command timeout must be at least {MIN_TIMEOUT_S}s, got {timeout}s")
         with self._exec_lock:
-            return self._execute(command, timeout, max_output_bytes)
+            return self._execute(command, timeout, max_output_bytes, stdin)
 
-    def _execute(self, command: str, timeout: float, max_output_bytes: int) -> ExecResult:
+    def _execute(self, command: str, timeout: float, max_output_bytes: int, stdin: bytes | None) -> ExecResult:
         api = self._client.api
         # GNU timeout leads a process group of its own, so killing that group from outside takes the
         # whole command tree and leaves the container's idle process alone. One pipe for stdout and
@@ -208,11 +228,13 @@ class DockerSandbox:
         self._disk.command_started()
         started = time.monotonic()
         try:
-            exec_id = api.exec_create(self._container.id, ["sh", "-c", wrapper, "_", command], workdir=WORKSPACE)["Id"]
+            exec_id = api.exec_create(
+                self._container.id, ["sh", "-c", wrapper, "_", command], stdin=stdin is not None, workdir=WORKSPACE
+            )["Id"]
             exec_socket = api.exec_start(exec_id, socket=True)
         except docker.errors.APIError as error:
             raise SandboxError(f"cannot run a command in {self._container.name}: {one_line(error)}") from error
-        stream = _CommandStream(exec_socket, OutputCapture(max_output_bytes))
+        stream = _CommandStream(exec_socket, OutputCapture(max_output_bytes), stdin)
         deadline = started + timeout + KILL_AFTER_S + BACKSTOP_GRACE_S
         killed_at: float | None = None
         disk_full: str | None = None

@@ -14,11 +14,24 @@ class LocalExecutor:
         self.workspace = workspace
         self.commands: list[str] = []
 
-    def execute(self, command: str, *, timeout_s: float | None = None, max_output_bytes: int = 256_000) -> ExecResult:
+    def execute(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        max_output_bytes: int = 256_000,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
         self.commands.append(command)
         started = time.monotonic()
         try:
-            done = subprocess.run(["bash", "-c", command], cwd=self.workspace, capture_output=True, timeout=timeout_s)
+            done = subprocess.run(
+                ["bash", "-c", command],
+                cwd=self.workspace,
+                input=stdin if stdin is not None else b"",
+                capture_output=True,
+                timeout=timeout_s,
+            )
         except subprocess.TimeoutExpired as expired:
             output = (expired.stdout or b"")[:max_output_bytes].decode(errors="replace")
             return ExecResult(

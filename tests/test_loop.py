@@ -22,7 +22,7 @@ def run_loop(
     tmp_path: Path, script: list, *, max_turns: int = 10, n_ctx: int = 65536
 ) -> tuple[LoopResult, list[dict], ScriptedServer]:
     repo = make_repo(tmp_path / "repo")
-    context = ToolContext(repo, LocalExecutor(repo), "python3 -m pytest -q", 30, 4_000)
+    context = ToolContext(LocalExecutor(repo), "python3 -m pytest -q", 30, 4_000)
     events: list[dict] = []
     with ScriptedServer(script, n_ctx=n_ctx) as server:
         model = OpenAIChatModel(LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=1))
@@ -95,7 +95,7 @@ def test_resume_appends_one_user_message_after_an_end_and_keeps_the_prefix(tmp_p
             Reply(tool_calls=[("finish", {"summary": "second try"})]),
         ]
     )
-    context = ToolContext(repo, LocalExecutor(repo), None, 30, 4_000)
+    context = ToolContext(LocalExecutor(repo), None, 30, 4_000)
     loop = AgentLoop(model, default_registry(), context, max_turns=3, emit=lambda event: None)
     first = loop.run("SYSTEM", "the task")
     assert (first.outcome, first.summary, first.turns) == ("finished", "first try", 1)

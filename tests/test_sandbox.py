@@ -1,5 +1,6 @@
 """The Docker sandbox: isolation, ownership, timeouts, output floods and cleanup, against the real daemon."""
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -173,6 +174,14 @@ def test_exit_code_and_interleaved_output(sandbox: DockerSandbox) -> None:
 def test_commands_run_in_the_workspace_with_home_in_tmp_and_no_stdin(sandbox: DockerSandbox) -> None:
     result = sandbox.execute('pwd; echo "$HOME"; cat; echo end')
     assert result.output.splitlines() == ["/workspace", "/tmp", "end"]
+
+
+@pytest.mark.docker
+def test_stdin_is_the_whole_input_then_end_of_file(sandbox: DockerSandbox) -> None:
+    data = bytes(range(256)) * 8192  # 2 MiB, more than any socket buffer holds at once
+    result = sandbox.execute("echo first; sha256sum; echo end", stdin=data, timeout_s=60)
+    assert result.output.splitlines() == ["first", f"{hashlib.sha256(data).hexdigest()}  -", "end"]
+    assert sandbox.execute("cat; echo none", stdin=b"").output == "none\n"
 
 
 @pytest.mark.docker

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from tools.output import cap_text
-from tools.paths import PathOutsideWorkspace
+
+# File tools run in the sandbox under this timeout of their own (commands have theirs): a read, an edit or a search
+# that takes longer is runaway work, a regular expression that backtracks without end say.
+FILE_TOOL_TIMEOUT_S = 60.0
 
 
 class ExecutionResult(Protocol):
@@ -30,18 +32,20 @@ class ExecutionResult(Protocol):
 
 
 class Executor(Protocol):
-    """Where commands run: the Docker sandbox in the product."""
+    """Where commands run: the Docker sandbox in the product. `stdin` is the command's whole input, else none."""
 
-    def execute(self, command: str, *, timeout_s: float | None = None, max_output_bytes: int = ...) -> Any: ...
+    def execute(
+        self, command: str, *, timeout_s: float | None = None, max_output_bytes: int = ..., stdin: bytes | None = None
+    ) -> ExecutionResult: ...
 
 
 @dataclass
 class ToolContext:
-    workspace: Path
     executor: Executor
     test_command: str | None
     command_timeout_s: float
     output_chars: int
+    file_tool_timeout_s: float = FILE_TOOL_TIMEOUT_S
 
 
 class ToolError(Exception):
@@ -111,7 +115,7 @@ class ToolRegistry:
             text = spec.handler(arguments, context)
         except FinishRequested:
             raise
-        except (ToolError, PathOutsideWorkspace) as error:
+        except ToolError as error:
             return ToolResult(text=f"error: {error}", is_error=True)
         except Exception as error:  # a tool bug must not end the night's run; the model sees it and moves on
             return ToolResult(text=f"error: {name} failed: {error.__class__.__name__}: {error}", is_error=True)
