@@ -7,14 +7,17 @@ One night is run once per module; every test works on its own copy of the reposi
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import git
 import pytest
 from typer.testing import CliRunner
 
+import agent
 from agent.cli import app
 from agent.config import RunConfig
 from agent.journal import RunJournal
@@ -37,7 +40,12 @@ BRANCH_1 = f"refactor-agent/{NIGHT}/1-document-the-area-function"
 BRANCH_2 = f"refactor-agent/{NIGHT}/2-reword-the-area-docstring"
 BRANCH_3 = f"refactor-agent/{NIGHT}/3-break-the-area"
 BRANCH_4 = f"refactor-agent/{NIGHT}/4-lose-the-server"
-BROKEN_GEOMETRY = 'def compute_area(width, height):\n    """Area of a rectangle."""\n    return width + height\n'
+# An escape sequence the model wrote (clear the screen, retitle the window): text for the reviewer, never codes.
+HOSTILE_LINE = "# \x1b[2J\x1b]0;owned\x07"
+BROKEN_GEOMETRY = (
+    f'def compute_area(width, height):\n    """Area of a rectangle."""\n    return width + height\n{HOSTILE_LINE}\n'
+)
+SHOWN_HOSTILE_LINE = "# \\x1b[2J\\x1b]0;owned\\x07"
 
 
 def finish(summary: str) -> Reply:
@@ -191,7 +199,7 @@ def test_show_prints_the_message_the_evidence_and_the_diff(copy: Night) -> None:
     assert "regressed (2):\n  tests/test_geometry.py::test_area\n  tests/test_geometry.py::test_describe" in shown
     assert "    really done" in shown, "the commit message, from the branch"
     assert "-    return width * height\n+    return width + height" in shown
-    assert "\x1b[" not in shown, "plain text when piped"
+    assert "\x1b" not in shown and f"+{SHOWN_HOSTILE_LINE}" in shown, "plain text when piped, control codes shown"
     by_branch = copy.review("show", BRANCH_3)
     assert by_branch == shown
     latest = copy.review("show", "1")
@@ -204,6 +212,51 @@ def test_show_prints_the_message_the_evidence_and_the_diff(copy: Night) -> None:
         "pytest.ini",
         "tests/test_docs.py",
     }
+    assert checkout_fingerprint(copy.repo) == before
+
+
+def _on_a_terminal(arguments: list[str], environment: dict[str, str]) -> bytes:
+    """The real command with a pseudo-terminal for its stdin, stdout and stderr; what it wrote there."""
+    source_root = str(Path(agent.__file__).resolve().parents[1])
+    master, slave = os.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agent", *arguments],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={
+            **{name: value for name, value in os.environ.items() if name not in ("LESS", "PAGER")},
+            **environment,
+            "PYTHONPATH": source_root,
+            "TERM": "xterm-256color",
+        },
+    )
+    os.close(slave)
+    written = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(master)
+    assert process.wait(timeout=120) == 0, written
+    return written
+
+
+def test_show_on_a_terminal_goes_through_the_pager_highlighted(copy: Night, tmp_path: Path) -> None:
+    paged, less_options = tmp_path / "paged", tmp_path / "less-options"
+    before = checkout_fingerprint(copy.repo)
+    pager = f'echo "$LESS" > {less_options}; cat > {paged}'
+    written = _on_a_terminal(["review", "show", f"{NIGHT}/3", "--runs-dir", str(copy.runs)], {"PAGER": pager})
+    assert less_options.read_text() == "FRX\n", "as git pages: colours shown (R), short output not paged (F, X)"
+    text = paged.read_text()
+    assert b"return width" not in written, "the diff went to the pager, not around it"
+    assert "\x1b[" in text, "highlighted"
+    assert "verdict: regressed" in text and "return width + height" in text
+    assert SHOWN_HOSTILE_LINE in text and "\x1b]0;owned" not in text, "the model's escape codes shown as text"
     assert checkout_fingerprint(copy.repo) == before
 
 

@@ -22,9 +22,10 @@ from typer.core import TyperGroup
 
 from agent.config import RunConfig
 from agent.review.change import TaskChange, read_change
+from agent.review.pager import TerminalPager
 from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
 from agent.review.repository import UserRepository, user_repository
-from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
+from agent.review.views import change_json, evidence_text, printable, run_json, run_line, run_table, task_rows
 from agent.safe_git import GitError
 from agent.workspace import WorkspaceError
 from sandbox.errors import SandboxError
@@ -80,11 +81,16 @@ def _one_line_errors() -> Iterator[None]:
     try:
         yield
     except ReviewError as error:
-        typer.echo(f"error: {error}", err=True)
+        typer.echo(f"error: {printable(str(error))}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     except (WorkspaceError, GitError, SandboxError) as error:
-        typer.echo(f"error: {error}", err=True)
+        typer.echo(f"error: {printable(str(error))}", err=True)
         raise typer.Exit(EXIT_FAILED) from None
+
+
+def _say(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """Human output: whatever the model wrote (paths, messages, diffs) reaches the terminal as text, not codes."""
+    typer.echo(printable(text), err=err, nl=nl)
 
 
 def _print_json(payload: Any) -> None:
@@ -121,9 +127,9 @@ def overview(
         _print_json([run_json(record) for record in runs])
         return
     for record in runs:
-        typer.echo(run_line(record))
+        _say(run_line(record))
     if not runs:
-        typer.echo(f"no runs in {runs_dir or DEFAULT_RUNS_DIR}")
+        _say(f"no runs in {runs_dir or DEFAULT_RUNS_DIR}")
 
 
 @review_app.command(RUN_COMMAND)
@@ -158,14 +164,14 @@ def show(
         return
     console = Console()
     if not console.is_terminal:
-        typer.echo(evidence_text(change))
+        _say(evidence_text(change))
         if change.diff:
-            typer.echo(change.diff)
+            _say(change.diff)
         return
-    with console.pager(styles=True):
-        console.print(evidence_text(change), markup=False, highlight=False)
+    with console.pager(TerminalPager(), styles=True):
+        console.print(printable(evidence_text(change)), markup=False, highlight=False)
         if change.diff:
-            console.print(Syntax(change.diff, "diff", word_wrap=True))
+            console.print(Syntax(printable(change.diff), "diff", word_wrap=True))
 
 
 @review_app.command()
@@ -189,16 +195,16 @@ def pr(
     if output is not None:
         # The body only: `gh pr create --title` takes the title (printed), --body-file the rest.
         try:
-            output.write_text(body, encoding="utf-8")
+            output.write_text(printable(body), encoding="utf-8")
         except OSError as error:
             typer.echo(f"error: --output {output}: {error.strerror}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
     if _as_json(context, as_json):
         _print_json({"title": title, "body": body, "branch": change.ref.task.branch, "commit": change.tip})
     elif output is not None:
-        typer.echo(f"wrote {output}; title: {title}")
+        _say(f"wrote {output}; title: {title}")
     else:
-        typer.echo(pull_request_markdown(change, config), nl=False)
+        _say(pull_request_markdown(change, config), nl=False)
 
 
 @review_app.command()
@@ -222,7 +228,7 @@ def push(
     if _as_json(context, as_json):
         _print_json({"branch": branch, "remote": remote, "commit": commit})
     else:
-        typer.echo(f"pushed {branch} ({commit[:12]}) to {remote}")
+        _say(f"pushed {branch} ({commit[:12]}) to {remote}")
 
 
 @review_app.command()
@@ -244,7 +250,7 @@ def rebase(
     machine = _as_json(context, as_json)
 
     def log(line: str) -> None:
-        typer.echo(line, err=True)
+        _say(line, err=True)
 
     with _one_line_errors():
         record = load_run(_runs_dir(context, runs_dir), run)
@@ -255,7 +261,7 @@ def rebase(
         _print_json(report)
         return
     if not report.branches:
-        typer.echo(f"run {record.run_id} has no verified branch to rebase")
+        _say(f"run {record.run_id} has no verified branch to rebase")
     for trial in report.branches:
         detail = {
             "clean": f"{trial.verdict}: {trial.tests or trial.reason}",
@@ -264,11 +270,11 @@ def rebase(
             "gone": trial.reason,
         }[trial.outcome]
         moved = "  (moved)" if trial.moved else ""
-        typer.echo(f"{trial.branch}: {trial.outcome}: {detail}{moved}")
+        _say(f"{trial.branch}: {trial.outcome}: {detail}{moved}")
     for pair in report.conflicting_pairs:
-        typer.echo(f"conflict between {pair.first} and {pair.second}: {', '.join(pair.files)}")
+        _say(f"conflict between {pair.first} and {pair.second}: {', '.join(pair.files)}")
     if report.branches and not apply:
-        typer.echo("nothing moved (pass --apply to move the clean branches)")
+        _say("nothing moved (pass --apply to move the clean branches)")
 
 
 @review_app.command()
@@ -296,7 +302,7 @@ def discard(
                     raise ReviewError(
                         f"would delete {len(present)} branch(es) of run {run}: pass --yes (no terminal to ask on)"
                     )
-                typer.echo("\n".join(present), err=True)
+                _say("\n".join(present), err=True)
                 typer.confirm(f"Delete these {len(present)} branch(es)?", abort=True, err=True)
             for branch, tip in present.items():
                 try:
@@ -307,8 +313,8 @@ def discard(
     if _as_json(context, as_json):
         _print_json({"deleted": deleted, "kept": kept})
         return
-    typer.echo(f"deleted {len(deleted)} branch(es) of run {run}" + "".join(f"\n  {branch}" for branch in deleted))
+    _say(f"deleted {len(deleted)} branch(es) of run {run}" + "".join(f"\n  {branch}" for branch in deleted))
     for branch, why in kept.items():
-        typer.echo(f"kept {branch}: {why}", err=True)
+        _say(f"kept {branch}: {why}", err=True)
     if kept:
         raise typer.Exit(EXIT_FAILED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.table import Table
@@ -20,6 +21,13 @@ from agent.review.change import TaskChange
 from agent.review.records import RunRecord
 
 WRAPPED_COLUMNS = ("task", "tests")
+# Control characters (C0 but tab and newline, DEL, C1): a diff, message or file name the model wrote could drive
+# the reviewer's terminal with them (escape sequences), so they are shown as \xNN instead.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def run_line(record: RunRecord) -> str:
@@ -59,7 +67,7 @@ def run_table(record: RunRecord) -> Table:
         table.add_column(column, overflow="fold", no_wrap=column not in WRAPPED_COLUMNS)
     for row in rows:
         cells = [
-            Text(value, style=f"bold {VERDICT_COLOURS.get(value, '')}") if column == "verdict" else Text(value)
+            Text(printable(value), style=f"bold {VERDICT_COLOURS.get(value, '')}" if column == "verdict" else "")
             for column, value in row.items()
         ]
         table.add_row(*cells)
@@ -67,7 +75,7 @@ def run_table(record: RunRecord) -> Table:
 
 
 def evidence_text(change: TaskChange) -> str:
-    """Everything `show` prints before the diff."""
+    """Everything `show` prints before the diff (printable() still to be applied)."""
     task, run = change.ref.task, change.ref.run
     lines = [
         f"task {task.index} of run {run.run_id}: {task.task}",
