@@ -179,7 +179,8 @@ def _report_rows(report_md: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in table[2:]]  # after the head
 
 
-def test_review_run_shows_the_rows_of_the_morning_report(copy: Night) -> None:
+def test_review_run_shows_the_rows_of_the_morning_report(copy: Night, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
     shown = json.loads(copy.review(NIGHT, "--json"))
     rows = [list(row.values()) for row in shown["rows"]]
     assert rows == _report_rows((copy.runs / NIGHT / "report.md").read_text())

@@ -8,6 +8,7 @@ of the latest run). Bad input is one line naming what exists, and exit code 2.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +36,7 @@ EXIT_FAILED = 1
 DEFAULT_RUNS_DIR: Path = RunConfig.model_fields["runs_dir"].default
 RUN_COMMAND = "tasks"
 RECENT_RUNS = 20
-# A piped table has no terminal to size it by; this keeps the report's fifteen columns readable.
+# A piped table has no terminal to size it by (unless COLUMNS says); this keeps the report's fifteen columns readable.
 PIPED_TABLE_WIDTH = 240
 
 
@@ -143,7 +144,7 @@ def tasks(
         _print_json({"run": record.summary.model_dump(mode="json"), "rows": task_rows(record)})
         return
     console = Console()
-    if not console.is_terminal:
+    if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=PIPED_TABLE_WIDTH)
     console.print(run_table(record))
 

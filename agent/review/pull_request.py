@@ -65,7 +65,7 @@ def risk_notes(change: TaskChange) -> list[str]:
 
 def _evidence(change: TaskChange) -> list[str]:
     task = change.ref.task
-    lines = [f"- Verdict: **{task.verdict}** ({task.reason})"]
+    lines = [f"- Verdict: **{task.verdict}**: {task.reason}"]
     if task.tests is None:
         return [*lines, "- Tests: none were run for this task."]
     lines.append(f"- Tests: {tests_cell(task)}")
