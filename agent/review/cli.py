@@ -62,7 +62,12 @@ review_app = typer.Typer(
 RunsDirOption = Annotated[Path | None, typer.Option("--runs-dir", help=f"Run records (default: {DEFAULT_RUNS_DIR}).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON on stdout).")]
 RepoOption = Annotated[Path | None, typer.Option("--repo", help="The repository (default: the one the run used).")]
-TargetArgument = Annotated[str, typer.Argument(metavar="BRANCH_OR_TASK", help="A task branch, RUN/N, or N.")]
+TargetArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="BRANCH_OR_TASK", help="A task branch, RUN/N (task N of run RUN) or N (task N of the latest run)."
+    ),
+]
 RunArgument = Annotated[str, typer.Argument(metavar="RUN", help="A run id (see `review`).")]
 
 
