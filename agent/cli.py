@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig
 from agent.pack_cli import pack
+from agent.review.cli import review_app
 from agent.server.cli import doctor, server_app
 from sandbox.cli import sandbox_app
 from sandbox.models import DEFAULT_IMAGE
@@ -22,6 +23,7 @@ app = typer.Typer(
 )
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(server_app, name="server")
+app.add_typer(review_app, name="review")
 app.command("pack")(pack)
 app.command("doctor")(doctor)
 

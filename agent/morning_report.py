@@ -83,7 +83,7 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str]:
+def task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str]:
     """The row every view shows for a task, as text, in column order."""
     metrics = task.metrics
     return {
@@ -94,7 +94,7 @@ def _task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str
         "commit": (task.commit or "")[:12] or "-",
         "files": str(len(changes)),
         "+/-": f"+{sum(c.added for c in changes)}/-{sum(c.removed for c in changes)}",
-        "tests": _tests_cell(task),
+        "tests": tests_cell(task),
         "regressed/fixed/flaky": (
             f"{len(task.tests.regressed)}/{len(task.tests.fixed)}/{len(task.tests.flaky)}" if task.tests else "-"
         ),
@@ -107,13 +107,13 @@ def _task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str
     }
 
 
-def _tests_cell(task: TaskSummary) -> str:
+def tests_cell(task: TaskSummary) -> str:
     if task.tests is None:
         return "-"
     return f"{task.tests.baseline or 'none'} → {task.tests.final or 'not run'}"
 
 
-def _evidence_lines(task: TaskSummary) -> list[tuple[str, list[str]]]:
+def evidence_lines(task: TaskSummary) -> list[tuple[str, list[str]]]:
     """(kind, first names) for every non-empty evidence list, with a count of the rest."""
     if task.tests is None:
         return []
@@ -127,11 +127,22 @@ def _evidence_lines(task: TaskSummary) -> list[tuple[str, list[str]]]:
     return found
 
 
-def _totals(summary: RunSummary) -> str:
+def verdict_tally(summary: RunSummary) -> dict[str, int]:
+    """How many tasks ended with each verdict, by verdict name."""
     counts: dict[str, int] = {}
     for task in summary.tasks:
         counts[task.verdict] = counts.get(task.verdict, 0) + 1
-    statuses = ", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "no tasks finished"
+    return dict(sorted(counts.items()))
+
+
+def verdict_counts(summary: RunSummary) -> str:
+    """'1 regressed, 2 verified'."""
+    tally = verdict_tally(summary)
+    return ", ".join(f"{count} {verdict}" for verdict, count in tally.items()) or "no tasks finished"
+
+
+def _totals(summary: RunSummary) -> str:
+    statuses = verdict_counts(summary)
     metrics = summary.metrics
     tokens = (
         f"; {metrics.prompt_tokens} prompt tokens, cache hit {_ratio(metrics.cache_hit_ratio)}, "
@@ -154,7 +165,7 @@ def _header_lines(summary: RunSummary) -> list[tuple[str, str]]:
     ]
 
 
-def _markdown_cell(text: str) -> str:
+def markdown_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -162,17 +173,17 @@ def render_markdown(summary: RunSummary, diffs: dict[int, str]) -> str:
     lines = [f"# refactor-agent run {summary.run_id}", ""]
     lines += [f"- **{label}**: {value}" for label, value in _header_lines(summary)]
     lines += [f"- **warning**: {warning}" for warning in summary.warnings]
-    rows = [_task_figures(task, file_changes(diffs.get(task.index, ""))) for task in summary.tasks]
+    rows = [task_figures(task, file_changes(diffs.get(task.index, ""))) for task in summary.tasks]
     if rows:
         columns = list(rows[0])
         lines += ["", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-        lines += ["| " + " | ".join(_markdown_cell(row[column]) for column in columns) + " |" for row in rows]
+        lines += ["| " + " | ".join(markdown_cell(row[column]) for column in columns) + " |" for row in rows]
     for task in summary.tasks:
         lines += ["", f"## Task {task.index}: {task.task}", "", f"{task.verdict}: {task.reason}"]
         lines += [f"- warning: {warning}" for warning in task.warnings]
         if task.tests is not None:
-            lines += ["", f"Tests: {_tests_cell(task)}"]
-            for kind, names in _evidence_lines(task):
+            lines += ["", f"Tests: {tests_cell(task)}"]
+            for kind, names in evidence_lines(task):
                 lines += ["", f"{kind}:", ""] + [f"- `{name}`" for name in names]
         if task.summary:
             lines += ["", "Commit message:", "", "```text", task.summary, "```"]
@@ -210,8 +221,8 @@ def _task_section(task: TaskSummary, diff: str, formatter: HtmlFormatter) -> str
     ]
     parts += [f'<p class="warning">warning: {html.escape(warning)}</p>' for warning in task.warnings]
     if task.tests is not None:
-        parts.append(f'<p class="tests">Tests: {html.escape(_tests_cell(task))}</p>')
-        for kind, names in _evidence_lines(task):
+        parts.append(f'<p class="tests">Tests: {html.escape(tests_cell(task))}</p>')
+        for kind, names in evidence_lines(task):
             items = "".join(f"<li><code>{html.escape(name)}</code></li>" for name in names)
             parts.append(f'<div class="evidence"><strong>{html.escape(kind)}</strong><ul>{items}</ul></div>')
     if task.summary:
@@ -237,7 +248,7 @@ def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
         f"<dt>{html.escape(label)}</dt><dd>{html.escape(value)}</dd>" for label, value in _header_lines(summary)
     )
     warnings = "".join(f'<p class="warning">warning: {html.escape(text)}</p>' for text in summary.warnings)
-    rows = [(task, _task_figures(task, file_changes(diffs.get(task.index, "")))) for task in summary.tasks]
+    rows = [(task, task_figures(task, file_changes(diffs.get(task.index, "")))) for task in summary.tasks]
     table = ""
     if rows:
         columns = list(rows[0][1])

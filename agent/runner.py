@@ -22,7 +22,7 @@ import httpx
 from agent.config import RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
 from agent.events import Event, Repair, Retry, RunEnd, RunStart, TaskEnd, TaskStart
-from agent.gate.baseline import BaselineCache, baseline_key
+from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
 from agent.gate.syntax import MAX_CHECKED_BYTES
 from agent.gate.verdict import GateCheck, evidence_trailer, repair_message
@@ -255,7 +255,9 @@ class Run:
                 test_command,
                 timeout_s=self.config.command_timeout_s,
                 cache=self.baselines,
-                cache_key=baseline_key(workspace.base_commit, test_command or "", self._image_id()),
+                cache_key=baseline_key(
+                    workspace.base_commit, test_command or "", image_identity(self.docker, self.config.image)
+                ),
                 emit=self.emit,
             )
             # The baseline runs in the sandbox while the host packs the repository: it costs the first request
@@ -292,12 +294,6 @@ class Run:
             self.emit(Repair(round=record.repair_rounds, reason=record.check.reason))
             result = loop.resume(repair_message(record.check))
         return result, record
-
-    def _image_id(self) -> str:
-        try:
-            return self.docker.images.get(self.config.image).id
-        except docker.errors.DockerException:
-            return self.config.image
 
     def _save_patch(self, workspace: Workspace, outcome: TaskSummary) -> None:
         diff = workspace.diff(max_bytes=PATCH_MAX_BYTES)

@@ -8,6 +8,7 @@ every git call goes through SafeGit with the git dir found from the user's repos
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -134,7 +135,13 @@ def _user_excludes(user_side: SafeGit) -> str:
 
 class Workspace:
     def __init__(
-        self, repo: git.Repo, scratch: Path, admin_dir: Path, branch: str, base_commit: str, max_file_bytes: int
+        self,
+        repo: git.Repo,
+        scratch: Path,
+        admin_dir: Path,
+        branch: str | None,
+        base_commit: str,
+        max_file_bytes: int,
     ) -> None:
         self.user_repo = repo
         self.scratch = scratch
@@ -156,21 +163,60 @@ class Workspace:
     def create(
         cls, repo: git.Repo, *, run_id: str, task: str, max_file_bytes: int, scratch_root: Path | None = None
     ) -> Workspace:
-        base_commit = repo.head.commit.hexsha
+        """A task's checkout of the user's HEAD on its new branch refactor-agent/<run-id>/<task-slug>."""
         branch = f"{BRANCH_PREFIX}{run_id}/{task_slug(task)}"
-        scratch = Path(tempfile.mkdtemp(prefix=f"refactor-agent-{run_id}-", dir=scratch_root)).resolve()
+        return cls._add(
+            repo,
+            label=task,
+            prefix=f"refactor-agent-{run_id}-",
+            branch=branch,
+            start=repo.head.commit.hexsha,
+            max_file_bytes=max_file_bytes,
+            scratch_root=scratch_root,
+        )
+
+    @classmethod
+    def detached(
+        cls, repo: git.Repo, commit: str, *, label: str, max_file_bytes: int, scratch_root: Path | None = None
+    ) -> Workspace:
+        """A scratch checkout of `commit` on no branch, for trying changes there (review's rebase): whatever
+        happens in it, no branch moves, and it cannot commit."""
+        return cls._add(
+            repo,
+            label=label,
+            prefix="refactor-agent-review-",
+            branch=None,
+            start=commit,
+            max_file_bytes=max_file_bytes,
+            scratch_root=scratch_root,
+        )
+
+    @classmethod
+    def _add(
+        cls,
+        repo: git.Repo,
+        *,
+        label: str,
+        prefix: str,
+        branch: str | None,
+        start: str,
+        max_file_bytes: int,
+        scratch_root: Path | None,
+    ) -> Workspace:
+        scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_root)).resolve()
         hooks_dir = scratch / "no-hooks"
         hooks_dir.mkdir()
         path = scratch / "worktree"
+        new_branch = ["-b", branch] if branch is not None else ["--detach"]
         try:
-            # `worktree add -b` creates the branch at base_commit without touching the user's HEAD or index;
+            # `worktree add -b` creates the branch at `start` without touching the user's HEAD or index;
             # with hooks off, neither post-checkout nor reference-transaction of the user's runs.
-            user_git(repo, hooks_dir).run("worktree", "add", "--quiet", "-b", branch, str(path), base_commit)
+            user_git(repo, hooks_dir).run("worktree", "add", "--quiet", *new_branch, str(path), start)
             admin_dir = _admin_dir(Path(repo.common_dir).resolve(), path)
         except (GitError, OSError) as error:
             shutil.rmtree(scratch, ignore_errors=True)
-            raise WorkspaceError(f"cannot create a worktree for {task!r}: {error}") from None
-        return cls(repo, scratch, admin_dir, branch, base_commit, max_file_bytes)
+            raise WorkspaceError(f"cannot create a worktree for {label!r}: {error}") from None
+        return cls(repo, scratch, admin_dir, branch, start, max_file_bytes)
 
     @property
     def git_common_dir(self) -> Path:
@@ -260,25 +306,61 @@ class Workspace:
         if tree == self.git.run("rev-parse", f"{self.base_commit}^{{tree}}").strip().decode():
             return None
         ref = f"refs/heads/{self.branch}"
-        if not self.branch.startswith(BRANCH_PREFIX):
+        if self.branch is None or not self.branch.startswith(BRANCH_PREFIX):
             raise WorkspaceError(f"refusing to commit onto {ref}: only {BRANCH_PREFIX}* branches are ours")
         if self.git.run("symbolic-ref", "HEAD").strip().decode() != ref:
             raise WorkspaceError(f"the worktree's HEAD no longer names {ref}")
         parent = self.git.run("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").strip().decode()
-        try:
-            self.user_side.run("config", "--get", "user.email")
-            identity = {}
-        except GitError:
-            identity = FALLBACK_IDENTITY
         user_refs = self._user_refs()
         commit = self.git.run(
-            "commit-tree", tree, "-p", parent, "-F", "-", input=commit_message(message, trailers).encode(), env=identity
+            "commit-tree",
+            tree,
+            "-p",
+            parent,
+            "-F",
+            "-",
+            input=commit_message(message, trailers).encode(),
+            env=self._identity(),
         )
         sha = commit.strip().decode()
         self.git.run("update-ref", "-m", "refactor-agent: commit", ref, sha, parent)
         if self.git.run("rev-parse", "--verify", ref).strip().decode() != sha or self._user_refs() != user_refs:
             raise WorkspaceError(f"refs other than {ref} changed while committing; check the repository")
         return sha
+
+    def _identity(self) -> dict[str, str]:
+        """The user's own identity when their config has one, else refactor-agent's."""
+        try:
+            self.user_side.run("config", "--get", "user.email")
+        except GitError:
+            return FALLBACK_IDENTITY
+        return {}
+
+    def head(self) -> str:
+        return self.git.run("rev-parse", "--verify", "HEAD").strip().decode()
+
+    def replay(self, commits: list[str]) -> list[str]:
+        """Cherry-pick `commits` (oldest first) onto this detached checkout: [] when they all applied, else the
+        files in conflict, with the checkout put back where it was.
+
+        Nothing of the user's config may sign, remember resolutions (rerere writes into the user's git dir) or
+        start a garbage collection in the middle of it."""
+        if self.branch is not None:
+            raise WorkspaceError(f"refusing to replay commits onto the task branch {self.branch}")
+        quiet = ("-c", "gc.auto=0", "-c", "rerere.enabled=false", "-c", "commit.gpgSign=false")
+        try:
+            self.git.run(
+                *quiet, "cherry-pick", "--allow-empty", "--keep-redundant-commits", *commits, env=self._identity()
+            )
+            return []
+        except GitError as error:
+            unmerged = self.git.run("diff", "--name-only", "-z", "--diff-filter=U")
+            with contextlib.suppress(GitError):  # a pick that stopped before starting leaves nothing to abort
+                self.git.run(*quiet, "cherry-pick", "--abort")
+            conflicts = [os.fsdecode(name) for name in unmerged.split(b"\0") if name]
+            if not conflicts:
+                raise WorkspaceError(str(error)) from None
+            return conflicts
 
     def remove(self) -> None:
         """Drop the scratch checkout; the branch and its commits stay in the user's repository."""

@@ -11,11 +11,20 @@ import json
 import os
 from pathlib import Path
 
+import docker
 from pydantic import ValidationError
 
 from agent.gate.results import SuiteRun
 
 CACHE_DIR_NAME = ".baselines"
+
+
+def image_identity(client: docker.DockerClient, image: str) -> str:
+    """The image's id for the cache key (a rebuilt image under the same tag is another environment)."""
+    try:
+        return client.images.get(image).id
+    except docker.errors.DockerException:
+        return image
 
 
 def baseline_key(base_commit: str, test_command: str, image_id: str) -> str:

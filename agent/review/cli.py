@@ -1,0 +1,326 @@
+"""`refactor-agent review ...`: the morning's commands. `review` lists runs, `review RUN` shows one run's tasks
+(a shorthand for `review tasks RUN`), the subcommands act on one task's branch or on a whole run.
+
+BRANCH_OR_TASK is a task branch (refactor-agent/<run-id>/<n>-<slug>), RUN/N (task N of run RUN), or N (task N
+of the latest run). Bad input is one line naming what exists, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.syntax import Syntax
+from typer.core import TyperGroup
+
+from agent.config import RunConfig
+from agent.review.change import TaskChange, read_change
+from agent.review.pager import TerminalPager
+from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
+from agent.review.repository import UserRepository, user_repository
+from agent.review.views import change_json, evidence_text, printable, run_json, run_line, run_table, task_rows
+from agent.safe_git import GitError
+from agent.workspace import WorkspaceError
+from sandbox.errors import SandboxError
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+DEFAULT_RUNS_DIR: Path = RunConfig.model_fields["runs_dir"].default
+RUN_COMMAND = "tasks"
+RECENT_RUNS = 20
+# A piped table has no terminal to size it by (unless COLUMNS says); this keeps the report's fifteen columns readable.
+PIPED_TABLE_WIDTH = 240
+
+
+class ReviewGroup(TyperGroup):
+    """`review RUN` is `review tasks RUN`: a first word that is no subcommand is a run id."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        if args and not args[0].startswith("-") and self.get_command(ctx, args[0]) is None:
+            return RUN_COMMAND, self.get_command(ctx, RUN_COMMAND), args
+        return super().resolve_command(ctx, args)
+
+
+review_app = typer.Typer(
+    cls=ReviewGroup,
+    invoke_without_command=True,
+    help=(
+        "Review the night's runs: `review` lists runs, `review RUN` shows a run's tasks. BRANCH_OR_TASK is a task "
+        "branch, RUN/N (task N of RUN) or N (task N of the latest run). Never touches your working tree, index or "
+        "current branch."
+    ),
+)
+
+RunsDirOption = Annotated[Path | None, typer.Option("--runs-dir", help=f"Run records (default: {DEFAULT_RUNS_DIR}).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON on stdout).")]
+RepoOption = Annotated[Path | None, typer.Option("--repo", help="The repository (default: the one the run used).")]
+TargetArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="BRANCH_OR_TASK", help="A task branch, RUN/N (task N of run RUN) or N (task N of the latest run)."
+    ),
+]
+RunArgument = Annotated[str, typer.Argument(metavar="RUN", help="A run id (see `review`).")]
+
+
+def _runs_dir(context: typer.Context, given: Path | None) -> Path:
+    """A subcommand's --runs-dir, else the one given before it (`review --runs-dir D RUN`), else the default."""
+    inherited = context.parent.params.get("runs_dir") if context.parent is not None else None
+    return given or inherited or DEFAULT_RUNS_DIR
+
+
+def _as_json(context: typer.Context, given: bool) -> bool:
+    return given or bool(context.parent is not None and context.parent.params.get("as_json"))
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """Bad input exits 2, a failed git or Docker step exits 1; both as one line, never a traceback."""
+    try:
+        yield
+    except ReviewError as error:
+        typer.echo(f"error: {printable(str(error))}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    except (WorkspaceError, GitError, SandboxError) as error:
+        typer.echo(f"error: {printable(str(error))}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
+
+
+def _say(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """Human output: whatever the model wrote (paths, messages, diffs) reaches the terminal as text, not codes."""
+    typer.echo(printable(text), err=err, nl=nl)
+
+
+def _print_json(payload: Any) -> None:
+    if isinstance(payload, BaseModel):
+        payload = payload.model_dump(mode="json")
+    typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+
+
+@contextmanager
+def _repository(record: RunRecord, repo: Path | None) -> Iterator[UserRepository]:
+    with user_repository(repo or Path(record.summary.repo)) as repository:
+        yield repository
+
+
+def _change(runs_dir: Path, target: str, repo: Path | None) -> TaskChange:
+    ref: TaskRef = find_task(runs_dir, target)
+    with _repository(ref.run, repo) as repository:
+        return read_change(ref, repository)
+
+
+@review_app.callback()
+def overview(
+    context: typer.Context,
+    runs_dir: RunsDirOption = None,
+    as_json: JsonOption = False,
+    limit: Annotated[int, typer.Option(min=1, help="How many runs to list.")] = RECENT_RUNS,
+) -> None:
+    """Recent runs, newest first: id, repository, tasks, verdict counts, wall time."""
+    if context.invoked_subcommand is not None:
+        return
+    with _one_line_errors():
+        runs = list_runs(runs_dir or DEFAULT_RUNS_DIR)[:limit]
+    if as_json:
+        _print_json([run_json(record) for record in runs])
+        return
+    for record in runs:
+        _say(run_line(record))
+    if not runs:
+        _say(f"no runs in {runs_dir or DEFAULT_RUNS_DIR}")
+
+
+@review_app.command(RUN_COMMAND)
+def tasks(
+    context: typer.Context, run: RunArgument, runs_dir: RunsDirOption = None, as_json: JsonOption = False
+) -> None:
+    """A run's tasks as in its report: verdict, branch, tests before → after, files, tokens (or `review RUN`)."""
+    with _one_line_errors():
+        record = load_run(_runs_dir(context, runs_dir), run)
+    if _as_json(context, as_json):
+        _print_json({"run": record.summary.model_dump(mode="json"), "rows": task_rows(record)})
+        return
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=PIPED_TABLE_WIDTH)
+    console.print(run_table(record))
+
+
+@review_app.command()
+def show(
+    context: typer.Context,
+    target: TargetArgument,
+    runs_dir: RunsDirOption = None,
+    repo: RepoOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A task's commit message, verdict and test evidence, then its diff (in a pager on a terminal)."""
+    with _one_line_errors():
+        change = _change(_runs_dir(context, runs_dir), target, repo)
+    if _as_json(context, as_json):
+        _print_json(change_json(change))
+        return
+    console = Console()
+    if not console.is_terminal:
+        _say(evidence_text(change))
+        if change.diff:
+            _say(change.diff)
+        return
+    with console.pager(TerminalPager(), styles=True):
+        console.print(printable(evidence_text(change)), markup=False, highlight=False)
+        if change.diff:
+            console.print(Syntax(printable(change.diff), "diff", word_wrap=True))
+
+
+@review_app.command()
+def pr(
+    context: typer.Context,
+    target: TargetArgument,
+    output: Annotated[
+        Path | None, typer.Option(help="Write the Markdown here (for `gh pr create --body-file`).")
+    ] = None,
+    runs_dir: RunsDirOption = None,
+    repo: RepoOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A pull-request description in Markdown: what changed and why, test evidence, files, risks, how it was made."""
+    from agent.review.pull_request import pull_request, pull_request_markdown
+
+    with _one_line_errors():
+        change = _change(_runs_dir(context, runs_dir), target, repo)
+    config = change.ref.run.config()
+    title, body = pull_request(change, config)
+    if output is not None:
+        # The body only: `gh pr create --title` takes the title (printed), --body-file the rest.
+        try:
+            output.write_text(printable(body), encoding="utf-8")
+        except OSError as error:
+            typer.echo(f"error: --output {output}: {error.strerror}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
+    if _as_json(context, as_json):
+        _print_json({"title": title, "body": body, "branch": change.ref.task.branch, "commit": change.tip})
+    elif output is not None:
+        _say(f"wrote {output}; title: {title}")
+    else:
+        _say(pull_request_markdown(change, config), nl=False)
+
+
+@review_app.command()
+def push(
+    context: typer.Context,
+    target: TargetArgument,
+    remote: Annotated[str, typer.Option(help="A remote you configured (git remote -v).")],
+    runs_dir: RunsDirOption = None,
+    repo: RepoOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Push a task's branch to REMOTE under the same name. Nothing is ever pushed unless you run this."""
+    with _one_line_errors():
+        ref = find_task(_runs_dir(context, runs_dir), target)
+        branch = ref.task.branch
+        with _repository(ref.run, repo) as repository:
+            commit = repository.tip(branch) if branch else None
+            if branch is None or commit is None or ref.task.commit is None:
+                raise ReviewError(f"task {ref.run.run_id}/{ref.task.index} has no commit to push ({ref.task.verdict})")
+            repository.push(remote, branch)
+    if _as_json(context, as_json):
+        _print_json({"branch": branch, "remote": remote, "commit": commit})
+    else:
+        _say(f"pushed {branch} ({commit[:12]}) to {remote}")
+
+
+@review_app.command()
+def rebase(
+    context: typer.Context,
+    run: RunArgument,
+    onto: Annotated[str, typer.Option(help="The branch, tag or commit to rebase onto, e.g. main.")],
+    apply: Annotated[bool, typer.Option(help="Move each branch that rebased cleanly and still passes.")] = False,
+    runs_dir: RunsDirOption = None,
+    repo: RepoOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Rebase every verified branch of RUN onto --onto in scratch worktrees and run the gate there: clean,
+    conflicts (files) or regressed per branch, and which branches conflict with each other. Moves nothing
+    without --apply (and only refactor-agent/* branches)."""
+    from agent.review.rebase import Rebaser
+    from sandbox import docker_client
+
+    machine = _as_json(context, as_json)
+
+    def log(line: str) -> None:
+        _say(line, err=True)
+
+    with _one_line_errors():
+        record = load_run(_runs_dir(context, runs_dir), run)
+        config = record.config() or RunConfig(repo=Path(record.summary.repo), tasks=["(unknown)"])
+        with _repository(record, repo) as repository:
+            report = Rebaser(record, repository, config, docker_client(), log).run(onto, apply=apply)
+    if machine:
+        _print_json(report)
+        return
+    if not report.branches:
+        _say(f"run {record.run_id} has no verified branch to rebase")
+    for trial in report.branches:
+        detail = {
+            "clean": f"{trial.verdict}: {trial.tests or trial.reason}",
+            "conflicts": ", ".join(trial.conflicts),
+            "regressed": f"{', '.join(trial.regressed) or trial.reason}; tests {trial.tests}",
+            "gone": trial.reason,
+        }[trial.outcome]
+        moved = "  (moved)" if trial.moved else ""
+        _say(f"{trial.branch}: {trial.outcome}: {detail}{moved}")
+    for pair in report.conflicting_pairs:
+        _say(f"conflict between {pair.first} and {pair.second}: {', '.join(pair.files)}")
+    if report.branches and not apply:
+        _say("nothing moved (pass --apply to move the clean branches)")
+
+
+@review_app.command()
+def discard(
+    context: typer.Context,
+    run: RunArgument,
+    only: Annotated[
+        Literal["regressed", "failed"] | None, typer.Option(help="Only the branches of tasks with this verdict.")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
+    runs_dir: RunsDirOption = None,
+    repo: RepoOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete RUN's task branches (all, or --only regressed|failed); asks first unless --yes."""
+    with _one_line_errors():
+        record = load_run(_runs_dir(context, runs_dir), run)
+        chosen = [task for task in record.summary.tasks if task.branch and only in (None, task.verdict)]
+        deleted: list[str] = []
+        kept: dict[str, str] = {}
+        with _repository(record, repo) as repository:
+            present = {task.branch: tip for task in chosen if task.branch and (tip := repository.tip(task.branch))}
+            if present and not yes:
+                if not sys.stdin.isatty():
+                    raise ReviewError(
+                        f"would delete {len(present)} branch(es) of run {run}: pass --yes (no terminal to ask on)"
+                    )
+                _say("\n".join(present), err=True)
+                typer.confirm(f"Delete these {len(present)} branch(es)?", abort=True, err=True)
+            for branch, tip in present.items():
+                try:
+                    repository.delete(branch, tip)
+                    deleted.append(branch)
+                except (WorkspaceError, GitError) as error:
+                    kept[branch] = str(error)
+    if _as_json(context, as_json):
+        _print_json({"deleted": deleted, "kept": kept})
+        return
+    _say(f"deleted {len(deleted)} branch(es) of run {run}" + "".join(f"\n  {branch}" for branch in deleted))
+    for branch, why in kept.items():
+        _say(f"kept {branch}: {why}", err=True)
+    if kept:
+        raise typer.Exit(EXIT_FAILED)

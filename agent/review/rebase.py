@@ -1,0 +1,163 @@
+"""`review rebase`: a run's verified branches replayed onto another commit in scratch worktrees, the gate run again
+there (the suite on the new base, then with the change), and the branches tried against each other.
+
+Nothing moves unless asked: the rebased commits live only in the object store until `apply` points a task
+branch at one, and only a branch that rebased cleanly and still passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from itertools import combinations
+from typing import Literal
+
+import docker
+from pydantic import BaseModel
+
+from agent.config import RunConfig
+from agent.events import Baseline, Event, GateEvent
+from agent.gate.baseline import BaselineCache, baseline_key, image_identity
+from agent.gate.stage import Gate
+from agent.gate.syntax import MAX_CHECKED_BYTES
+from agent.review.records import RunRecord
+from agent.review.repository import UserRepository
+from agent.safe_git import GitError
+from agent.workspace import Workspace, WorkspaceError
+from sandbox import DockerSandbox, SandboxLimits
+from tools.test_command import detect_test_command
+
+Outcome = Literal["clean", "conflicts", "regressed", "gone"]
+Log = Callable[[str], None]
+
+
+class BranchTrial(BaseModel):
+    task: int
+    branch: str
+    outcome: Outcome
+    conflicts: list[str] = []
+    verdict: str | None = None  # the gate's on the rebased branch: verified, unverified or regressed
+    reason: str = ""
+    tests: str | None = None  # "after (baseline on the new base)"
+    regressed: list[str] = []
+    commit: str | None = None  # the branch's commit when it was tried: it moves only from there
+    rebased_commit: str | None = None
+    moved: bool = False
+
+
+class PairConflict(BaseModel):
+    first: str
+    second: str
+    files: list[str]
+
+
+class RebaseReport(BaseModel):
+    run_id: str
+    onto: str
+    onto_commit: str
+    branches: list[BranchTrial] = []
+    conflicting_pairs: list[PairConflict] = []
+
+
+class Rebaser:
+    def __init__(
+        self, record: RunRecord, repository: UserRepository, config: RunConfig, client: docker.DockerClient, log: Log
+    ) -> None:
+        self.record = record
+        self.repository = repository
+        self.config = config
+        self.client = client
+        self.log = log
+        self.cache = BaselineCache(record.directory.parent)
+        self.image_id = image_identity(client, config.image)
+
+    def _scratch(self, commit: str, label: str) -> Workspace:
+        return Workspace.detached(self.repository.repo, commit, label=label, max_file_bytes=self.config.max_file_bytes)
+
+    def _gate_event(self, branch: str, event: Event) -> None:
+        if isinstance(event, Baseline):
+            self.log(f"{branch}: baseline on the new base: {event.result}" + (" (cached)" if event.cached else ""))
+        elif isinstance(event, GateEvent):
+            self.log(f"{branch}: after rebase: {event.verdict}: {event.reason}")
+
+    def trial(self, task: int, branch: str, onto: str) -> BranchTrial:
+        tip = self.repository.tip(branch)
+        if tip is None:
+            return BranchTrial(task=task, branch=branch, outcome="gone", reason="the branch no longer exists")
+        commits = self.repository.commits_onto(onto, tip)
+        tried = {"task": task, "branch": branch, "commit": tip}
+        workspace = self._scratch(onto, branch)
+        try:
+            test_command = self.config.test_cmd or detect_test_command(workspace.path)
+            limits = SandboxLimits(command_timeout_s=self.config.command_timeout_s)
+            with DockerSandbox(
+                self.config.image,
+                workspace.path,
+                run_id=f"review-{self.record.run_id}",
+                limits=limits,
+                client=self.client,
+                read_only_paths=[workspace.git_common_dir],
+            ) as sandbox:
+                gate = Gate(
+                    sandbox,
+                    test_command,
+                    timeout_s=self.config.command_timeout_s,
+                    cache=self.cache,
+                    cache_key=baseline_key(onto, test_command or "", self.image_id),
+                    emit=partial(self._gate_event, branch),
+                )
+                baseline = gate.baseline()
+                conflicts = workspace.replay(commits)
+                if conflicts:
+                    return BranchTrial(**tried, outcome="conflicts", conflicts=conflicts, reason="conflicts")
+                rebased = workspace.head()
+                check = gate.check(workspace.changed_paths(), partial(workspace.file_at, limit=MAX_CHECKED_BYTES))
+        finally:
+            workspace.remove()
+        after = check.final.describe() if check.final else "not run"
+        return BranchTrial(
+            **tried,
+            outcome="regressed" if check.verdict == "regressed" else "clean",
+            verdict=check.verdict,
+            reason=check.reason,
+            tests=f"{after} (baseline {baseline.describe()})" if baseline else None,
+            regressed=check.comparison.regressed if check.comparison else [],
+            rebased_commit=rebased,
+        )
+
+    def pair_conflict(self, first: BranchTrial, second: BranchTrial, onto: str) -> PairConflict | None:
+        """Apply one rebased branch, then the other, in a scratch worktree."""
+        assert first.rebased_commit and second.rebased_commit
+        workspace = self._scratch(first.rebased_commit, f"{first.branch} + {second.branch}")
+        try:
+            files = workspace.replay(self.repository.commits_onto(onto, second.rebased_commit))
+        finally:
+            workspace.remove()
+        return PairConflict(first=first.branch, second=second.branch, files=files) if files else None
+
+    def run(self, onto_ref: str, *, apply: bool) -> RebaseReport:
+        onto = self.repository.resolve(onto_ref)
+        report = RebaseReport(run_id=self.record.run_id, onto=onto_ref, onto_commit=onto)
+        for task in self.record.summary.tasks:
+            if task.verdict == "verified" and task.branch and task.commit:
+                self.log(f"{task.branch}: rebasing onto {onto_ref} ({onto[:12]})")
+                report.branches.append(self.trial(task.index, task.branch, onto))
+        applied = [trial for trial in report.branches if trial.rebased_commit]
+        for first, second in combinations(applied, 2):
+            conflict = self.pair_conflict(first, second, onto)
+            if conflict is not None:
+                report.conflicting_pairs.append(conflict)
+        if apply:
+            for trial in report.branches:
+                self._apply(trial)
+        return report
+
+    def _apply(self, trial: BranchTrial) -> None:
+        """Point a cleanly rebased branch at its new commit; one that cannot move says why and the rest go on."""
+        if trial.outcome != "clean" or not trial.rebased_commit or not trial.commit:
+            return
+        try:
+            self.repository.move(trial.branch, trial.rebased_commit, trial.commit)
+            trial.moved = True
+        except (WorkspaceError, GitError) as error:
+            trial.reason += f"; not moved: {error}"

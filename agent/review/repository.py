@@ -1,0 +1,103 @@
+"""The user's repository as review touches it: reads, and the ref changes it is asked for (push, delete, move).
+
+Every call goes through SafeGit (hooks and fsmonitor off, no optional locks), and none writes the user's working
+tree, index or current branch: diffs are between commits, messages come from the object store, and a branch that
+is checked out anywhere is never deleted or moved.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import git
+
+from agent.journal import PATCH_MAX_BYTES
+from agent.review.records import ReviewError, unknown
+from agent.safe_git import CappedOutput, GitError, SafeGit
+from agent.workspace import BRANCH_PREFIX, WorkspaceError, open_repository, user_git
+
+# A diff to read, not to apply: no external diff or textconv program of anyone's, and git's own a/ b/ prefixes
+# whatever diff.noprefix or diff.mnemonicPrefix the user set.
+READ_DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", "--src-prefix=a/", "--dst-prefix=b/")
+
+
+class UserRepository:
+    def __init__(self, repo: git.Repo, safe_git: SafeGit) -> None:
+        self.repo = repo
+        self.git = safe_git
+
+    def tip(self, branch: str) -> str | None:
+        """The commit a branch points at; None when there is no such branch."""
+        try:
+            ref = f"refs/heads/{branch}^{{commit}}"
+            return self.git.run("rev-parse", "--verify", "--quiet", "--end-of-options", ref).strip().decode()
+        except GitError:
+            return None
+
+    def resolve(self, ref: str) -> str:
+        """A ref the user named (a branch, tag or commit) as a commit id."""
+        try:
+            return (
+                self.git.run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+                .strip()
+                .decode()
+            )
+        except GitError:
+            names = self.git.run("for-each-ref", "--format=%(refname:short)", "refs/heads", "refs/tags")
+            raise unknown("ref", ref, names.decode("utf-8", errors="replace").split()) from None
+
+    def message(self, commit: str) -> str:
+        """A commit's message from the object store (no `log`, whose config could call gpg)."""
+        raw = self.git.run("cat-file", "commit", commit).decode("utf-8", errors="replace")
+        return raw.partition("\n\n")[2]
+
+    def diff(self, commit: str) -> CappedOutput:
+        """What one commit changed against its parent, at most PATCH_MAX_BYTES of it."""
+        return self.git.read_capped("diff", *READ_DIFF_OPTIONS, f"{commit}^", commit, max_bytes=PATCH_MAX_BYTES)
+
+    def commits_onto(self, onto: str, tip: str) -> list[str]:
+        """The commits `git rebase onto` would replay: reachable from tip and not from onto, oldest first."""
+        listing = self.git.run("rev-list", "--reverse", "--no-merges", f"{onto}..{tip}")
+        return listing.decode().split()
+
+    def remotes(self) -> list[str]:
+        return self.git.run("remote").decode("utf-8", errors="replace").split()
+
+    def push(self, remote: str, branch: str) -> None:
+        if remote not in (remotes := self.remotes()):
+            raise unknown("remote", remote, remotes)
+        ref = f"refs/heads/{branch}"
+        self.git.run("push", "--no-verify", "--quiet", "--end-of-options", remote, f"{ref}:{ref}")
+
+    def checked_out(self) -> set[str]:
+        """Branches checked out in the user's checkout or any of its worktrees: never deleted or moved."""
+        listing = self.git.run("worktree", "list", "--porcelain").decode("utf-8", errors="replace")
+        return {line.removeprefix("branch refs/heads/") for line in listing.splitlines() if line.startswith("branch ")}
+
+    def _ours(self, branch: str) -> str:
+        if not branch.startswith(BRANCH_PREFIX):
+            raise WorkspaceError(f"refusing to change {branch}: only {BRANCH_PREFIX}* branches are refactor-agent's")
+        if branch in self.checked_out():
+            raise WorkspaceError(f"{branch} is checked out; switch away from it first")
+        return f"refs/heads/{branch}"
+
+    def delete(self, branch: str, expected: str) -> None:
+        """Delete a task branch, only if it still points where we saw it."""
+        self.git.run("update-ref", "-d", self._ours(branch), expected)
+
+    def move(self, branch: str, new: str, expected: str) -> None:
+        """Point a task branch at `new`, only if it still points at `expected`."""
+        self.git.run("update-ref", "-m", "refactor-agent review rebase", self._ours(branch), new, expected)
+
+
+@contextmanager
+def user_repository(path: Path) -> Iterator[UserRepository]:
+    try:
+        repo = open_repository(path)
+    except WorkspaceError as error:
+        raise ReviewError(str(error)) from None
+    with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks_dir:
+        yield UserRepository(repo, user_git(repo, Path(hooks_dir)))

@@ -1,0 +1,416 @@
+"""`refactor-agent review` on real git repositories and runs made by really running the runner (the in-process
+scripted model, the real Docker sandbox): listing, the task table, show, pr, push, rebase, discard, bad input.
+
+One night is run once per module; every test works on its own copy of the repository and the runs directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+from typer.testing import CliRunner
+
+import agent
+from agent.cli import app
+from agent.config import RunConfig
+from agent.journal import RunJournal
+from agent.llm import LLMError
+from agent.report import RunSummary
+from agent.runner import Run
+from sandbox import docker_client
+
+from repos import SAMPLE_FILES, checkout_fingerprint, make_repo
+from scripted_model import ScriptedModel
+from scripted_server import Reply, ScriptedServer
+
+pytestmark = pytest.mark.docker
+
+NIGHT = "20261201-013000-a1b2"
+LATER = "20261201-020000-c3d4"
+DOCSTRING = '"""Area of a rectangle."""'
+KNOWN_BUG = "tests/test_known_bug.py::test_known_bug"
+BRANCH_1 = f"refactor-agent/{NIGHT}/1-document-the-area-function"
+BRANCH_2 = f"refactor-agent/{NIGHT}/2-reword-the-area-docstring"
+BRANCH_3 = f"refactor-agent/{NIGHT}/3-break-the-area"
+BRANCH_4 = f"refactor-agent/{NIGHT}/4-lose-the-server"
+# An escape sequence the model wrote (clear the screen, retitle the window): text for the reviewer, never codes.
+HOSTILE_LINE = "# \x1b[2J\x1b]0;owned\x07"
+BROKEN_GEOMETRY = (
+    f'def compute_area(width, height):\n    """Area of a rectangle."""\n    return width + height\n{HOSTILE_LINE}\n'
+)
+SHOWN_HOSTILE_LINE = "# \\x1b[2J\\x1b]0;owned\\x07"
+
+
+def finish(summary: str) -> Reply:
+    return Reply(tool_calls=[("finish", {"summary": summary})])
+
+
+NIGHT_TASKS = ["Document the area function", "Reword the area docstring", "Break the area", "Lose the server"]
+NIGHT_SCRIPT = [
+    # 1: verified, touching a test, a configuration file, a deletion and a file too large to commit.
+    Reply(
+        tool_calls=[
+            (
+                "str_replace",
+                {
+                    "path": "pkg/geometry.py",
+                    "old": DOCSTRING,
+                    "new": '"""Area of a rectangle, width times height."""',
+                },
+            ),
+            (
+                "create_file",
+                {
+                    "path": "tests/test_docs.py",
+                    "content": "from pkg.geometry import compute_area\n\n\ndef test_doc():\n"
+                    "    assert 'width times height' in compute_area.__doc__\n",
+                },
+            ),
+            ("str_replace", {"path": "pytest.ini", "old": "[pytest]\n", "new": "[pytest]\nxfail_strict = true\n"}),
+            ("bash", {"command": "rm NOTES.txt"}),
+            ("create_file", {"path": "big.txt", "content": "x" * 2000}),
+        ]
+    ),
+    finish("Document compute_area\n\nThe docstring says what the area is; a test checks it."),
+    # 2: verified, on the same line as 1: the two conflict with each other.
+    Reply(tool_calls=[("str_replace", {"path": "pkg/geometry.py", "old": DOCSTRING, "new": '"""The area."""'})]),
+    finish("Reword the area docstring"),
+    # 3: regressed: broken, and never repaired in the two repair rounds.
+    Reply(tool_calls=[("create_file", {"path": "pkg/geometry.py", "content": BROKEN_GEOMETRY})]),
+    finish("Break the area"),
+    finish("done"),
+    finish("really done"),
+    # 4: failed.
+    LLMError("the server went away"),
+]
+
+
+def _run(repo: Path, runs_dir: Path, run_id: str, tasks: list[str], script: list) -> None:
+    config = RunConfig(repo=repo, tasks=tasks, runs_dir=runs_dir, max_turns=10, max_file_bytes=1000)
+    with ScriptedServer([]) as server:  # only for the packer's token counts and the metrics probes
+        journal = RunJournal(runs_dir, run_id)
+        journal.write_config(config)
+        Run(
+            config,
+            repo=git.Repo(repo),
+            docker_client=docker_client(),
+            model=ScriptedModel(script),
+            server_url=server.url,
+            journal=journal,
+            observe=lambda event: None,
+        ).execute()
+        journal.close()
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository and a runs directory after two real runs: NIGHT (four tasks), then LATER (one, no changes)."""
+    root = tmp_path_factory.mktemp("night")
+    known_bug = {"tests/test_known_bug.py": "def test_known_bug():\n    assert 1 + 1 == 3\n", "NOTES.txt": "notes\n"}
+    repo = make_repo(root / "repo", {**SAMPLE_FILES, **known_bug})
+    _run(repo, root / "runs", NIGHT, NIGHT_TASKS, NIGHT_SCRIPT)
+    _run(repo, root / "runs", LATER, ["Look around"], [finish("nothing to change")])
+    night = RunSummary.model_validate_json((root / "runs" / NIGHT / "summary.json").read_text())
+    assert [task.verdict for task in night.tasks] == ["verified", "verified", "regressed", "failed"], "the set-up"
+    assert [task.branch for task in night.tasks] == [BRANCH_1, BRANCH_2, BRANCH_3, BRANCH_4]
+    assert night.tasks[0].uncommitted_files.keys() == {"big.txt"}
+    return root
+
+
+class Night:
+    """This test's copy of the night: the user's repository and the runs directory that records it."""
+
+    def __init__(self, source: Path, tmp_path: Path) -> None:
+        shutil.copytree(source, tmp_path / "night", symlinks=True)
+        self.repo = tmp_path / "night" / "repo"
+        self.runs = tmp_path / "night" / "runs"
+        for run_id in (NIGHT, LATER):  # the copy's summaries name the copy's repository
+            path = self.runs / run_id / "summary.json"
+            summary = RunSummary.model_validate_json(path.read_text())
+            path.write_text(summary.model_copy(update={"repo": str(self.repo)}).model_dump_json(indent=2))
+
+    def review(self, *arguments: str, code: int = 0) -> str:
+        result = CliRunner().invoke(app, ["review", *arguments, "--runs-dir", str(self.runs)])
+        assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        return result.stdout if code == 0 else result.stderr
+
+    def git(self, *arguments: str) -> str:
+        return subprocess.run(
+            ["git", *arguments], cwd=self.repo, check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    def tip(self, branch: str) -> str | None:
+        found = self.git("for-each-ref", "--format=%(objectname)", f"refs/heads/{branch}")
+        return found or None
+
+    def summary(self, run_id: str = NIGHT) -> RunSummary:
+        return RunSummary.model_validate_json((self.runs / run_id / "summary.json").read_text())
+
+
+@pytest.fixture
+def copy(night: Path, tmp_path: Path) -> Night:
+    return Night(night, tmp_path)
+
+
+def test_review_lists_runs_newest_first_with_their_verdict_counts(copy: Night) -> None:
+    before = checkout_fingerprint(copy.repo)
+    lines = copy.review().splitlines()
+    assert len(lines) == 2, "the runs directory's .baselines/ is no run"
+    assert lines[0].startswith(f"{LATER}  {copy.repo}  1 tasks  1 no_changes  wall ")
+    assert lines[1].startswith(f"{NIGHT}  {copy.repo}  4 tasks  1 failed, 1 regressed, 2 verified  wall ")
+    listed = json.loads(copy.review("--json"))
+    assert [run["run_id"] for run in listed] == [LATER, NIGHT]
+    assert listed[1]["verdicts"] == {"failed": 1, "regressed": 1, "verified": 2} and listed[1]["tasks"] == 4
+    assert checkout_fingerprint(copy.repo) == before
+
+
+def _report_rows(report_md: str) -> list[list[str]]:
+    table = [line for line in report_md.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in table[2:]]  # after the head
+
+
+def test_review_run_shows_the_rows_of_the_morning_report(copy: Night, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    shown = json.loads(copy.review(NIGHT, "--json"))
+    rows = [list(row.values()) for row in shown["rows"]]
+    assert rows == _report_rows((copy.runs / NIGHT / "report.md").read_text())
+    assert [row["verdict"] for row in shown["rows"]] == ["verified", "verified", "regressed", "failed"]
+    assert shown["rows"][2]["regressed/fixed/flaky"] == "2/0/0"
+    table = copy.review(NIGHT)
+    assert all(verdict in table for verdict in ("verified", "regressed", "failed"))
+    assert BRANCH_1 in table and BRANCH_3 in table, "branch names whole, to copy"
+    assert copy.review("tasks", NIGHT) == table
+
+
+def test_show_prints_the_message_the_evidence_and_the_diff(copy: Night) -> None:
+    before = checkout_fingerprint(copy.repo)
+    shown = copy.review("show", f"{NIGHT}/3")
+    assert "verdict: regressed: " in shown
+    assert "tests: 2 passed, 1 failed → 3 failed" in shown
+    assert "regressed (2):\n  tests/test_geometry.py::test_area\n  tests/test_geometry.py::test_describe" in shown
+    assert "    really done" in shown, "the commit message, from the branch"
+    assert "-    return width * height\n+    return width + height" in shown
+    assert "\x1b" not in shown and f"+{SHOWN_HOSTILE_LINE}" in shown, "plain text when piped, control codes shown"
+    by_branch = copy.review("show", BRANCH_3)
+    assert by_branch == shown
+    latest = copy.review("show", "1")
+    assert f"task 1 of run {LATER}: Look around" in latest and "no changes" in latest
+    data = json.loads(copy.review("show", BRANCH_1, "--json"))
+    assert data["commit"] == copy.tip(BRANCH_1) and data["deleted"] == ["NOTES.txt"]
+    assert {file["path"] for file in data["files"]} == {
+        "NOTES.txt",
+        "pkg/geometry.py",
+        "pytest.ini",
+        "tests/test_docs.py",
+    }
+    assert checkout_fingerprint(copy.repo) == before
+
+
+def _on_a_terminal(arguments: list[str], environment: dict[str, str]) -> bytes:
+    """The real command with a pseudo-terminal for its stdin, stdout and stderr; what it wrote there."""
+    source_root = str(Path(agent.__file__).resolve().parents[1])
+    master, slave = os.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agent", *arguments],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={
+            **{name: value for name, value in os.environ.items() if name not in ("LESS", "PAGER")},
+            **environment,
+            "PYTHONPATH": source_root,
+            "TERM": "xterm-256color",
+        },
+    )
+    os.close(slave)
+    written = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(master)
+    assert process.wait(timeout=120) == 0, written
+    return written
+
+
+def test_show_on_a_terminal_goes_through_the_pager_highlighted(copy: Night, tmp_path: Path) -> None:
+    paged, less_options = tmp_path / "paged", tmp_path / "less-options"
+    before = checkout_fingerprint(copy.repo)
+    pager = f'echo "$LESS" > {less_options}; cat > {paged}'
+    written = _on_a_terminal(["review", "show", f"{NIGHT}/3", "--runs-dir", str(copy.runs)], {"PAGER": pager})
+    assert less_options.read_text() == "FRX\n", "as git pages: colours shown (R), short output not paged (F, X)"
+    text = paged.read_text()
+    assert b"return width" not in written, "the diff went to the pager, not around it"
+    assert "\x1b[" in text, "highlighted"
+    assert "verdict: regressed" in text and "return width + height" in text
+    assert SHOWN_HOSTILE_LINE in text and "\x1b]0;owned" not in text, "the model's escape codes shown as text"
+    assert checkout_fingerprint(copy.repo) == before
+
+
+def test_pr_is_markdown_with_evidence_files_risks_and_provenance(copy: Night, tmp_path: Path) -> None:
+    before = checkout_fingerprint(copy.repo)
+    text = copy.review("pr", f"{NIGHT}/1")
+    sections = [line for line in text.splitlines() if line.startswith("#")]
+    assert sections == [
+        "# Document compute_area",
+        "## What changed and why",
+        "## Test evidence",
+        "## Files touched",
+        "## Risk notes",
+        "## How this was made",
+    ]
+    part = {title: body for title, _, body in (s.partition("\n") for s in text.split("\n## "))}
+    assert part["What changed and why"].strip() == "The docstring says what the area is; a test checks it."
+    assert "Refactor-Agent-" not in text, "the trailers are said as evidence, not repeated"
+    evidence = part["Test evidence"]
+    assert "- Verdict: **verified**" in evidence
+    assert "- Tests: 2 passed, 1 failed → 3 passed, 1 failed" in evidence
+    assert f"- Still failing (1): `{KNOWN_BUG}`" in evidence
+    assert "| `pkg/geometry.py` | 1 | 1 |" in part["Files touched"]
+    assert "| `NOTES.txt` | 0 | 1 |" in part["Files touched"]
+    risks = part["Risk notes"]
+    assert "- Changes tests: `tests/test_docs.py`." in risks
+    assert "- Changes configuration, build or CI: `pytest.ini`." in risks
+    assert "- Deletes files: `NOTES.txt`." in risks
+    assert "`big.txt` (2000 bytes, above the limit of 1000)" in risks
+    made = part["How this was made"]
+    assert f"run `{NIGHT}`, task 1" in made and "Model: `scripted`, reasoning effort `max`" in made
+    assert f"Branch `{BRANCH_1}`, commit `{copy.tip(BRANCH_1)}`" in made
+
+    body_file = tmp_path / "pr.md"
+    said = copy.review("pr", BRANCH_1, "--output", str(body_file))
+    assert said.strip() == f"wrote {body_file}; title: Document compute_area"
+    assert body_file.read_text() == text.partition("\n\n")[2], "the body for --body-file, without the title"
+    assert json.loads(copy.review("pr", BRANCH_1, "--json"))["title"] == "Document compute_area"
+    quiet = copy.review("pr", f"{NIGHT}/2")
+    assert "- None found" in quiet
+    assert checkout_fingerprint(copy.repo) == before
+
+
+def test_push_sends_one_branch_to_a_remote_the_user_configured(copy: Night, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    copy.git("remote", "add", "origin", str(remote))
+    before = checkout_fingerprint(copy.repo)
+    said = copy.review("push", f"{NIGHT}/1", "--remote", "origin")
+    assert said.strip() == f"pushed {BRANCH_1} ({copy.tip(BRANCH_1)[:12]}) to origin"
+    heads = subprocess.run(["git", "ls-remote", "--heads", str(remote)], capture_output=True, text=True, check=True)
+    assert heads.stdout.split() == [copy.tip(BRANCH_1), f"refs/heads/{BRANCH_1}"], "that branch and nothing else"
+    assert copy.review("push", BRANCH_1, "--remote", "orign", code=2).strip() == (
+        "error: no remote 'orign'; nearest: origin"
+    )
+    refused = copy.review("push", f"{NIGHT}/4", "--remote", "origin", code=2)
+    assert refused.strip() == f"error: task {NIGHT}/4 has no commit to push (failed)"
+    after = checkout_fingerprint(copy.repo)
+    tracking = f"refs/remotes/origin/{BRANCH_1} {copy.tip(BRANCH_1)}"
+    assert after.pop("refs") == before.pop("refs") + "\n" + tracking, "git's remote-tracking ref, nothing else"
+    assert after == before
+
+
+def _commit_on_main(copy: Night, path: str, content: str) -> str:
+    """The user's own work after the night: a commit on main, in their checkout (before the fingerprint)."""
+    (copy.repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (copy.repo / path).write_text(content)
+    copy.git("add", path)
+    copy.git("commit", "-q", "-m", f"change {path}")
+    return copy.git("rev-parse", "HEAD")
+
+
+def test_rebase_applies_only_the_branch_that_stays_clean_and_names_branches_that_conflict(copy: Night) -> None:
+    # main now insists the docstring starts with "Area": task 1's wording keeps that, task 2's does not.
+    test_doc = "from pkg.geometry import compute_area\n\n\ndef test_doc_starts_with_area():\n"
+    test_doc += "    assert compute_area.__doc__.startswith('Area')\n"
+    main = _commit_on_main(copy, "tests/test_doc_style.py", test_doc)
+    before = checkout_fingerprint(copy.repo)
+    tips = {branch: copy.tip(branch) for branch in (BRANCH_1, BRANCH_2, BRANCH_3, BRANCH_4)}
+    report = json.loads(copy.review("rebase", NIGHT, "--onto", "main", "--apply", "--json"))
+    trials = {trial["branch"]: trial for trial in report["branches"]}
+    assert list(trials) == [BRANCH_1, BRANCH_2], "only the verified branches"
+    assert (trials[BRANCH_1]["outcome"], trials[BRANCH_1]["verdict"]) == ("clean", "verified")
+    assert trials[BRANCH_1]["tests"] == "4 passed, 1 failed (baseline 3 passed, 1 failed)"
+    assert trials[BRANCH_2]["outcome"] == "regressed"
+    assert trials[BRANCH_2]["regressed"] == ["tests/test_doc_style.py::test_doc_starts_with_area"]
+    assert report["conflicting_pairs"] == [{"first": BRANCH_1, "second": BRANCH_2, "files": ["pkg/geometry.py"]}]
+    # --apply moved the clean branch onto main, and only it.
+    assert trials[BRANCH_1]["moved"] and not trials[BRANCH_2]["moved"]
+    assert copy.tip(BRANCH_1) == trials[BRANCH_1]["rebased_commit"] != tips[BRANCH_1]
+    assert copy.git("rev-parse", f"{BRANCH_1}^") == main
+    assert copy.git("diff", "--name-only", main, BRANCH_1).split() == [
+        "NOTES.txt",
+        "pkg/geometry.py",
+        "pytest.ini",
+        "tests/test_docs.py",
+    ]
+    assert {branch: copy.tip(branch) for branch in (BRANCH_2, BRANCH_3, BRANCH_4)} == {
+        branch: tips[branch] for branch in (BRANCH_2, BRANCH_3, BRANCH_4)
+    }
+    assert checkout_fingerprint(copy.repo) == before, "main, the index, the work tree and the worktrees untouched"
+
+
+def test_rebase_reports_conflicts_with_the_new_base_and_moves_nothing(copy: Night) -> None:
+    geometry = (copy.repo / "pkg" / "geometry.py").read_text().replace(DOCSTRING, '"""Width times height."""')
+    _commit_on_main(copy, "pkg/geometry.py", geometry)
+    before = checkout_fingerprint(copy.repo)
+    tips = {branch: copy.tip(branch) for branch in (BRANCH_1, BRANCH_2)}
+    said = copy.review("rebase", NIGHT, "--onto", "main")
+    assert said.splitlines() == [
+        f"{BRANCH_1}: conflicts: pkg/geometry.py",
+        f"{BRANCH_2}: conflicts: pkg/geometry.py",
+        "nothing moved (pass --apply to move the clean branches)",
+    ]
+    assert {branch: copy.tip(branch) for branch in (BRANCH_1, BRANCH_2)} == tips
+    assert checkout_fingerprint(copy.repo) == before
+
+
+def test_discard_deletes_the_chosen_branches_and_asks_first(copy: Night) -> None:
+    before = checkout_fingerprint(copy.repo)
+    refused = copy.review("discard", NIGHT, "--only", "regressed", code=2)
+    assert refused.strip() == f"error: would delete 1 branch(es) of run {NIGHT}: pass --yes (no terminal to ask on)"
+    assert copy.tip(BRANCH_3) is not None
+    said = copy.review("discard", NIGHT, "--only", "regressed", "--yes")
+    assert said.splitlines() == [f"deleted 1 branch(es) of run {NIGHT}", f"  {BRANCH_3}"]
+    assert copy.tip(BRANCH_3) is None and copy.tip(BRANCH_1) is not None
+    rest = json.loads(copy.review("discard", NIGHT, "--yes", "--json"))
+    assert rest == {"deleted": [BRANCH_1, BRANCH_2, BRANCH_4], "kept": {}}
+    assert copy.git("for-each-ref", "refs/heads/refactor-agent/" + NIGHT) == ""
+    assert copy.tip(f"refactor-agent/{LATER}/1-look-around") is not None, "another run's branch stays"
+    assert checkout_fingerprint(copy.repo) == before
+
+
+def test_discard_keeps_a_branch_that_is_checked_out(copy: Night) -> None:
+    copy.git("checkout", "-q", BRANCH_3)
+    before = checkout_fingerprint(copy.repo)
+    said = copy.review("discard", NIGHT, "--only", "regressed", "--yes", code=1)
+    assert said == f"kept {BRANCH_3}: {BRANCH_3} is checked out; switch away from it first\n"
+    assert copy.tip(BRANCH_3) is not None
+    assert checkout_fingerprint(copy.repo) == before
+
+
+@pytest.mark.parametrize(
+    ("arguments", "line"),
+    [
+        (["20261201-013000-a1b3"], f"no run '20261201-013000-a1b3'; nearest: {NIGHT}"),
+        (["show", f"{NIGHT}/9"], f"no task {NIGHT}/9: the run's tasks are 1, 2, 3, 4"),
+        (["show", BRANCH_1 + "x"], f"no branch or task '{BRANCH_1}x'; nearest: {BRANCH_1}"),
+        (["pr", "nothing-like-it"], "no branch or task 'nothing-like-it'; there are: "),
+        (["rebase", NIGHT, "--onto", "mian"], "no ref 'mian'; nearest: main"),
+        (["discard", "20261201-02000-c3d4", "--yes"], f"no run '20261201-02000-c3d4'; nearest: {LATER}"),
+    ],
+)
+def test_unknown_names_get_one_line_with_the_nearest_and_exit_2(copy: Night, arguments: list[str], line: str) -> None:
+    before = checkout_fingerprint(copy.repo)
+    said = copy.review(*arguments, code=2)
+    assert said.count("\n") == 1 and said.startswith(f"error: {line}"), said
+    assert checkout_fingerprint(copy.repo) == before
