@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import docker
 import git
 import pytest
 from typer.testing import CliRunner
@@ -205,8 +207,10 @@ def test_failure_paths_end_with_a_status_and_a_complete_transcript(
     tmp_path: Path, script: list, status: str, reason: str, kept: str
 ) -> None:
     repo = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo)
     with ScriptedServer(script) as server:
         exit_code = invoke(repo, server, tmp_path / "runs", "--max-retries", "1")
+    assert checkout_fingerprint(repo) == before
     run_dir, summary, transcript = read_run(tmp_path / "runs")
     (task,) = summary["tasks"]
     assert (task["status"], exit_code) == (status, 1 if status == "failed" else 0)
@@ -224,8 +228,10 @@ def test_failure_paths_end_with_a_status_and_a_complete_transcript(
 
 def test_context_overflow_fails_the_task_with_that_reason(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo)
     with ScriptedServer(n_ctx=200) as server:
         assert invoke(repo, server, tmp_path / "runs") == 1
+    assert checkout_fingerprint(repo) == before
     _, summary, _ = read_run(tmp_path / "runs")
     assert "exceed_context_size_error" in summary["tasks"][0]["reason"]
 
@@ -253,6 +259,7 @@ def test_two_tasks_share_the_repository_prefix(tmp_path: Path) -> None:
 
 def test_an_internal_error_costs_one_task_and_the_next_one_commits(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo)
     runs_dir = tmp_path / "runs"
 
     def remove_first_worktree() -> None:  # the first task's checkout disappears under it
@@ -267,6 +274,7 @@ def test_an_internal_error_costs_one_task_and_the_next_one_commits(tmp_path: Pat
     with ScriptedServer(script) as server:
         process = start_cli(cli_command(repo, server, runs_dir, "first", "second"), tmp_path / "scratch")
         assert process.wait(timeout=600) == 1
+    assert checkout_fingerprint(repo) == before
     _, summary, _ = read_run(runs_dir)
     first, second = summary["tasks"]
     assert first["status"] == "failed" and re.match(r"internal error: \w+Error: ", first["reason"])
@@ -277,6 +285,7 @@ def test_an_internal_error_costs_one_task_and_the_next_one_commits(tmp_path: Pat
 
 def test_sigkill_mid_request_keeps_every_step_and_the_next_run_removes_the_leftovers(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
+    before = checkout_fingerprint(repo)
     runs_dir, scratch = tmp_path / "runs", tmp_path / "scratch"
     script = [
         Reply(tool_calls=[("create_file", {"path": "notes.py", "content": "x = 1\n"})]),
@@ -316,6 +325,7 @@ def test_sigkill_mid_request_keeps_every_step_and_the_next_run_removes_the_lefto
     assert next_run.returncode == 0
     assert b"did not finish" in output
     assert worktrees(repo) == [str(repo)]
+    assert checkout_fingerprint(repo) == before, "once the leftovers are swept, nothing of the killed run shows"
     assert not list(scratch.iterdir()) and not run_containers(run_dir.name)
     user_repo = git.Repo(repo)
     assert branch in [head.name for head in user_repo.heads]  # kept: resume may reuse it
@@ -340,8 +350,10 @@ def test_a_stop_signal_mid_command_keeps_the_diff_and_leaves_nothing_behind(
             (run_dir,) = run_directories(runs_dir)
 
             def sleeping() -> bool:
-                containers = run_containers(run_dir.name)
-                return bool(containers) and "sleep 300" in json.dumps(containers[0].top())
+                # A container can be listed while it is still being created or already replaced: not yet.
+                with contextlib.suppress(docker.errors.APIError):
+                    return any("sleep 300" in json.dumps(container.top()) for container in run_containers(run_dir.name))
+                return False
 
             wait_for(sleeping, "the command to run")
             process.send_signal(stop)
