@@ -92,6 +92,16 @@ class RunView:
             state["status"] = f"{event['status']}: {event['reason']}"
             where = f" ({event['commit'][:12]})" if event.get("commit") else ""
             return f"task {event['index']} {event['status']}{where}: {event['reason']}"
+        if kind == "environment_progress":
+            state["status"] = f"environment: {event['message'][:100]}"
+            return f"environment: {event['message']}"
+        if kind == "environment":
+            state["status"] = f"environment {event['status']}"
+            if event["status"] == "failed":
+                return f"environment FAILED (tasks run unverified): {event['error']} (log: {event['log']})"
+            collected = event["tests_collected"]
+            counted = f", {collected} tests collected" if collected is not None else ""
+            return f"environment {event['status']}: {event['image']} ({event['source']}){counted}"
         if kind == "retry":
             return f"model: {event['message']}"
         if kind == "prefill_progress":  # the live panel's bar; a log gets the response line when it is done

@@ -34,6 +34,26 @@ class GateEvidence(BaseModel):
     repair_rounds: int = 0
 
 
+EnvironmentStatus = Literal["built", "reused", "as_is", "failed"]
+
+
+class EnvironmentRecord(BaseModel):
+    """The repository's environment for this run: where it came from, the image the tasks ran in, and, when its
+    build failed, the step, the tail of its output and the log (the tasks then run unverified)."""
+
+    source: str
+    description: str
+    image: str
+    status: EnvironmentStatus
+    log: str | None = None
+    build_s: float | None = None
+    tests_collected: int | None = None
+    collect_note: str = ""
+    error: str | None = None
+    failed_step: str | None = None
+    log_tail: list[str] = []
+
+
 class TaskSummary(BaseModel):
     index: int
     task: str
@@ -60,6 +80,7 @@ class RunSummary(BaseModel):
     speculation_configured: bool = False
     started_at: str = Field(default_factory=now_iso)
     ended_at: str | None = None
+    environment: EnvironmentRecord | None = None
     tasks: list[TaskSummary] = []
     wall_time_s: float = 0.0
     metrics: MetricsSummary | None = None

@@ -19,6 +19,7 @@ import httpx
 
 from agent.config import RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
+from agent.environment.stage import ENV_BUILD_LOG, prepare_environment
 from agent.gate.baseline import BaselineCache, baseline_key
 from agent.gate.stage import Gate, GateRecord
 from agent.gate.syntax import MAX_CHECKED_BYTES
@@ -28,7 +29,7 @@ from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import ChatModel, RequestStats, RetryPolicy
 from agent.loop import AgentLoop, LoopResult
 from agent.metrics import SpecCounters, scrape_spec_counters, speculation_configured, speculation_warning, summarize
-from agent.report import GateEvidence, RunSummary, TaskSummary, now_iso
+from agent.report import EnvironmentRecord, GateEvidence, RunSummary, TaskSummary, now_iso
 from agent.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits
 from tools import ToolContext, default_registry
@@ -92,6 +93,7 @@ class Run:
         self.server_api = LlamaServerAPI(server_url)
         self.requests: list[RequestStats] = []
         self.baselines = BaselineCache(config.runs_dir)
+        self.environment: EnvironmentRecord | None = None
         try:
             self.speculation = speculation_configured(self.server_api)
         except (ServerError, httpx.HTTPError):
@@ -114,6 +116,8 @@ class Run:
         self.journal.write_summary(summary)
         counters_at_start = _spec_counters(self.server_api)
         try:
+            summary.environment = self.environment = self._prepare_environment()
+            self.journal.write_summary(summary)
             for index, task in enumerate(self.config.tasks, start=1):
                 summary.tasks.append(self.run_task(index, task))
                 run_delta = _delta(_spec_counters(self.server_api), counters_at_start)
@@ -162,11 +166,30 @@ class Run:
             workspace.remove()
         return outcome
 
+    def _prepare_environment(self) -> EnvironmentRecord:
+        """Once per run, before the tasks: the repository's environment image, reused or built."""
+        record = prepare_environment(
+            self.repo,
+            client=self.docker,
+            sandbox_image=self.config.image,
+            image_explicit=self.config.image_explicit,
+            spec=self.config.environment,
+            test_command=self.config.test_cmd,
+            log_path=self.journal.directory / ENV_BUILD_LOG,
+            progress=lambda message: self.emit({"type": "environment_progress", "message": message}),
+        )
+        self.emit({"type": "environment", **record.model_dump(mode="json")})
+        return record
+
     def _in_sandbox(self, workspace: Workspace, task: str) -> tuple[LoopResult, GateRecord]:
         test_command = self.config.test_cmd or detect_test_command(workspace.path)
         limits = SandboxLimits(command_timeout_s=self.config.command_timeout_s)
+        environment = self.environment
+        failed = environment is not None and environment.status == "failed"
+        # A failed environment leaves the bare image for the model's work, and the gate nothing to verify with.
+        image = environment.image if environment is not None and not failed else self.config.image
         with DockerSandbox(
-            self.config.image,
+            image,
             workspace.path,
             run_id=self.journal.run_id,
             limits=limits,
@@ -185,8 +208,9 @@ class Run:
                 test_command,
                 timeout_s=self.config.command_timeout_s,
                 cache=self.baselines,
-                cache_key=baseline_key(workspace.base_commit, test_command or "", self._image_id()),
+                cache_key=baseline_key(workspace.base_commit, test_command or "", self._image_id(image)),
                 emit=self.emit,
+                unavailable=environment.error if failed and environment is not None else None,
             )
             # The baseline runs in the sandbox while the host packs the repository: it costs the first request
             # nothing it would not have waited for anyway.
@@ -220,11 +244,11 @@ class Run:
             result = loop.resume(repair_message(record.check))
         return result, record
 
-    def _image_id(self) -> str:
+    def _image_id(self, image: str) -> str:
         try:
-            return self.docker.images.get(self.config.image).id
+            return self.docker.images.get(image).id
         except docker.errors.DockerException:
-            return self.config.image
+            return image
 
     def _save_patch(self, workspace: Workspace, outcome: TaskSummary) -> None:
         diff = workspace.diff(max_bytes=PATCH_MAX_BYTES)
