@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 import docker
 import docker.errors
 
-from agent.environment.indexes import CA_IN_BUILD
+from agent.environment.indexes import CA_IN_BUILD, UV_CONFIG_IN_BUILD
 from agent.environment.plan import DEPS_DIR, ENV_REPOSITORY, TOOLS_DIR, EnvironmentPlan, SetupStep, image_tag
 from sandbox.container import LABEL, OWNER_LABEL, WORKSPACE
 from sandbox.errors import SandboxError, one_line
@@ -152,11 +152,11 @@ def kept_environment(plan: EnvironmentPlan, base_env: dict[str, str]) -> dict[st
 
 
 class EnvironmentBuilder:
-    def __init__(self, client: docker.DockerClient, plan: EnvironmentPlan, *, repository: str, log: BuildLog) -> None:
+    def __init__(self, client: docker.DockerClient, plan: EnvironmentPlan, *, repository: str) -> None:
         self.client = client
         self.plan = plan
         self.repository = repository
-        self.log = log
+        self.log: BuildLog
 
     def base_reference(self) -> tuple[str, str]:
         """(image to start from, the id that goes into the digest); a Dockerfile base is built later, on need."""
@@ -174,7 +174,8 @@ class EnvironmentBuilder:
         _, base_id = self.base_reference()
         return image_tag(self.repository, self.plan.digest(base_id, uv_version()))
 
-    def build(self, tag: str, snapshot: Path | None) -> None:
+    def build(self, tag: str, snapshot: Path, log: BuildLog) -> None:
+        self.log = log
         base, _ = self.base_reference()
         network = "none" if self.plan.index.offline else "host"
         self.log.note(f"building {tag} ({self.plan.description}); packages from {self.plan.index.describe()}")
@@ -183,6 +184,7 @@ class EnvironmentBuilder:
             base = self._build_dockerfile(f"{tag}-base", network, snapshot)
         with tempfile.TemporaryDirectory(prefix="refactor-agent-env-tools-") as tools:
             shutil.copy2(uv_binary(), Path(tools) / "uv")
+            (Path(tools) / Path(UV_CONFIG_IN_BUILD).name).write_text(self.plan.index.uv_config(), encoding="utf-8")
             if self.plan.index.ca_bundle is not None:
                 shutil.copy2(self.plan.index.ca_bundle, Path(tools) / Path(CA_IN_BUILD).name)
             container = self._container(base, network, Path(tools), snapshot)
@@ -192,9 +194,9 @@ class EnvironmentBuilder:
             finally:
                 container.remove(force=True)
 
-    def _build_dockerfile(self, tag: str, network: str, snapshot: Path | None) -> str:
+    def _build_dockerfile(self, tag: str, network: str, snapshot: Path) -> str:
         dockerfile = self.plan.dockerfile
-        assert dockerfile is not None and snapshot is not None
+        assert dockerfile is not None
         step = f"docker build of {dockerfile.dockerfile} in {dockerfile.context or '.'}"
         self.log.note(step)
         context = io.BytesIO()
@@ -220,11 +222,11 @@ class EnvironmentBuilder:
             raise self.log.fail(step, one_line(error)) from error
         return tag
 
-    def _container(self, base: str, network: str, tools: Path, snapshot: Path | None) -> Any:
+    def _container(self, base: str, network: str, tools: Path, snapshot: Path) -> Any:
         limits = SandboxLimits()
         volumes = {str(tools): {"bind": TOOLS_DIR, "mode": "ro"}}
         volumes |= {host: {"bind": inside, "mode": "ro"} for host, inside in self.plan.index.mounts.items()}
-        if self.plan.needs_snapshot and snapshot is not None:
+        if self.plan.needs_snapshot:
             volumes[str(snapshot)] = {"bind": WORKSPACE, "mode": "rw"}
         container = self.client.containers.create(
             base,

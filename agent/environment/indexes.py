@@ -8,6 +8,7 @@ or indexes that are all local directories mean the build gets no network at all.
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https
 CA_VARIABLES = ("PIP_CERT", "UV_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 DEFAULT_CA_BUNDLES = (Path("/etc/ssl/certs/ca-certificates.crt"), Path("/etc/pki/tls/certs/ca-bundle.crt"))
 CA_IN_BUILD = "/run/refactor-agent/ca.crt"
+UV_CONFIG_IN_BUILD = "/run/refactor-agent/uv.toml"
 
 
 class IndexConfig(BaseModel):
@@ -39,18 +41,31 @@ class IndexConfig(BaseModel):
             return True
         return bool(urls) and self.index_url is not None and all(url.startswith("file:") for url in urls)
 
-    def build_environment(self) -> dict[str, str]:
-        """Variables for the build's commands only (never kept in the image: URLs may hold credentials)."""
-        variables = dict(self.proxies)
+    def uv_config(self) -> str:
+        """uv's settings file for the build (uv has no variable for --no-index); JSON strings are TOML strings."""
+        lines = []
         if self.index_url:
-            variables["UV_INDEX_URL"] = variables["PIP_INDEX_URL"] = self.index_url
+            lines.append(f"index-url = {json.dumps(self.index_url)}")
         if self.extra_index_urls:
-            variables["UV_EXTRA_INDEX_URL"] = variables["PIP_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
+            lines.append(f"extra-index-url = {json.dumps(self.extra_index_urls)}")
         if self.find_links:
-            variables["UV_FIND_LINKS"] = ",".join(self.find_links)
+            lines.append(f"find-links = {json.dumps(self.find_links)}")
+        if self.no_index:
+            lines.append("no-index = true")
+        return "\n".join(lines) + "\n"
+
+    def build_environment(self) -> dict[str, str]:
+        """Variables for the build's commands only (never kept in the image: URLs may hold credentials); pip's
+        for lifecycle commands that call pip themselves."""
+        variables = {**self.proxies, "UV_CONFIG_FILE": UV_CONFIG_IN_BUILD}
+        if self.index_url:
+            variables["PIP_INDEX_URL"] = self.index_url
+        if self.extra_index_urls:
+            variables["PIP_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
+        if self.find_links:
             variables["PIP_FIND_LINKS"] = " ".join(self.find_links)
         if self.no_index:
-            variables["UV_NO_INDEX"] = variables["PIP_NO_INDEX"] = "1"
+            variables["PIP_NO_INDEX"] = "1"
         if self.ca_bundle is not None:
             for name in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CARGO_HTTP_CAINFO"):
                 variables[name] = CA_IN_BUILD

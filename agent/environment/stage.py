@@ -93,15 +93,15 @@ def _realise(
     started = time.monotonic()
     try:
         if plan.builds:
-            with BuildLog(log_path, progress) as log:
-                builder = EnvironmentBuilder(client, plan, repository=repository, log=log)
-                record.image = builder.tag()
-                if _exists(client, record.image):
-                    record.status = "reused"
-                    progress(f"environment: reusing {record.image} ({plan.description})")
-                else:
-                    builder.build(record.image, snapshot)
-                    record.status, record.log = "built", str(log_path)
+            builder = EnvironmentBuilder(client, plan, repository=repository)
+            record.image = builder.tag()
+            if _exists(client, record.image):
+                record.status = "reused"
+                progress(f"reusing {record.image} ({plan.description})")
+            else:
+                with BuildLog(log_path, progress) as log:
+                    builder.build(record.image, snapshot, log)
+                record.status, record.log = "built", str(log_path)
         record.tests_collected, record.collect_note = collect_tests(client, record.image, snapshot, test_command)
     except EnvironmentBuildError as error:
         record.status, record.error, record.failed_step = "failed", str(error), error.step
@@ -139,8 +139,7 @@ def describe_environment(
     if not plan.builds:
         return True, f"{plan.source}: {plan.description}"
     try:
-        with tempfile.TemporaryDirectory() as scratch, BuildLog(Path(scratch) / "log", lambda _: None) as log:
-            tag = EnvironmentBuilder(client, plan, repository=repository, log=log).tag()
+        tag = EnvironmentBuilder(client, plan, repository=repository).tag()
     except (SandboxError, docker.errors.DockerException) as error:
         return False, f"{plan.source}: {plan.description}: {one_line(error)}"
     state = "built" if _exists(client, tag) else "not built yet (the next run builds it, or `refactor-agent env build`)"
