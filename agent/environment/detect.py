@@ -24,7 +24,9 @@ EXPORTED = "/tmp/refactor-agent-requirements.txt"
 TEST_NAMES = ("test", "tests", "testing", "dev")
 REQUIREMENTS = re.compile(r"^(requirements[^/]*\.txt|requirements/[^/]+\.txt)$")
 # A requirements line naming the project itself: the worktree is on the path instead.
-SELF_REFERENCE = re.compile(rb"^[ \t]*(-e[ \t]+|--editable[ \t]+)?\.(\[[^\]\n]*\])?[ \t]*(#[^\n]*)?(\n|$)", re.MULTILINE)
+SELF_REFERENCE = re.compile(
+    rb"^[ \t]*(-e[ \t]+|--editable[ \t]+)?\.(\[[^\]\n]*\])?[ \t]*(#[^\n]*)?(\n|$)", re.MULTILINE
+)
 PYTHON_FILES = (
     "pyproject.toml",
     "setup.py",
