@@ -14,7 +14,9 @@ from pathlib import Path
 import docker
 import git
 import pytest
+from typer.testing import CliRunner
 
+from agent.cli import app
 from agent.config import RunConfig
 from agent.environment.plan import ENV_REPOSITORY
 from agent.environment.spec import EnvironmentSpec
@@ -22,6 +24,7 @@ from agent.environment.stage import prepare_environment
 from agent.journal import RunJournal
 from agent.report import EnvironmentRecord, RunSummary
 from agent.runner import Run
+from agent.server.doctor import check_environment
 from sandbox import DEFAULT_IMAGE, docker_client
 
 from repos import git as run_git
@@ -196,6 +199,11 @@ def test_a_wheelhouse_builds_with_no_index_and_no_network(tmp_path: Path, reposi
     assert record.tests_collected == TESTS_IN_PROJECT
     log = (tmp_path / "air.log").read_text()
     assert "build network: none" in log and "no index, wheels from" in log
+    table = tmp_path / "env.toml"
+    table.write_text(f'[environment]\nwheelhouse = "{wheels}"\n')
+    again = CliRunner().invoke(app, ["env", "build", str(repo), "--environment", str(table)])
+    assert again.exit_code == 0 and f"environment reused: {record.image}" in again.output, again.output
+    assert record.image in CliRunner().invoke(app, ["env", "list"]).output
 
 
 def test_a_failing_build_names_its_step_and_leaves_the_tasks_unverified(tmp_path: Path, repository_name: str) -> None:
@@ -215,3 +223,22 @@ def test_a_failing_build_names_its_step_and_leaves_the_tasks_unverified(tmp_path
     assert task.verdict == "unverified"
     assert "the suite did not run at baseline: environment build failed at step" in task.reason
     assert any(event["type"] == "environment" and event["status"] == "failed" for event in events)
+    table = tmp_path / "env.toml"
+    table.write_text(f'[environment]\nwheelhouse = "{empty_wheelhouse}"\n')
+    log = tmp_path / "cli.log"
+    result = CliRunner().invoke(app, ["env", "build", str(repo), "--environment", str(table), "--log", str(log)])
+    assert result.exit_code == 1 and f"(log: {log})" in result.output and "  | " in result.output
+
+
+def test_doctor_names_the_source_and_whether_its_image_is_built(tmp_path: Path, repository_name: str) -> None:
+    repo = project(tmp_path, f"{repository_name}-doctor", ["iniconfig"])
+    result = check_environment(repo, DEFAULT_IMAGE, None)
+    assert result.status == "ok" and result.message.startswith("detected: detected python (pyproject.toml")
+    assert "not built yet" in result.message
+    features = '{"image": "x", "features": {"ghcr.io/devcontainers/features/go:1": {}}}'
+    (repo / ".devcontainer").mkdir()
+    (repo / ".devcontainer" / "devcontainer.json").write_text(features)
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "features")
+    refused = check_environment(repo, DEFAULT_IMAGE, None)
+    assert refused.status == "fail" and "features" in refused.message

@@ -48,6 +48,8 @@ class IndexConfig(BaseModel):
             lines.append(f"index-url = {json.dumps(self.index_url)}")
         if self.extra_index_urls:
             lines.append(f"extra-index-url = {json.dumps(self.extra_index_urls)}")
+            # pip's own rule for several indexes: the best version from any of them (uv takes the first index's).
+            lines.append('index-strategy = "unsafe-best-match"')
         if self.find_links:
             lines.append(f"find-links = {json.dumps(self.find_links)}")
         if self.no_index:
