@@ -223,6 +223,8 @@ def test_a_failing_build_names_its_step_and_leaves_the_tasks_unverified(tmp_path
     assert task.verdict == "unverified"
     assert "the suite did not run at baseline: environment build failed at step" in task.reason
     assert any(event["type"] == "environment" and event["status"] == "failed" for event in events)
+    report = (tmp_path / "runs" / "broken" / "report.md").read_text()
+    assert "**environment**: FAILED, tasks unverified: environment build failed at step" in report
     table = tmp_path / "env.toml"
     table.write_text(f'[environment]\nwheelhouse = "{empty_wheelhouse}"\n')
     log = tmp_path / "cli.log"
