@@ -87,7 +87,7 @@ class BuildLog:
 
     def __enter__(self) -> BuildLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("ab")
+        self._file = self.path.open("wb")
         return self
 
     def __exit__(self, *exc: object) -> None:
