@@ -147,8 +147,10 @@ def test_the_hosts_pip_configuration_carries_over_and_local_indexes_are_mounted(
     assert index.index_url == "https://user:secret@mirror.example/simple" and not index.offline
     assert index.mounts == {str(local.parent): str(local.parent)}, "a simple/ index links to ../files"
     assert "secret" not in index.describe() and "***@mirror.example" in index.describe()
-    environment = index.build_environment()
-    assert environment["HTTPS_PROXY"] == "http://proxy:3128" and environment["SSL_CERT_FILE"].startswith("/run/")
+    environment = index.build_environment("http://127.0.0.1:3128")
+    assert environment["HTTPS_PROXY"] == "http://127.0.0.1:3128" and environment["SSL_CERT_FILE"].startswith("/run/")
+    assert index.upstream_proxy() == ("http://proxy:3128", ""), "the host's proxy is where the build's egress goes"
+    assert index.allowed_hosts() == {"mirror.example"}
     assert 'index-url = "https://user:secret@mirror.example/simple"' in index.uv_config()
     offline = host_index_config({"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"file://{local}", "HOME": "/x"})
     assert offline.offline, "indexes that are all local directories need no network"

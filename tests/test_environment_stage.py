@@ -128,7 +128,7 @@ def test_detected_environment_verifies_with_no_network_is_reused_and_rebuilt_on_
     assert environment is not None and environment.status == "built", environment
     assert environment.source == "detected" and environment.tests_collected == TESTS_IN_PROJECT
     assert Path(environment.log or "") == tmp_path / "runs" / "first" / "env-build.log"
-    assert "build network: host network" in Path(environment.log or "").read_text()
+    assert "build network: only files.pythonhosted.org, pypi.org" in Path(environment.log or "").read_text()
     baseline = next(event for event in events if event["type"] == "baseline")
     assert baseline["result"] == f"{TESTS_IN_PROJECT} passed", baseline
     (task,) = first.tasks
@@ -204,6 +204,23 @@ def test_a_wheelhouse_builds_with_no_index_and_no_network(tmp_path: Path, reposi
     again = CliRunner().invoke(app, ["env", "build", str(repo), "--environment", str(table)])
     assert again.exit_code == 0 and f"environment reused: {record.image}" in again.output, again.output
     assert record.image in CliRunner().invoke(app, ["env", "list"]).output
+
+
+DIRECT_CONNECTION = (
+    "python3 -c \"import socket\ntry: socket.create_connection(('pypi.org', 443), 5)\n"
+    "except OSError: pass\nelse: raise SystemExit('a direct connection got through')\""
+)
+THROUGH_THE_PROXY = "python3 -c \"import urllib.request; urllib.request.urlopen('https://example.com', timeout=20)\""
+
+
+def test_the_build_reaches_only_the_indexes_and_names_what_else_it_tried(tmp_path: Path, repository_name: str) -> None:
+    repo = project(tmp_path, f"{repository_name}-egress", ["iniconfig"])
+    spec = EnvironmentSpec(detect=False, setup=[DIRECT_CONNECTION, THROUGH_THE_PROXY])
+    record = prepare(repo, tmp_path / "egress.log", spec)
+    assert record.status == "failed" and record.failed_step == "setup command 2", record
+    assert "it tried to reach example.com:443, which the build may not (allowed: files.pythonhosted.org, pypi.org)" in (
+        record.error or ""
+    )
 
 
 def test_a_failing_build_names_its_step_and_leaves_the_tasks_unverified(tmp_path: Path, repository_name: str) -> None:

@@ -1,10 +1,10 @@
 """Building an environment image: the base (an image, or a devcontainer's Dockerfile), then the plan's steps
 run in a build container, committed as `refactor-agent-env:<repository>-<digest12>`.
 
-The build container is the only one that may have a network, and only when the plan's indexes are remote: it
-then shares the host's network (dockerd runs without a bridge), with the host's CA bundle and proxy settings;
-local indexes and wheelhouses are mounted read-only and the container gets no network at all. Index URLs and
-proxies reach the steps as exec variables only, so none of them is kept in the image.
+The build container has no network (`network_mode=none`). When the plan's indexes are remote, its commands reach
+them through the egress proxy (egress.py), which lets through the index hosts and nothing else; local indexes and
+wheelhouses are mounted read-only. Index URLs, proxies and the CA bundle reach the steps as exec variables and
+files mounted for the build only, so none of them is kept in the image.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 import docker
 import docker.errors
 
+from agent.environment.egress import FORWARDER, FORWARDER_PORT, EgressProxy
 from agent.environment.indexes import CA_IN_BUILD, UV_CONFIG_IN_BUILD
 from agent.environment.plan import DEPS_DIR, ENV_REPOSITORY, TOOLS_DIR, EnvironmentPlan, SetupStep, image_tag
 from sandbox.container import LABEL, OWNER_LABEL, WORKSPACE
@@ -174,25 +175,53 @@ class EnvironmentBuilder:
         _, base_id = self.base_reference()
         return image_tag(self.repository, self.plan.digest(base_id, uv_version()))
 
+    def allowed_hosts(self) -> set[str]:
+        return self.plan.index.allowed_hosts() | {host.lower() for host in self.plan.hosts}
+
     def build(self, tag: str, snapshot: Path, log: BuildLog) -> None:
         self.log = log
         base, _ = self.base_reference()
-        network = "none" if self.plan.index.offline else "host"
+        offline = self.plan.index.offline and not self.plan.hosts
         self.log.note(f"building {tag} ({self.plan.description}); packages from {self.plan.index.describe()}")
-        self.log.note(f"build network: {'none' if network == 'none' else 'host network, for this build only'}")
+        allowed = sorted(self.allowed_hosts())
+        self.log.note("build network: none" if offline else f"build network: only {', '.join(allowed)}")
         if self.plan.dockerfile is not None:
-            base = self._build_dockerfile(f"{tag}-base", network, snapshot)
-        with tempfile.TemporaryDirectory(prefix="refactor-agent-env-tools-") as tools:
-            shutil.copy2(uv_binary(), Path(tools) / "uv")
-            (Path(tools) / Path(UV_CONFIG_IN_BUILD).name).write_text(self.plan.index.uv_config(), encoding="utf-8")
+            # The classic builder cannot mount the proxy's socket: a Dockerfile's own RUN steps share the host's
+            # network (none at all when every index is local).
+            base = self._build_dockerfile(f"{tag}-base", "none" if offline else "host", snapshot)
+        with tempfile.TemporaryDirectory(prefix="refactor-agent-env-tools-") as tools_dir:
+            tools = Path(tools_dir)
+            shutil.copy2(uv_binary(), tools / "uv")
+            (tools / Path(UV_CONFIG_IN_BUILD).name).write_text(self.plan.index.uv_config(), encoding="utf-8")
+            (tools / "forward.py").write_text(FORWARDER, encoding="utf-8")
             if self.plan.index.ca_bundle is not None:
-                shutil.copy2(self.plan.index.ca_bundle, Path(tools) / Path(CA_IN_BUILD).name)
-            container = self._container(base, network, Path(tools), snapshot)
+                shutil.copy2(self.plan.index.ca_bundle, tools / Path(CA_IN_BUILD).name)
+            upstream, no_proxy = self.plan.index.upstream_proxy()
+            container = self._container(base, tools, snapshot)
             try:
-                self._run_steps(container)
+                with EgressProxy(tools / "egress.sock", set(allowed), upstream, no_proxy) as proxy:
+                    proxy_url = None if offline else self._start_forwarder(container)
+                    self._run_steps(container, proxy_url, proxy)
                 self._commit(container, base, tag)
             finally:
                 container.remove(force=True)
+
+    def _start_forwarder(self, container: Any) -> str:
+        """The forwarder inside the container, and the proxy URL the steps use to reach it."""
+        api = self.client.api
+        command = ["python3", f"{TOOLS_DIR}/forward.py", f"{TOOLS_DIR}/egress.sock", str(FORWARDER_PORT)]
+        api.exec_start(api.exec_create(container.id, command, user="0:0")["Id"], detach=True)
+        probe = (
+            "import socket, time\nfor _ in range(50):\n    try:\n"
+            f"        socket.create_connection(('127.0.0.1', {FORWARDER_PORT}), 1).close(); break\n"
+            "    except OSError: time.sleep(0.1)\nelse: raise SystemExit(1)\n"
+        )
+        exit_code, _ = container.exec_run(["python3", "-c", probe], user="0:0")
+        if exit_code != 0:
+            raise self.log.fail(
+                "network", "the build reaches the indexes through a forwarder that needs python3 in the base image"
+            )
+        return f"http://127.0.0.1:{FORWARDER_PORT}"
 
     def _build_dockerfile(self, tag: str, network: str, snapshot: Path) -> str:
         dockerfile = self.plan.dockerfile
@@ -222,7 +251,7 @@ class EnvironmentBuilder:
             raise self.log.fail(step, one_line(error)) from error
         return tag
 
-    def _container(self, base: str, network: str, tools: Path, snapshot: Path) -> Any:
+    def _container(self, base: str, tools: Path, snapshot: Path) -> Any:
         limits = SandboxLimits()
         volumes = {str(tools): {"bind": TOOLS_DIR, "mode": "ro"}}
         volumes |= {host: {"bind": inside, "mode": "ro"} for host, inside in self.plan.index.mounts.items()}
@@ -234,7 +263,7 @@ class EnvironmentBuilder:
             labels={LABEL: f"env-build-{self.repository}", OWNER_LABEL: current_owner()},
             volumes=volumes,
             user="0:0",
-            network_mode=network,
+            network_mode="none",
             cap_drop=["ALL"],
             cap_add=BUILD_CAPABILITIES,
             security_opt=["no-new-privileges"],
@@ -251,18 +280,27 @@ class EnvironmentBuilder:
             raise
         return container
 
-    def _step_environment(self, base_env: dict[str, str]) -> dict[str, str]:
+    def _step_environment(self, base_env: dict[str, str], proxy_url: str | None) -> dict[str, str]:
         kept = kept_environment(self.plan, base_env)
-        return {**kept, **BUILD_VARIABLES, **self.plan.index.build_environment(), "PATH": f"{TOOLS_DIR}:{kept['PATH']}"}
+        index = self.plan.index.build_environment(proxy_url)
+        return {**kept, **BUILD_VARIABLES, **index, "PATH": f"{TOOLS_DIR}:{kept['PATH']}"}
 
-    def _run_steps(self, container: Any) -> None:
-        environment = self._step_environment(_image_env(container.image))
+    def _run_steps(self, container: Any, proxy_url: str | None, proxy: EgressProxy) -> None:
+        environment = self._step_environment(_image_env(container.image), proxy_url)
         for number, step in enumerate(self.plan.steps, 1):
             self.log.note(f"step {number}/{len(self.plan.steps)}: {step.name}")
             self.log.write(f"$ {step.command}\n".encode())
+            denied_before = len(proxy.denied)
             exit_code = self._run(container, step, environment)
             if exit_code != 0:
-                raise self.log.fail(step.name, f"exit code {exit_code}: {self.log.tail[-1] if self.log.tail else ''}")
+                reason = f"exit code {exit_code}: {self.log.tail[-1] if self.log.tail else ''}"
+                denied = sorted(set(proxy.denied[denied_before:]))
+                if denied:
+                    allowed = ", ".join(sorted(proxy.allowed_hosts)) or "none"
+                    reason = (
+                        f"it tried to reach {', '.join(denied)}, which the build may not (allowed: {allowed}); {reason}"
+                    )
+                raise self.log.fail(step.name, reason)
 
     def _run(self, container: Any, step: SetupStep, environment: dict[str, str]) -> int | None:
         # `timeout` bounds a step where the base has it; a devcontainer base might not.

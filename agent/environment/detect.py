@@ -56,6 +56,7 @@ class Detected:
     steps: list[SetupStep] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     path_prepend: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)  # each ecosystem's default registry
 
 
 def _require(tool: str, where: str) -> str:
@@ -149,6 +150,7 @@ def detect_node(tree: CommittedTree, found: Detected) -> None:
     found.steps.append(
         SetupStep(name="node: npm ci", command=f"{_require('npm', where)} && npm ci --ignore-scripts --no-audit")
     )
+    found.hosts.append("registry.npmjs.org")
     found.env["NODE_PATH"] = f"{DEPS_DIR}/node_modules"
     found.path_prepend.append(f"{DEPS_DIR}/node_modules/.bin")
 
@@ -167,6 +169,7 @@ def detect_go(tree: CommittedTree, found: Detected) -> None:
             name="go: go mod download", command=f"{_require('go', where)} && GOMODCACHE={modules} go mod download"
         )
     )
+    found.hosts += ["proxy.golang.org", "sum.golang.org"]
     # At run time: the downloaded modules only, never the proxy.
     found.env.update({"GOMODCACHE": modules, "GOPROXY": "off", "GOFLAGS": "-mod=mod"})
 
@@ -183,6 +186,7 @@ def detect_rust(tree: CommittedTree, found: Detected) -> None:
     # cargo reads the manifest's targets: an empty lib.rs stands in for the source it does not need.
     command = f"{_require('cargo', where)} && mkdir -p src && touch src/lib.rs && CARGO_HOME={cargo_home} cargo fetch"
     found.steps.append(SetupStep(name="rust: cargo fetch", command=command))
+    found.hosts += ["index.crates.io", "static.crates.io"]
     found.env.update({"CARGO_HOME": cargo_home, "CARGO_NET_OFFLINE": "true"})
 
 

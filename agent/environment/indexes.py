@@ -21,6 +21,8 @@ CA_VARIABLES = ("PIP_CERT", "UV_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 DEFAULT_CA_BUNDLES = (Path("/etc/ssl/certs/ca-certificates.crt"), Path("/etc/pki/tls/certs/ca-bundle.crt"))
 CA_IN_BUILD = "/run/refactor-agent/ca.crt"
 UV_CONFIG_IN_BUILD = "/run/refactor-agent/uv.toml"
+PYPI = "https://pypi.org/simple"
+PYPI_FILES_HOST = "files.pythonhosted.org"
 
 
 class IndexConfig(BaseModel):
@@ -56,10 +58,29 @@ class IndexConfig(BaseModel):
             lines.append("no-index = true")
         return "\n".join(lines) + "\n"
 
-    def build_environment(self) -> dict[str, str]:
+    def allowed_hosts(self) -> set[str]:
+        """The hosts the build may reach: the indexes' (PyPI's file host with PyPI) and remote find-links'."""
+        locations = [self.index_url or PYPI, *self.extra_index_urls, *self.find_links]
+        hosts = {address.hostname.lower() for address in map(urlsplit, locations) if address.hostname}
+        hosts -= {""}
+        if "pypi.org" in hosts:
+            hosts.add(PYPI_FILES_HOST)
+        return set() if self.no_index else hosts
+
+    def upstream_proxy(self) -> tuple[str | None, str]:
+        """The host's own proxy for HTTPS (and its NO_PROXY): the build's connections are chained to it."""
+        proxy = self.proxies.get("HTTPS_PROXY") or self.proxies.get("https_proxy")
+        proxy = proxy or self.proxies.get("HTTP_PROXY") or self.proxies.get("http_proxy")
+        return proxy, self.proxies.get("NO_PROXY") or self.proxies.get("no_proxy") or ""
+
+    def build_environment(self, proxy_url: str | None) -> dict[str, str]:
         """Variables for the build's commands only (never kept in the image: URLs may hold credentials); pip's
-        for lifecycle commands that call pip themselves."""
-        variables = {**self.proxies, "UV_CONFIG_FILE": UV_CONFIG_IN_BUILD}
+        for lifecycle commands that call pip themselves. `proxy_url` is the build's way out, if it has one."""
+        variables = {"UV_CONFIG_FILE": UV_CONFIG_IN_BUILD}
+        if proxy_url is not None:
+            for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+                variables[name] = proxy_url
+            variables["NO_PROXY"] = variables["no_proxy"] = "localhost,127.0.0.1"
         if self.index_url:
             variables["PIP_INDEX_URL"] = self.index_url
         if self.extra_index_urls:
@@ -79,8 +100,8 @@ class IndexConfig(BaseModel):
             return "no index, wheels from " + ", ".join(self.find_links)
         sources = [_redact(self.index_url) if self.index_url else "https://pypi.org/simple (uv's default)"]
         sources += [_redact(url) for url in self.extra_index_urls] + self.find_links
-        via = f" via proxy {_redact(self.proxies.get('HTTPS_PROXY') or self.proxies.get('https_proxy', ''))}"
-        return ", ".join(sources) + (via if any(k.lower() == "https_proxy" for k in self.proxies) else "")
+        upstream, _ = self.upstream_proxy()
+        return ", ".join(sources) + (f" via proxy {_redact(upstream)}" if upstream else "")
 
 
 def _redact(url: str) -> str:

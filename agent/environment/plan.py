@@ -49,6 +49,7 @@ class EnvironmentPlan(BaseModel):
     env: dict[str, str] = {}
     path_prepend: list[str] = []
     index: IndexConfig = IndexConfig()
+    hosts: list[str] = []  # reachable in the build besides the package indexes (npm's registry, an apt mirror)
     needs_snapshot: bool = False  # lifecycle commands (devcontainer) run in a copy of the committed tree
 
     @property

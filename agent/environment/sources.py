@@ -43,6 +43,7 @@ def resolve_plan(
             env=env,
             index=host_index,
             needs_snapshot=bool(steps),
+            hosts=spec.allowed_hosts if spec is not None else [],
         )
     if spec is not None:
         return _from_table(tree, spec, sandbox_image, host_index)
@@ -63,6 +64,7 @@ def resolve_plan(
         env=detected.env,
         path_prepend=detected.path_prepend,
         index=host_index,
+        hosts=detected.hosts,
     )
 
 
@@ -102,4 +104,5 @@ def _from_table(
         env=detected.env,
         path_prepend=detected.path_prepend,
         index=index,
+        hosts=[*detected.hosts, *spec.allowed_hosts],
     )

@@ -21,6 +21,7 @@ class EnvironmentSpec(BaseModel):
     packages: list[str] = Field([], description="extra Python requirements, as pip takes them")
     index_url: str | None = Field(None, description="replaces the host's index (e.g. an internal mirror)")
     extra_index_urls: list[str] = []
+    allowed_hosts: list[str] = Field([], description="hosts the build may reach besides the indexes (apt mirror)")
     wheelhouse: Path | None = Field(None, description="directory of wheels: installs with no index and no network")
     detect: bool = Field(True, description="also install what detection finds in the repository")
 
