@@ -182,3 +182,23 @@ def test_run_refuses_a_bad_environment_file_and_an_image_with_a_table_in_one_lin
     both = ["run", str(repo), "--task", "x", "--environment", str(bad), "--image", "mine:1"]
     result = CliRunner().invoke(app, both)
     assert result.exit_code == 2 and "choose one" in result.output
+
+
+def test_node_go_and_rust_are_detected_with_their_registries(tmp_path: Path) -> None:
+    files = {
+        "package.json": '{"name": "x"}',
+        "package-lock.json": "{}",
+        "go.mod": "module x\n",
+        "go.sum": "",
+        "Cargo.toml": "[package]\nname = 'x'\n",
+    }
+    plan = plan_of(make_repo(tmp_path / "poly", files))
+    assert [step.name for step in plan.steps] == ["node: npm ci", "go: go mod download", "rust: cargo fetch"]
+    assert "command -v npm" in plan.steps[0].command, "a base image without the tool fails with a message"
+    assert {"registry.npmjs.org", "proxy.golang.org", "index.crates.io"} <= set(plan.hosts)
+    assert plan.env["GOPROXY"] == "off" and plan.env["CARGO_NET_OFFLINE"] == "true"
+
+
+def test_env_build_refuses_what_is_not_a_repository_in_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["env", "build", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "no such directory" in result.output

@@ -261,3 +261,9 @@ def test_doctor_names_the_source_and_whether_its_image_is_built(tmp_path: Path, 
     run_git(repo, "commit", "-qm", "features")
     refused = check_environment(repo, DEFAULT_IMAGE, None)
     assert refused.status == "fail" and "features" in refused.message
+    (repo / ".devcontainer" / "devcontainer.json").write_text('{"image": "team/never-pulled:1"}')
+    run_git(repo, "commit", "-qam", "an image that is not here")
+    missing = check_environment(repo, DEFAULT_IMAGE, None)
+    assert missing.status == "fail" and "team/never-pulled:1 is not on this machine (no registry is used)" in (
+        missing.message
+    )
