@@ -21,6 +21,8 @@ from sandbox.container import WORKSPACE
 
 LOCATIONS = (".devcontainer/devcontainer.json", ".devcontainer.json")
 LIFECYCLE = ("onCreateCommand", "postCreateCommand")
+# The repository's file is parsed on the host: a real one is a few KB, and the comment scan must stay cheap.
+MAX_DEVCONTAINER_BYTES = 256 * 1024
 # JSON with comments: strings are matched first so that `//` inside a string is kept.
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/', re.DOTALL)
 
@@ -65,6 +67,8 @@ def find_devcontainer(tree: CommittedTree) -> str | None:
 
 
 def parse_devcontainer(text: str, path: str) -> Devcontainer:
+    if len(text) > MAX_DEVCONTAINER_BYTES:
+        raise DevcontainerError(f"{path}: larger than {MAX_DEVCONTAINER_BYTES // 1024} KiB, not read")
     try:
         document = json.loads(strip_jsonc(text))
     except json.JSONDecodeError as error:
