@@ -10,6 +10,8 @@ import typer
 from pydantic import ValidationError
 
 from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig
+from agent.environment.cli import env_app
+from agent.environment.spec import EnvironmentFileError, load_environment_file
 from agent.pack_cli import pack
 from agent.review.cli import review_app
 from agent.server.cli import doctor, server_app
@@ -24,6 +26,7 @@ app = typer.Typer(
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(server_app, name="server")
 app.add_typer(review_app, name="review")
+app.add_typer(env_app, name="env")
 app.command("pack")(pack)
 app.command("doctor")(doctor)
 
@@ -98,7 +101,13 @@ def run(
     ] = None,
     model: Annotated[str, typer.Option(help="Model name sent to the server.")] = LLMConfig().model,
     effort: Annotated[Effort, typer.Option(help="Reasoning effort.")] = "max",
-    image: Annotated[str, typer.Option(help="Sandbox image.")] = DEFAULT_IMAGE,
+    image: Annotated[
+        str | None,
+        typer.Option(help=f"Sandbox image, used as is [default: the repository's environment on {DEFAULT_IMAGE}]"),
+    ] = None,
+    environment: Annotated[
+        Path | None, typer.Option(help="TOML file whose [environment] table describes the environment.")
+    ] = None,
     runs_dir: Annotated[Path, typer.Option(help="Where run records go.")] = Path("runs"),
     max_turns: Annotated[int, typer.Option(help="Model turns per task.")] = RunConfig.model_fields["max_turns"].default,
     test_cmd: Annotated[str | None, typer.Option(help="Test command (default: detected).")] = None,
@@ -135,6 +144,9 @@ def run(
     try:
         tasks = _read_tasks(task, task_file)
         _check_runs_dir(runs_dir)
+        if image is not None and environment is not None:
+            raise UsageProblem("--image and --environment: an explicit image is used as is, choose one")
+        spec = load_environment_file(environment) if environment is not None else None
         config = RunConfig(
             repo=repo.resolve(),
             tasks=tasks,
@@ -149,7 +161,9 @@ def run(
                     temperature=temperature, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max_tokens
                 ),
             ),
-            image=image,
+            image=image or DEFAULT_IMAGE,
+            image_explicit=image is not None,
+            environment=spec,
             runs_dir=runs_dir,
             max_turns=max_turns,
             test_cmd=test_cmd,
@@ -157,7 +171,7 @@ def run(
             repair_rounds=repair_rounds,
             max_file_bytes=max_file_size * MIB,
         )
-    except UsageProblem as problem:
+    except (UsageProblem, EnvironmentFileError) as problem:
         typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     except ValidationError as error:

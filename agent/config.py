@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
 
+from agent.environment.spec import EnvironmentSpec
 from sandbox.models import DEFAULT_IMAGE
 
 Effort = Literal["low", "high", "max"]
@@ -62,6 +63,8 @@ class RunConfig(BaseModel):
     tasks: list[str] = Field(min_length=1)
     llm: LLMConfig = LLMConfig()
     image: str = DEFAULT_IMAGE
+    image_explicit: bool = Field(False, description="--image given: used as is, no environment is built")
+    environment: EnvironmentSpec | None = Field(None, description="the [environment] table of --environment FILE")
     runs_dir: Path = Path("runs")
     max_turns: int = Field(100, ge=1)
     test_cmd: str | None = None

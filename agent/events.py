@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from agent.metrics import RequestStats
-from agent.report import TaskSummary
+from agent.report import EnvironmentRecord, TaskSummary
 
 
 def _now() -> float:
@@ -25,6 +25,18 @@ class _Event(BaseModel):
 
     time: float = Field(default_factory=_now)
     task: int | None = None
+
+
+class EnvironmentProgress(_Event):
+    type: Literal["environment_progress"] = "environment_progress"
+    message: str
+
+
+class EnvironmentReady(_Event):
+    """The repository's environment image, reused or built (or why it could not be)."""
+
+    type: Literal["environment"] = "environment"
+    record: EnvironmentRecord
 
 
 class RunStart(_Event):
@@ -132,6 +144,8 @@ Event = Annotated[
     | ToolResultEvent
     | Retry
     | PrefillProgress
+    | EnvironmentProgress
+    | EnvironmentReady
     | Baseline
     | GateEvent
     | Repair,

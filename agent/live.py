@@ -12,6 +12,8 @@ from rich.table import Table
 
 from agent.events import (
     Baseline,
+    EnvironmentProgress,
+    EnvironmentReady,
     Event,
     GateEvent,
     PrefillProgress,
@@ -117,6 +119,15 @@ class RunView:
                 return f"task {outcome.index} {words}{where}: {outcome.reason}"
             case Retry():
                 return f"model: {event.message}"
+            case EnvironmentProgress():
+                state["status"] = f"environment: {event.message[:100]}"
+                return f"environment: {event.message}"
+            case EnvironmentReady(record=record):
+                state["status"] = f"environment {record.status}"
+                if record.status == "failed":
+                    return f"environment FAILED (tasks run unverified): {record.error} (log: {record.log})"
+                counted = f", {record.tests_collected} tests collected" if record.tests_collected is not None else ""
+                return f"environment {record.status}: {record.image} ({record.source}){counted}"
             case Baseline():
                 return f"baseline: {event.result}" + (" (cached)" if event.cached else "")
             case GateEvent():

@@ -153,6 +153,18 @@ def _totals(summary: RunSummary) -> str:
     return f"{len(summary.tasks)} tasks: {statuses}; wall {summary.wall_time_s:.0f}s{tokens}"
 
 
+def _environment(summary: RunSummary) -> str:
+    """The image the tasks ran in; a failed build with its step, the last lines of its output and its log."""
+    environment = summary.environment
+    if environment is None:
+        return "-"
+    if environment.status == "failed":
+        tail = " / ".join(environment.log_tail[-3:])
+        return f"FAILED, tasks unverified: {environment.error} (log: {environment.log})" + (f": {tail}" if tail else "")
+    counted = f", {environment.tests_collected} tests collected" if environment.tests_collected is not None else ""
+    return f"{environment.status} {environment.image} ({environment.source}){counted}"
+
+
 def _header_lines(summary: RunSummary) -> list[tuple[str, str]]:
     return [
         ("run", summary.run_id),
@@ -161,6 +173,7 @@ def _header_lines(summary: RunSummary) -> list[tuple[str, str]]:
         ("server", summary.server_url),
         ("started", summary.started_at or "-"),
         ("ended", summary.ended_at or "running"),
+        ("environment", _environment(summary)),
         ("totals", _totals(summary)),
     ]
 

@@ -36,6 +36,26 @@ class GateEvidence(BaseModel):
     repair_rounds: int = 0
 
 
+EnvironmentStatus = Literal["built", "reused", "as_is", "failed"]
+
+
+class EnvironmentRecord(BaseModel):
+    """The repository's environment for this run: where it came from, the image the tasks ran in, and, when its
+    build failed, the step, the tail of its output and the log (the tasks then run unverified)."""
+
+    source: str
+    description: str
+    image: str
+    status: EnvironmentStatus
+    log: str | None = None
+    build_s: float | None = None
+    tests_collected: int | None = None
+    collect_note: str = ""
+    error: str | None = None
+    failed_step: str | None = None
+    log_tail: list[str] = []
+
+
 class TaskSummary(BaseModel):
     index: int
     task: str
@@ -64,6 +84,7 @@ class RunSummary(BaseModel):
     ended_at: str | None = None
     status: RunStatus = "completed"
     interrupted_by: str | None = None  # the signal's name, e.g. SIGTERM
+    environment: EnvironmentRecord | None = None
     tasks: list[TaskSummary] = []
     wall_time_s: float = 0.0
     metrics: MetricsSummary | None = None

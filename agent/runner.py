@@ -21,7 +21,18 @@ import httpx
 
 from agent.config import RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
-from agent.events import Event, Repair, Retry, RunEnd, RunStart, TaskEnd, TaskStart
+from agent.environment.stage import ENV_BUILD_LOG, prepare_environment
+from agent.events import (
+    EnvironmentProgress,
+    EnvironmentReady,
+    Event,
+    Repair,
+    Retry,
+    RunEnd,
+    RunStart,
+    TaskEnd,
+    TaskStart,
+)
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
 from agent.gate.syntax import MAX_CHECKED_BYTES
@@ -40,7 +51,7 @@ from agent.metrics import (
     speculation_warning,
     summarize,
 )
-from agent.report import GateEvidence, RunSummary, TaskSummary, now_iso
+from agent.report import EnvironmentRecord, GateEvidence, RunSummary, TaskSummary, now_iso
 from agent.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
 from tools import ToolContext, default_registry
@@ -110,6 +121,7 @@ class Run:
         self.loop: AgentLoop | None = None  # the task's loop, so an interrupted task still reports its turns
         self.stopped_by: Interrupted | None = None
         self.current_task: int | None = None
+        self.environment: EnvironmentRecord | None = None
         try:
             self.speculation = speculation_configured(self.server_api)
         except (ServerError, httpx.HTTPError):
@@ -135,6 +147,8 @@ class Run:
             self.emit(RunStart(run_id=self.journal.run_id, tasks=len(self.config.tasks)))
             self.journal.write_summary(summary)
             self.scratch = create_run_scratch(self.journal.run_id, self.git_dir)
+            summary.environment = self.environment = self._prepare_environment()
+            self.journal.write_summary(summary)
             counters_at_start = _spec_counters(self.server_api)
             for index, task in enumerate(self.config.tasks, start=1):
                 summary.tasks.append(self.run_task(index, task))
@@ -233,11 +247,30 @@ class Run:
     def _trailers(self) -> dict[str, str]:
         return {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
 
+    def _prepare_environment(self) -> EnvironmentRecord:
+        """Once per run, before the tasks: the repository's environment image, reused or built."""
+        record = prepare_environment(
+            self.repo,
+            client=self.docker,
+            sandbox_image=self.config.image,
+            image_explicit=self.config.image_explicit,
+            spec=self.config.environment,
+            test_command=self.config.test_cmd,
+            log_path=self.journal.directory / ENV_BUILD_LOG,
+            progress=lambda message: self.emit(EnvironmentProgress(message=message)),
+        )
+        self.emit(EnvironmentReady(record=record))
+        return record
+
     def _in_sandbox(self, workspace: Workspace, task: str) -> tuple[LoopResult, GateRecord]:
         test_command = self.config.test_cmd or detect_test_command(workspace.path)
         limits = SandboxLimits(command_timeout_s=self.config.command_timeout_s)
+        environment = self.environment
+        failed = environment is not None and environment.status == "failed"
+        # A failed environment leaves the bare image for the model's work, and the gate nothing to verify with.
+        image = environment.image if environment is not None and not failed else self.config.image
         with DockerSandbox(
-            self.config.image,
+            image,
             workspace.path,
             run_id=self.journal.run_id,
             limits=limits,
@@ -255,10 +288,9 @@ class Run:
                 test_command,
                 timeout_s=self.config.command_timeout_s,
                 cache=self.baselines,
-                cache_key=baseline_key(
-                    workspace.base_commit, test_command or "", image_identity(self.docker, self.config.image)
-                ),
+                cache_key=baseline_key(workspace.base_commit, test_command or "", image_identity(self.docker, image)),
                 emit=self.emit,
+                unavailable=environment.error if failed and environment is not None else None,
             )
             # The baseline runs in the sandbox while the host packs the repository: it costs the first request
             # nothing it would not have waited for anyway.

@@ -59,7 +59,8 @@ def read_run(runs_dir: Path) -> tuple[Path, dict, list[dict]]:
     lines = (run_dir / "transcript.jsonl").read_text().splitlines()
     # Every line is one typed event (what resume and review read back), stamped with its task past run_start.
     events = [parse_event(line) for line in lines]
-    assert all(event.task is not None for event in events if event.type not in ("run_start", "run_end"))
+    run_level = ("run_start", "run_end", "environment", "environment_progress")
+    assert all(event.task is not None for event in events if event.type not in run_level)
     return run_dir, summary, [json.loads(line) for line in lines]
 
 
@@ -303,6 +304,7 @@ def test_sigkill_mid_request_keeps_every_step_and_the_next_run_removes_the_lefto
     events = [(e["type"], e.get("turn"), e.get("name")) for e in transcript_of(run_dir)]
     assert events == [
         ("run_start", None, None),
+        ("environment", None, None),
         ("task_start", None, None),
         ("baseline", None, None),
         ("request", 1, None),
@@ -315,7 +317,7 @@ def test_sigkill_mid_request_keeps_every_step_and_the_next_run_removes_the_lefto
         ("tool_result", 2, "bash"),
         ("request", 3, None),
     ]
-    branch = transcript_of(run_dir)[1]["branch"]
+    branch = next(event["branch"] for event in transcript_of(run_dir) if event["type"] == "task_start")
     # What kill -9 leaves: the worktree (which pins the branch), its scratch directory, the container.
     assert len(worktrees(repo)) == 2 and list(scratch.iterdir()) and run_containers(run_dir.name)
 

@@ -41,6 +41,7 @@ class Gate:
         cache: BaselineCache,
         cache_key: str | None,
         emit: Emit,
+        unavailable: str | None = None,
     ) -> None:
         self.executor = executor
         self.test_command = test_command
@@ -48,17 +49,22 @@ class Gate:
         self.cache = cache
         self.cache_key = cache_key
         self.emit = emit
+        # Why the suite cannot run at all (the environment's build failed): the baseline records it as not run.
+        self.unavailable = unavailable
         self.baseline_run: SuiteRun | None = None
 
     def baseline(self) -> SuiteRun | None:
         """The suite on the untouched worktree, from the cache when this commit, command and image ran it."""
-        if self.test_command is None:
+        if self.unavailable is not None:
+            cached, suite = None, SuiteRun(command=self.test_command or "", ran=False, reason=self.unavailable)
+        elif self.test_command is None:
             self.emit(Baseline(ran=False, cached=False, result="no test command found"))
             return None
-        cached = self.cache.get(self.cache_key) if self.cache_key else None
-        suite = cached or run_suite(self.executor, self.test_command, timeout_s=self.timeout_s)
-        if cached is None and self.cache_key:
-            self.cache.put(self.cache_key, suite)
+        else:
+            cached = self.cache.get(self.cache_key) if self.cache_key else None
+            suite = cached or run_suite(self.executor, self.test_command, timeout_s=self.timeout_s)
+            if cached is None and self.cache_key:
+                self.cache.put(self.cache_key, suite)
         self.baseline_run = suite
         self.emit(
             Baseline(ran=suite.ran, cached=cached is not None, result=suite.describe(), duration_s=suite.duration_s)

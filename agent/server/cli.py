@@ -99,12 +99,15 @@ def doctor(
         float, typer.Option(help="floor for accepted draft tokens per verification pass")
     ] = 1.0,
     image: Annotated[str, typer.Option(help="sandbox image that must exist")] = DEFAULT_IMAGE,
+    environment: Annotated[Path | None, typer.Option(help="TOML file with an [environment] table (as `run`)")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
 ) -> None:
-    """Check the llama-server, speculation, prompt cache and Docker; exit 1 on any failure."""
+    """Check the llama-server, speculation, prompt cache, Docker and the repository's environment; exit 1 on failure."""
     from agent.server.doctor import DoctorOptions, failed, run_doctor
 
-    options = DoctorOptions(server_url=server, repo=repo, min_accepted_per_pass=min_accepted_per_pass, image=image)
+    options = DoctorOptions(
+        server_url=server, repo=repo, min_accepted_per_pass=min_accepted_per_pass, image=image, environment=environment
+    )
     results = run_doctor(options)
     if json_output:
         typer.echo(json.dumps([result.model_dump() for result in results], indent=2))

@@ -50,6 +50,7 @@ class DoctorOptions(BaseModel):
     )
     min_cache_ratio: float = Field(0.9, ge=0, le=1)
     image: str = DEFAULT_IMAGE
+    environment: Path | None = None  # a TOML file with an [environment] table, as `run --environment` takes
     check_docker: bool = True
 
 
@@ -244,6 +245,27 @@ def check_docker(image: str) -> CheckResult:
     return CheckResult(name="docker", status="ok", message=f"Docker daemon answers and image {image} is present")
 
 
+def check_environment(repo: Path, image: str, environment: Path | None) -> CheckResult:
+    """Which environment source wins for the repository, and whether its image is already built."""
+    from agent.environment.spec import EnvironmentFileError, load_environment_file
+    from agent.environment.stage import describe_environment
+    from agent.workspace import WorkspaceError, open_repository
+    from sandbox import SandboxError, docker_client
+
+    try:
+        spec = load_environment_file(environment) if environment is not None else None
+        ready, message = describe_environment(
+            open_repository(repo),
+            client=docker_client(timeout_s=20),
+            sandbox_image=image,
+            image_explicit=False,
+            spec=spec,
+        )
+    except (EnvironmentFileError, WorkspaceError, SandboxError) as error:
+        return CheckResult(name="environment", status="fail", message=str(error))
+    return CheckResult(name="environment", status="ok" if ready else "fail", message=message)
+
+
 def _server_checks(options: DoctorOptions) -> list[CheckResult]:
     with LlamaServerAPI(options.server_url, timeout_s=120.0) as api:
         try:
@@ -274,6 +296,8 @@ def run_doctor(options: DoctorOptions) -> list[CheckResult]:
         results = [CheckResult(name="server", status="fail", message=" ".join(str(error).split()))]
     if options.check_docker:
         results.append(check_docker(options.image))
+        if options.repo is not None:
+            results.append(check_environment(options.repo, options.image, options.environment))
     return results
 
 

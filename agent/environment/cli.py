@@ -1,0 +1,115 @@
+"""`refactor-agent env build|list|prune`: the repositories' environment images, outside a run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sandbox.models import DEFAULT_IMAGE
+
+env_app = typer.Typer(help="Build, list and prune the repositories' environment images.", no_args_is_help=True)
+EXIT_USAGE = 2
+
+
+def _usage(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(EXIT_USAGE)
+
+
+@env_app.command()
+def build(
+    repo: Annotated[Path, typer.Argument(help="The git repository (its committed HEAD is what is read).")],
+    environment: Annotated[Path | None, typer.Option(help="TOML file with an [environment] table.")] = None,
+    base: Annotated[str, typer.Option(help="Sandbox image the environment is layered on.")] = DEFAULT_IMAGE,
+    test_cmd: Annotated[str | None, typer.Option(help="Test command to check (default: detected).")] = None,
+    log: Annotated[Path | None, typer.Option(help="Build log [default: runs/env-build-<repo>-<time>.log]")] = None,
+) -> None:
+    """Build REPO's environment image now (or find it already built), and check its tests collect."""
+    from agent.environment.spec import EnvironmentFileError, load_environment_file
+    from agent.environment.stage import prepare_environment
+    from agent.workspace import WorkspaceError, open_repository
+    from sandbox import SandboxError, docker_client, require_image
+
+    try:
+        spec = load_environment_file(environment) if environment is not None else None
+        repository = open_repository(repo.resolve())
+        client = docker_client()
+        require_image(client, base)
+    except (EnvironmentFileError, WorkspaceError, SandboxError) as error:
+        raise _usage(str(error)) from None
+    log_path = log or Path("runs") / f"env-build-{repo.resolve().name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    record = prepare_environment(
+        repository,
+        client=client,
+        sandbox_image=base,
+        image_explicit=False,
+        spec=spec,
+        test_command=test_cmd,
+        log_path=log_path.absolute(),
+        progress=typer.echo,
+    )
+    if record.status == "failed":
+        for line in record.log_tail:
+            typer.echo(f"  | {line}", err=True)
+        typer.echo(f"error: {record.error}" + (f" (log: {record.log})" if record.log else ""), err=True)
+        raise typer.Exit(1)
+    collected = (
+        f"{record.tests_collected} tests collected" if record.tests_collected is not None else "tests not counted"
+    )
+    note = f" ({record.collect_note})" if record.collect_note else ""
+    where = f"; log: {record.log}" if record.log else ""
+    typer.echo(f"environment {record.status}: {record.image} in {record.build_s:.1f}s; {collected}{note}{where}")
+
+
+@env_app.command("list")
+def list_images() -> None:
+    """The environment images on this machine, newest first."""
+    from agent.environment.build import ENV_LABEL, environment_images
+    from sandbox import SandboxError, docker_client
+
+    try:
+        images = environment_images(docker_client())
+    except SandboxError as error:
+        raise _usage(str(error)) from None
+    if not images:
+        typer.echo("no environment images")
+    for image in sorted(images, key=lambda image: image.attrs.get("Created", ""), reverse=True):
+        size = image.attrs.get("Size", 0) / 1024**2
+        for tag in image.tags:
+            typer.echo(
+                f"{tag}  {image.labels.get(ENV_LABEL, '?')}  {size:.0f} MB  {image.attrs.get('Created', '')[:19]}"
+            )
+
+
+@env_app.command()
+def prune(
+    all_images: Annotated[bool, typer.Option("--all", help="Remove every environment image.")] = False,
+) -> None:
+    """Remove environment images: all but the newest of each repository, or --all."""
+    import docker.errors
+
+    from agent.environment.build import ENV_LABEL, environment_images
+    from sandbox import SandboxError, docker_client
+
+    try:
+        client = docker_client()
+        images = sorted(environment_images(client), key=lambda image: image.attrs.get("Created", ""), reverse=True)
+    except SandboxError as error:
+        raise _usage(str(error)) from None
+    kept: set[str] = set()
+    removed = 0
+    for image in images:
+        repository = image.labels.get(ENV_LABEL, "")
+        if not all_images and repository not in kept:
+            kept.add(repository)
+            continue
+        for tag in image.tags:
+            try:
+                client.images.remove(tag)
+                removed += 1
+            except docker.errors.APIError as error:
+                typer.echo(f"kept {tag}: {' '.join(str(error).split())}", err=True)
+    typer.echo(f"removed {removed} environment image tag(s)")

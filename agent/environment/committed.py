@@ -1,0 +1,93 @@
+"""The repository as committed at HEAD, read through git: the environment is built from what the run works on,
+and no file of the working tree is opened or followed (a symlink in the tree is a blob like any other)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from agent.safe_git import SafeGit
+from agent.workspace import user_git
+
+# Lock files of large projects run to a few megabytes; anything larger is not a dependency file we can use.
+MAX_DEPENDENCY_FILE_BYTES = 16 * 1024 * 1024
+REGULAR_FILE_MODES = ("100644", "100755")
+
+
+class CommittedFileError(Exception):
+    """str() is the one line the user sees."""
+
+
+@dataclass(frozen=True)
+class CommittedTree:
+    git: SafeGit
+    commit: str
+    entries: dict[str, tuple[str, str]]  # path -> (mode, object id)
+
+    def has(self, path: str) -> bool:
+        return path in self.entries
+
+    def regular(self, path: str) -> bool:
+        return self.entries.get(path, ("", ""))[0] in REGULAR_FILE_MODES
+
+    def paths(self) -> list[str]:
+        return sorted(self.entries)
+
+    def read(self, path: str) -> bytes:
+        """A regular committed file (not a symlink, not a submodule), at most MAX_DEPENDENCY_FILE_BYTES."""
+        if not self.regular(path):
+            raise CommittedFileError(f"{path} is not a regular file at {self.commit[:12]}")
+        blob = self.git.read_capped("cat-file", "blob", self.entries[path][1], max_bytes=MAX_DEPENDENCY_FILE_BYTES)
+        if blob.total_bytes > MAX_DEPENDENCY_FILE_BYTES:
+            raise CommittedFileError(f"{path} is larger than {MAX_DEPENDENCY_FILE_BYTES // 1024**2} MiB")
+        return blob.data
+
+    def text(self, path: str) -> str:
+        return self.read(path).decode("utf-8", errors="replace")
+
+    def tree_id(self, directory: str) -> str:
+        """The git tree id of a directory: it changes exactly when something under it does."""
+        spec = f"{self.commit}:{directory}" if directory not in ("", ".") else f"{self.commit}^{{tree}}"
+        return self.git.run("rev-parse", spec).decode().strip()
+
+    def archive(self, directory: str = "") -> bytes:
+        """A tar of the committed tree (or one directory of it), as git writes it from its objects."""
+        spec = f"{self.commit}:{directory}" if directory not in ("", ".") else self.commit
+        return self.git.run("archive", "--format=tar", spec)
+
+    def snapshot(self, target: Path) -> None:
+        """Extract the committed tree into `target`; the data filter refuses links and paths leading out of it."""
+        command = self.git.command("archive", "--format=tar", self.commit)
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL) as process:
+            assert process.stdout is not None
+            with tarfile.open(fileobj=process.stdout, mode="r|") as archive:
+                archive.extractall(target, filter="data")
+            if process.wait() != 0:
+                raise CommittedFileError(f"git archive of {self.commit[:12]} failed")
+
+
+def _entries(safe: SafeGit, commit: str) -> dict[str, tuple[str, str]]:
+    listing = safe.run("ls-tree", "-r", "-z", "--full-tree", commit)
+    entries = {}
+    for record in listing.decode("utf-8", errors="surrogateescape").split("\0"):
+        if "\t" not in record:
+            continue
+        meta, path = record.split("\t", 1)
+        mode, _kind, object_id = meta.split()
+        entries[path] = (mode, object_id)
+    return entries
+
+
+@contextlib.contextmanager
+def committed_tree(repo: git.Repo) -> Iterator[CommittedTree]:
+    with tempfile.TemporaryDirectory(prefix="refactor-agent-hooks-") as hooks:
+        safe = user_git(repo, Path(hooks))
+        commit = safe.run("rev-parse", "--verify", "HEAD^{commit}").decode().strip()
+        yield CommittedTree(git=safe, commit=commit, entries=_entries(safe, commit))

@@ -1,0 +1,131 @@
+"""`.devcontainer/devcontainer.json`: the Dev Containers description many teams already keep.
+
+Supported: `image`, or `build.dockerfile`/`context`/`args`; `containerEnv`; `onCreateCommand` and
+`postCreateCommand`, run at build time in a copy of the committed tree at /workspace. Features are refused: they
+are fetched from registries, which an air-gapped build cannot reach.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agent.environment.committed import CommittedTree
+from agent.environment.plan import DockerfileBase, SetupStep
+from sandbox.container import WORKSPACE
+
+LOCATIONS = (".devcontainer/devcontainer.json", ".devcontainer.json")
+LIFECYCLE = ("onCreateCommand", "postCreateCommand")
+# The repository's file is parsed on the host: a real one is a few KB, and the comment scan must stay cheap.
+MAX_DEVCONTAINER_BYTES = 256 * 1024
+# JSON with comments: strings are matched first so that `//` inside a string is kept.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/', re.DOTALL)
+
+Command = str | list[str] | dict[str, str | list[str]]
+
+
+class DevcontainerError(Exception):
+    """str() is the one line the user sees."""
+
+
+class BuildSection(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    dockerfile: str
+    context: str = "."
+    args: dict[str, str] = {}
+
+
+class Devcontainer(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    image: str | None = None
+    build: BuildSection | None = None
+    features: dict[str, Any] = {}
+    containerEnv: dict[str, str] = {}  # the spec's own names
+    onCreateCommand: Command | None = None
+    postCreateCommand: Command | None = None
+
+
+def strip_jsonc(text: str) -> str:
+    """Comments out, trailing commas out: what the Dev Containers spec allows beyond JSON."""
+    without_comments = _TOKENS.sub(lambda match: match.group(0) if match.group(0).startswith('"') else "", text)
+    out, position = [], 0
+    for match in re.finditer(r'"(?:[^"\\]|\\.)*"|,(?=\s*[}\]])', without_comments):
+        out.append(without_comments[position : match.start()])
+        out.append(match.group(0) if match.group(0).startswith('"') else "")
+        position = match.end()
+    out.append(without_comments[position:])
+    return "".join(out)
+
+
+def find_devcontainer(tree: CommittedTree) -> str | None:
+    return next((path for path in LOCATIONS if tree.regular(path)), None)
+
+
+def parse_devcontainer(text: str, path: str) -> Devcontainer:
+    if len(text) > MAX_DEVCONTAINER_BYTES:
+        raise DevcontainerError(f"{path}: larger than {MAX_DEVCONTAINER_BYTES // 1024} KiB, not read")
+    try:
+        document = json.loads(strip_jsonc(text))
+    except json.JSONDecodeError as error:
+        raise DevcontainerError(f"{path}: not valid JSON with comments: {error}") from None
+    if not isinstance(document, dict):
+        raise DevcontainerError(f"{path}: not a JSON object")
+    try:
+        config = Devcontainer.model_validate(document)
+    except ValidationError as error:
+        detail = error.errors()[0]
+        raise DevcontainerError(f"{path}: {'.'.join(map(str, detail['loc']))}: {detail['msg']}") from None
+    if config.features:
+        names = ", ".join(sorted(config.features))
+        raise DevcontainerError(
+            f"{path}: Dev Container features ({names}) are not supported: they are downloaded from registries; "
+            "install the same tools in the Dockerfile or onCreateCommand"
+        )
+    if (config.image is None) == (config.build is None):
+        raise DevcontainerError(f"{path}: give exactly one of `image` and `build.dockerfile`")
+    return config
+
+
+def _commands(name: str, command: Command | None) -> list[SetupStep]:
+    """A string runs in a shell, a list is one command without a shell, an object is several named commands."""
+    if command is None:
+        return []
+    if isinstance(command, str):
+        return [SetupStep(name=f"devcontainer: {name}", command=command, workdir=WORKSPACE)]
+    if isinstance(command, list):
+        return [SetupStep(name=f"devcontainer: {name}", command=shlex.join(command), workdir=WORKSPACE)]
+    return [step for key, value in command.items() for step in _commands(f"{name} {key}", value)]
+
+
+def _inside(base: str, relative: str, what: str, path: str) -> str:
+    joined = posixpath.normpath(posixpath.join(base, relative))
+    if joined == ".." or joined.startswith("../") or joined.startswith("/"):
+        raise DevcontainerError(f"{path}: {what} {relative!r} leads outside the repository")
+    return "" if joined == "." else joined
+
+
+def devcontainer_parts(
+    tree: CommittedTree, path: str
+) -> tuple[str | None, DockerfileBase | None, list[SetupStep], dict[str, str]]:
+    """Base image or Dockerfile build, lifecycle steps, and the environment variables to keep."""
+    config = parse_devcontainer(tree.text(path), path)
+    steps = [step for name in LIFECYCLE for step in _commands(name, getattr(config, name))]
+    if config.build is None:
+        return config.image, None, steps, config.containerEnv
+    folder = posixpath.dirname(path)
+    context = _inside(folder, config.build.context, "build.context", path)
+    dockerfile = _inside(folder, config.build.dockerfile, "build.dockerfile", path)
+    relative = posixpath.relpath(dockerfile, context or ".")
+    if relative.startswith("../"):
+        raise DevcontainerError(f"{path}: build.dockerfile {dockerfile} is outside build.context {context or '.'}")
+    if not tree.regular(dockerfile):
+        raise DevcontainerError(f"{path}: build.dockerfile {dockerfile} is not in the repository")
+    base = DockerfileBase(
+        context=context, dockerfile=relative, args=config.build.args, context_tree=tree.tree_id(context)
+    )
+    return None, base, steps, config.containerEnv

@@ -1,0 +1,80 @@
+"""The build's egress proxy, on loopback only: allowed hosts are relayed byte for byte, others refused and named."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.environment.egress import EgressProxy
+
+
+@pytest.fixture
+def echo_server() -> Iterator[int]:
+    """A loopback TCP server that answers every line with the line reversed."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with server:
+            connection, _ = server.accept()
+            with connection:
+                connection.sendall(connection.recv(1024)[::-1])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    thread.join(5)
+
+
+def ask(socket_path: Path, request: bytes) -> socket.socket:
+    client = socket.socket(socket.AF_UNIX)
+    client.settimeout(10)
+    client.connect(str(socket_path))
+    client.sendall(request)
+    return client
+
+
+def test_an_allowed_host_is_tunnelled_and_any_other_is_refused_by_name(tmp_path: Path, echo_server: int) -> None:
+    with EgressProxy(tmp_path / "egress.sock", {"127.0.0.1"}) as proxy:
+        with ask(tmp_path / "egress.sock", f"CONNECT 127.0.0.1:{echo_server} HTTP/1.1\r\n\r\n".encode()) as tunnel:
+            assert tunnel.recv(1024).startswith(b"HTTP/1.1 200")
+            tunnel.sendall(b"abc")
+            assert tunnel.recv(1024) == b"cba"
+        with ask(tmp_path / "egress.sock", b"CONNECT files.example.com:443 HTTP/1.1\r\n\r\n") as refused:
+            answer = refused.recv(1024)
+        with ask(tmp_path / "egress.sock", b"GET http://other.example/simple/ HTTP/1.1\r\n\r\n") as plain:
+            plain_answer = plain.recv(1024)
+    assert answer.startswith(b"HTTP/1.1 403") and b"files.example.com is not an allowed" in answer
+    assert plain_answer.startswith(b"HTTP/1.1 403")
+    assert proxy.denied == ["files.example.com:443", "other.example:80"]
+
+
+def test_connections_are_chained_to_the_hosts_own_proxy_with_its_credentials(tmp_path: Path) -> None:
+    """The upstream is a loopback stand-in: it records the head it gets, answers 200 and echoes reversed."""
+    upstream = socket.create_server(("127.0.0.1", 0))
+    heads: list[bytes] = []
+
+    def serve() -> None:
+        with upstream:
+            connection, _ = upstream.accept()
+            with connection:
+                heads.append(connection.recv(4096))
+                connection.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                connection.sendall(connection.recv(1024)[::-1])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    address = f"http://user:p%40ss@127.0.0.1:{upstream.getsockname()[1]}"
+    with (
+        EgressProxy(tmp_path / "egress.sock", {"pypi.org"}, address),
+        ask(tmp_path / "egress.sock", b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n") as tunnel,
+    ):
+        assert tunnel.recv(1024).startswith(b"HTTP/1.1 200")
+        tunnel.sendall(b"xyz")
+        assert tunnel.recv(1024) == b"zyx"
+    thread.join(5)
+    assert heads[0].startswith(b"CONNECT pypi.org:443 HTTP/1.1\r\n")
+    assert b"Proxy-Authorization: Basic dXNlcjpwQHNz\r\n" in heads[0], "user:p@ss, percent-decoded"

@@ -1,0 +1,269 @@
+"""The environment stage with real Docker, real git and packages from the real index (through the host's network,
+in the build only): built once, reused, rebuilt on a dependency change, a devcontainer's own Dockerfile, a
+wheelhouse with no index at all, and a failing build that leaves the tasks unverified."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import git
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
+from agent.config import RunConfig
+from agent.environment.plan import ENV_REPOSITORY
+from agent.environment.spec import EnvironmentSpec
+from agent.environment.stage import prepare_environment
+from agent.journal import RunJournal
+from agent.report import EnvironmentRecord, RunSummary
+from agent.runner import Run
+from agent.server.doctor import check_environment
+from sandbox import DEFAULT_IMAGE, docker_client
+
+from repos import git as run_git
+from repos import make_repo
+from scripted_model import ScriptedModel
+from scripted_server import Reply, ScriptedServer
+
+pytestmark = pytest.mark.docker
+
+# Tiny pure-Python wheels: iniconfig imported by the project's code, six by its tests only (a PEP 735 group).
+PROJECT_FILES = {
+    "src/tiny/__init__.py": (
+        "import iniconfig\n\n\ndef sections(text):\n    return list(iniconfig.IniConfig('x.ini', data=text).sections)\n"
+    ),
+    "tests/test_tiny.py": (
+        "import socket\n\nimport pytest\nimport six\nimport tiny\n\n\n"
+        "def test_sections():\n    assert tiny.sections('[a]\\nk = v\\n') == ['a']\n\n\n"
+        "def test_the_worktree_is_what_runs():\n    assert tiny.__file__.startswith('/workspace/src/')\n\n\n"
+        "def test_six_from_the_tests_group():\n    assert six.PY3\n\n\n"
+        "def test_no_network_at_run_time():\n"
+        "    with pytest.raises(OSError):\n        socket.create_connection(('pypi.org', 443), timeout=5)\n"
+    ),
+    "pytest.ini": "[pytest]\naddopts = -p no:cacheprovider\n",
+}
+TESTS_IN_PROJECT = 4
+TOUCH = Reply(tool_calls=[("create_file", {"path": "NOTES.md", "content": "checked\n"})])
+FINISH = Reply(tool_calls=[("finish", {"summary": "Add notes"})])
+
+
+def pyproject(name: str, dependencies: list[str]) -> str:
+    quoted = ", ".join(f'"{dependency}"' for dependency in dependencies)
+    return (
+        f'[project]\nname = "{name}"\nversion = "0.1"\ndependencies = [{quoted}]\n\n'
+        '[dependency-groups]\ntests = ["six"]\n'
+    )
+
+
+@pytest.fixture(scope="session")
+def repository_name() -> Iterator[str]:
+    """A name of this session's own: its images are built here, whatever earlier sessions left, and removed after."""
+    name = f"tiny-{secrets.token_hex(4)}"
+    yield name
+    client = docker.from_env()
+    for image in client.images.list(name=ENV_REPOSITORY):
+        for tag in image.tags:
+            if tag.startswith(f"{ENV_REPOSITORY}:{name}"):
+                client.images.remove(tag, force=True)
+
+
+@pytest.fixture(autouse=True)
+def pypi_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builds use the real PyPI: no pip config file of this machine, no local find-links."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for name in list(os.environ):
+        if name.startswith(("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_")):
+            monkeypatch.delenv(name)
+
+
+def project(path: Path, name: str, dependencies: list[str], extra: dict[str, str] | None = None) -> Path:
+    return make_repo(path / name, {**PROJECT_FILES, "pyproject.toml": pyproject(name, dependencies), **(extra or {})})
+
+
+def run_once(tmp_path: Path, repo: Path, run_id: str, spec: EnvironmentSpec | None = None) -> tuple[RunSummary, list]:
+    config = RunConfig(repo=repo, tasks=["Add notes"], runs_dir=tmp_path / "runs", max_turns=5, environment=spec)
+    events: list = []
+    with ScriptedServer([]) as server:
+        journal = RunJournal(config.runs_dir, run_id)
+        runner = Run(
+            config,
+            repo=git.Repo(repo),
+            docker_client=docker_client(),
+            model=ScriptedModel([TOUCH, FINISH]),
+            server_url=server.url,
+            journal=journal,
+            observe=events.append,
+        )
+        summary = runner.execute()
+        journal.close()
+    return summary, events
+
+
+def prepare(repo: Path, log: Path, spec: EnvironmentSpec | None = None) -> EnvironmentRecord:
+    return prepare_environment(
+        git.Repo(repo),
+        client=docker_client(),
+        sandbox_image=DEFAULT_IMAGE,
+        image_explicit=False,
+        spec=spec,
+        test_command=None,
+        log_path=log,
+        progress=lambda _: None,
+    )
+
+
+def test_detected_environment_verifies_with_no_network_is_reused_and_rebuilt_on_a_change(
+    tmp_path: Path, repository_name: str
+) -> None:
+    repo = project(tmp_path, repository_name, ["iniconfig"])
+    first, events = run_once(tmp_path, repo, "first")
+    environment = first.environment
+    assert environment is not None and environment.status == "built", environment
+    assert environment.source == "detected" and environment.tests_collected == TESTS_IN_PROJECT
+    assert Path(environment.log or "") == tmp_path / "runs" / "first" / "env-build.log"
+    assert "build network: only files.pythonhosted.org, pypi.org" in Path(environment.log or "").read_text()
+    baseline = next(event for event in events if event.type == "baseline")
+    assert baseline.result == f"{TESTS_IN_PROJECT} passed", baseline
+    (task,) = first.tasks
+    assert task.verdict == "verified", task.reason
+
+    second, _ = run_once(tmp_path, repo, "second")
+    assert second.environment is not None and second.environment.status == "reused"
+    assert second.environment.image == environment.image
+    assert not (tmp_path / "runs" / "second" / "env-build.log").exists(), "a reused image is not built again"
+
+    # Source edits leave the image alone; a dependency change builds a new one.
+    (repo / "src" / "tiny" / "extra.py").write_text("VALUE = 1\n")
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "source only")
+    assert prepare(repo, tmp_path / "source.log").status == "reused"
+    (repo / "pyproject.toml").write_text(pyproject(repository_name, ["iniconfig", "six"]))
+    run_git(repo, "commit", "-qam", "a dependency more")
+    rebuilt = prepare(repo, tmp_path / "rebuilt.log")
+    assert rebuilt.status == "built" and rebuilt.image != environment.image
+    assert rebuilt.tests_collected == TESTS_IN_PROJECT
+
+
+def test_a_devcontainer_with_its_own_dockerfile_is_built_and_its_commands_run(
+    tmp_path: Path, repository_name: str
+) -> None:
+    devcontainer = {
+        ".devcontainer/Dockerfile": (
+            f"FROM {DEFAULT_IMAGE}\nENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin\n"
+        ),
+        ".devcontainer/devcontainer.json": (
+            "// the team's own description of its environment\n"
+            '{\n  "build": {"dockerfile": "Dockerfile", "context": ".."},\n'
+            "  /* uv is on the PATH while the build runs */\n"
+            '  "onCreateCommand": "uv venv --system-site-packages $VIRTUAL_ENV",\n'
+            '  "postCreateCommand": ["uv", "pip", "install", "iniconfig", "six"],\n}\n'
+        ),
+    }
+    repo = project(tmp_path, f"{repository_name}-dc", ["iniconfig"], devcontainer)
+    record = prepare(repo, tmp_path / "dc.log")
+    assert record.status == "built" and record.source == "devcontainer", record
+    assert record.tests_collected == TESTS_IN_PROJECT and record.collect_note == ""
+    log = (tmp_path / "dc.log").read_text()
+    assert "docker build of .devcontainer/Dockerfile" in log and "devcontainer: postCreateCommand" in log
+
+
+def test_a_wheelhouse_builds_with_no_index_and_no_network(tmp_path: Path, repository_name: str) -> None:
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--only-binary",
+            ":all:",
+            "-q",
+            "-d",
+            str(wheels),
+            "iniconfig",
+            "six",
+        ],
+        check=True,
+        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
+    )
+    repo = project(tmp_path, f"{repository_name}-air", ["iniconfig"])
+    record = prepare(repo, tmp_path / "air.log", EnvironmentSpec(wheelhouse=wheels))
+    assert record.status == "built" and record.source == "environment-file", record
+    assert record.tests_collected == TESTS_IN_PROJECT
+    log = (tmp_path / "air.log").read_text()
+    assert "build network: none" in log and "no index, wheels from" in log
+    table = tmp_path / "env.toml"
+    table.write_text(f'[environment]\nwheelhouse = "{wheels}"\n')
+    again = CliRunner().invoke(app, ["env", "build", str(repo), "--environment", str(table)])
+    assert again.exit_code == 0 and f"environment reused: {record.image}" in again.output, again.output
+    assert record.image in CliRunner().invoke(app, ["env", "list"]).output
+
+
+DIRECT_CONNECTION = (
+    "python3 -c \"import socket\ntry: socket.create_connection(('pypi.org', 443), 5)\n"
+    "except OSError: pass\nelse: raise SystemExit('a direct connection got through')\""
+)
+THROUGH_THE_PROXY = "python3 -c \"import urllib.request; urllib.request.urlopen('https://example.com', timeout=20)\""
+
+
+def test_the_build_reaches_only_the_indexes_and_names_what_else_it_tried(tmp_path: Path, repository_name: str) -> None:
+    repo = project(tmp_path, f"{repository_name}-egress", ["iniconfig"])
+    spec = EnvironmentSpec(detect=False, setup=[DIRECT_CONNECTION, THROUGH_THE_PROXY])
+    record = prepare(repo, tmp_path / "egress.log", spec)
+    assert record.status == "failed" and record.failed_step == "setup command 2", record
+    assert "it tried to reach example.com:443, which the build may not (allowed: files.pythonhosted.org, pypi.org)" in (
+        record.error or ""
+    )
+
+
+def test_a_failing_build_names_its_step_and_leaves_the_tasks_unverified(tmp_path: Path, repository_name: str) -> None:
+    empty_wheelhouse = tmp_path / "empty"
+    empty_wheelhouse.mkdir()
+    repo = project(tmp_path, f"{repository_name}-broken", ["iniconfig"])
+    summary, events = run_once(tmp_path, repo, "broken", EnvironmentSpec(wheelhouse=empty_wheelhouse))
+    environment = summary.environment
+    assert environment is not None and environment.status == "failed"
+    assert environment.failed_step == "python: install from pyproject.toml (group tests)"
+    assert "environment build failed at step 'python: install from pyproject.toml (group tests)'" in str(
+        environment.error
+    )
+    assert any("iniconfig" in line for line in environment.log_tail), environment.log_tail
+    assert Path(environment.log or "").read_text().count("FAILED at step") == 1
+    (task,) = summary.tasks
+    assert task.verdict == "unverified"
+    assert "the suite did not run at baseline: environment build failed at step" in task.reason
+    assert any(event.type == "environment" and event.record.status == "failed" for event in events)
+    report = (tmp_path / "runs" / "broken" / "report.md").read_text()
+    assert "**environment**: FAILED, tasks unverified: environment build failed at step" in report
+    table = tmp_path / "env.toml"
+    table.write_text(f'[environment]\nwheelhouse = "{empty_wheelhouse}"\n')
+    log = tmp_path / "cli.log"
+    result = CliRunner().invoke(app, ["env", "build", str(repo), "--environment", str(table), "--log", str(log)])
+    assert result.exit_code == 1 and f"(log: {log})" in result.output and "  | " in result.output
+
+
+def test_doctor_names_the_source_and_whether_its_image_is_built(tmp_path: Path, repository_name: str) -> None:
+    repo = project(tmp_path, f"{repository_name}-doctor", ["iniconfig"])
+    result = check_environment(repo, DEFAULT_IMAGE, None)
+    assert result.status == "ok" and result.message.startswith("detected: detected python (pyproject.toml")
+    assert "not built yet" in result.message
+    features = '{"image": "x", "features": {"ghcr.io/devcontainers/features/go:1": {}}}'
+    (repo / ".devcontainer").mkdir()
+    (repo / ".devcontainer" / "devcontainer.json").write_text(features)
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "features")
+    refused = check_environment(repo, DEFAULT_IMAGE, None)
+    assert refused.status == "fail" and "features" in refused.message
+    (repo / ".devcontainer" / "devcontainer.json").write_text('{"image": "team/never-pulled:1"}')
+    run_git(repo, "commit", "-qam", "an image that is not here")
+    missing = check_environment(repo, DEFAULT_IMAGE, None)
+    assert missing.status == "fail" and "team/never-pulled:1 is not on this machine (no registry is used)" in (
+        missing.message
+    )
