@@ -11,6 +11,7 @@ import typer
 from pydantic import ValidationError
 
 from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig, Switch
+from agent.eval.cli import eval_command
 from agent.pack_cli import pack
 from agent.review.cli import review_app
 from agent.server.cli import doctor, server_app
@@ -219,3 +220,6 @@ def run_config(
         symbol_tools=symbol_tools == "on",
         ledger=ledger == "on",
     )
+
+
+app.command("eval")(eval_command(run, run_option_names()))
