@@ -72,6 +72,7 @@ def _python_sites(path: str, source: str, name: str) -> tuple[list[Site], list[S
     lines = source.splitlines()
     stores: dict[tuple[int, int], str] = {}
     import_lines: set[int] = set()
+    in_fstrings = _fstring_uses(tree, name)
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
             stores[(node.lineno, node.col_offset)] = "variable"
@@ -81,9 +82,15 @@ def _python_sites(path: str, source: str, name: str) -> tuple[list[Site], list[S
             stores[(node.lineno, node.col_offset)] = "parameter"
         elif isinstance(node, ast.Import | ast.ImportFrom):
             import_lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-    definitions, references, mentions = [], [], []
+    definitions: list[Site] = []
+    references: dict[tuple[int, int], Site] = {}  # by (line, column): an f-string's names may come twice
+    mentions: list[Site] = []
     word = _word(name)
     previous = ""
+    for row, byte_column in in_fstrings:
+        text = lines[row - 1]
+        column = len(text.encode("utf-8")[:byte_column].decode("utf-8", "replace"))
+        references[(row, column)] = Site(path, row, column + 1, text, "code")
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         (row, column), text = token.start, lines[token.start[0] - 1] if token.start[0] <= len(lines) else ""
         if token.type == tokenize.NAME and token.string == name:
@@ -96,7 +103,10 @@ def _python_sites(path: str, source: str, name: str) -> tuple[list[Site], list[S
             elif (row, byte_end) in stores:
                 definitions.append(Site(path, row, column + 1, text, "attribute"))
             else:
-                references.append(Site(path, row, column + 1, text, "import" if row in import_lines else "code"))
+                tag = "import" if row in import_lines else "code"
+                references[(row, column)] = Site(path, row, column + 1, text, tag)
+        elif token.type == tokenize.STRING and any(token.start <= use <= token.end for use in references):
+            pass  # an f-string whose replacement fields use the name: listed with the code above
         elif token.type in (tokenize.STRING, tokenize.COMMENT) and word.search(token.string):
             kind = "comment" if token.type == tokenize.COMMENT else "string"
             mentions.append(Site(path, row, column + 1, text, kind))
@@ -104,7 +114,22 @@ def _python_sites(path: str, source: str, name: str) -> tuple[list[Site], list[S
             previous = token.string
         elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
             previous = ""
-    return definitions, references, mentions
+    return definitions, sorted(references.values(), key=lambda site: (site.line, site.column)), mentions
+
+
+def _fstring_uses(tree: ast.AST, name: str) -> list[tuple[int, int]]:
+    """(line, byte column) of the name used as code inside f-strings, which Python 3.11's tokenizer reads as one
+    string token."""
+    uses = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.JoinedStr):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and inner.id == name:
+                uses.append((inner.lineno, inner.col_offset))
+            elif isinstance(inner, ast.Attribute) and inner.attr == name and inner.end_col_offset is not None:
+                uses.append((inner.end_lineno or inner.lineno, inner.end_col_offset - len(name.encode("utf-8"))))
+    return uses
 
 
 def _tree_sitter_parser(language: str) -> Any:
