@@ -39,6 +39,7 @@ SHOP = {
         "def test_totals():\n    assert compute_total([10]) == 12.0\n"
         "    assert checkout(Cart([10, 10])) == 24.0\n"
     ),
+    "README.md": "Call compute_total for the price.\n",
     "web/app.js": "function compute_total(items) { return items.length; }\n// compute_total, in JavaScript\n"
     "const n = compute_total([1]);\n",
 }
@@ -84,7 +85,8 @@ def test_find_symbol_lists_definitions_first_and_strings_and_comments_apart(cont
     references = lines[lines.index("references (7):") + 1 :]
     assert "shop/checkout.py:6:20: [code] return pricing.compute_total(cart.items)" in references
     assert "shop/cart.py:1:26: [import] from shop.pricing import compute_total" in references
-    apart = lines[lines.index("in strings, comments and other files (not code) (5):") + 1 :]
+    apart = lines[lines.index("in strings, comments and other files (not code) (6):") + 1 :]
+    assert "README.md:1:6: [other file] Call compute_total for the price." in apart
     assert 'shop/report.py:5:29: [string] return getattr(pricing, "compute_total")' in apart
     assert "shop/checkout.py:5:5: [comment] # the cart's compute_total, once more" in apart
     only_functions = call(context, "find_symbol", {"name": "TAX", "kind": "variable"})
@@ -119,7 +121,8 @@ def test_rename_crosses_modules_and_an_import_as_and_lists_what_it_left(
         ({"path": "shop/pricing.py", "line": 4, "column": 1, "new_name": "total"}, "no identifier at"),
         ({"path": "shop/pricing.py", "line": 99, "column": 1, "new_name": "total"}, "line 99 does not exist"),
         ({"path": "shop/missing.py", "line": 1, "column": 1, "new_name": "total"}, "does not exist"),
-        ({"path": "web/app.js", "line": 1, "column": 10, "new_name": "total"}, "not a Python file"),
+        ({"path": "README.md", "line": 1, "column": 6, "new_name": "total"}, "not source code of a language"),
+        ({"path": "web/app.js", "line": 2, "column": 4, "new_name": "total"}, "is not an identifier in code"),
         ({"path": "../outside.py", "line": 1, "column": 1, "new_name": "total"}, "'..' is not allowed"),
     ],
 )
@@ -129,6 +132,19 @@ def test_bad_renames_get_one_error_and_change_nothing(
     refused = call(context, "rename_symbol", arguments)
     assert refused.is_error and reason in refused.text and len(refused.text.splitlines()) == 1, refused.text
     assert shell(sandbox, "git status --porcelain") == ""
+
+
+def test_other_languages_get_a_labelled_identifier_rename(context: ToolContext, sandbox: DockerSandbox) -> None:
+    renamed = call(context, "rename_symbol", {"path": "web/app.js", "line": 3, "column": 11, "new_name": "total"})
+    assert not renamed.is_error, renamed.text
+    assert renamed.text.startswith(
+        "renamed 'compute_total' to 'total' with a tree-sitter identifier rename (javascript; NOT scope-aware"
+    )
+    assert (sandbox.workspace / "web/app.js").read_text() == (
+        "function total(items) { return items.length; }\n// compute_total, in JavaScript\nconst n = total([1]);\n"
+    )
+    assert "web/app.js:2: [comment] not renamed" in renamed.text
+    assert shell(sandbox, "git status --porcelain") == " M web/app.js\n", "Python files are another language"
 
 
 def test_a_file_that_does_not_parse_is_refused_whole(context: ToolContext, sandbox: DockerSandbox) -> None:

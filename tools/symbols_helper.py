@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import tokenize
+from collections.abc import Iterator
 from typing import Any
 
 import fileops_helper as files
@@ -138,30 +139,40 @@ def _tree_sitter_parser(language: str) -> Any:
     return tree_sitter_language_pack.get_parser(language)  # type: ignore[arg-type]
 
 
-def _tree_sitter_sites(path: str, source: str, name: str, language: str) -> tuple[list[Site], list[Site], list[Site]]:
-    """Identifiers named `name` in the language's grammar: a definition when it is its parent's `name` field."""
-    data = source.encode("utf-8")
-    lines = source.splitlines()
-    root = _tree_sitter_parser(language).parse(data).root_node
-    definitions, references, mentions = [], [], []
+def _tree_sitter_nodes(data: bytes, name: str, language: str) -> Iterator[tuple[str, Any]]:
+    """("definition" | "reference" | "comment" | "string", node) for `name` in the language's grammar, in source
+    order: an identifier is a definition when it is its parent's `name` field."""
     word = _word(name)
-    pending = [root]
+    pending = [_tree_sitter_parser(language).parse(data).root_node]
     while pending:
         node = pending.pop()
         kind = node.type
-        row, byte_column = node.start_point
-        text = lines[row] if row < len(lines) else ""
-        column = len(text.encode("utf-8")[:byte_column].decode("utf-8", "replace")) + 1
         if "comment" in kind or "string" in kind:
             if word.search(data[node.start_byte : node.end_byte].decode("utf-8", "replace")):
-                mentions.append(Site(path, row + 1, column, text, "comment" if "comment" in kind else "string"))
+                yield ("comment" if "comment" in kind else "string"), node
             continue
         if node.child_count == 0 and "identifier" in kind and data[node.start_byte : node.end_byte] == name.encode():
             parent = node.parent
-            named = parent is not None and parent.child_by_field_name("name") == node
-            target = definitions if named else references
-            target.append(Site(path, row + 1, column, text, parent.type if named and parent else "code"))
+            yield (
+                ("definition" if parent is not None and parent.child_by_field_name("name") == node else "reference"),
+                node,
+            )
         pending.extend(reversed(node.children))
+
+
+def _tree_sitter_sites(path: str, source: str, name: str, language: str) -> tuple[list[Site], list[Site], list[Site]]:
+    lines = source.splitlines()
+    definitions, references, mentions = [], [], []
+    for role, node in _tree_sitter_nodes(source.encode("utf-8"), name, language):
+        row, byte_column = node.start_point
+        text = lines[row] if row < len(lines) else ""
+        column = len(text.encode("utf-8")[:byte_column].decode("utf-8", "replace")) + 1
+        if role == "definition":
+            definitions.append(Site(path, row + 1, column, text, node.parent.type))
+        elif role == "reference":
+            references.append(Site(path, row + 1, column, text, "code"))
+        else:
+            mentions.append(Site(path, row + 1, column, text, role))
     return definitions, references, mentions
 
 
@@ -325,35 +336,106 @@ def _rope_errors() -> tuple[type[Exception], ...]:
     return (exceptions.RefactoringError, exceptions.ModuleSyntaxError, exceptions.BadIdentifierError)
 
 
-def rename_symbol(request: dict[str, Any]) -> str:
-    from rope.base import evaluate, libutils
-    from rope.refactor.rename import Rename
+def _word_at(source: str, offset: int, where: str) -> tuple[int, str]:
+    """(start offset, identifier) of the identifier around `offset`, or Refused."""
+    start = offset - len(re.search(r"\w*$", source[:offset]).group())  # type: ignore[union-attr]
+    name = source[start:offset] + re.match(r"\w*", source[offset:]).group()  # type: ignore[union-attr]
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise Refused(f"no identifier at {where}")
+    return start, name
 
+
+def rename_symbol(request: dict[str, Any]) -> str:
     new_name = _identifier(request["new_name"], "new_name")
     parts = files._parts(request["path"])
     shown = files._shown(parts)
-    if not shown.endswith((".py", ".pyi")):
-        raise Refused(
-            f"rename_symbol renames Python symbols (with rope); '{shown}' is not a Python file: use find_symbol "
-            "to list the sites, then str_replace"
-        )
+    language = request["languages"].get(os.path.splitext(shown)[1].lower())
+    if language is None:
+        raise Refused(f"'{shown}' is not source code of a language the symbol tools read; use str_replace")
     source = _text(parts)
-    _parses(shown, source)
-    offset = _offset(source, request["line"], request["column"], shown)
-    match = re.match(r"\w*", source[offset:])
-    start = offset - len(re.search(r"\w*$", source[:offset]).group())  # type: ignore[union-attr]
-    old_name = source[start:offset] + (match.group() if match else "")
-    if not old_name.isidentifier() or keyword.iskeyword(old_name):
-        raise Refused(f"no identifier at {shown}:{request['line']}:{request['column']}")
+    where = f"{shown}:{request['line']}:{request['column']}"
+    if language == "python":
+        _parses(shown, source)
+    start, old_name = _word_at(source, _offset(source, request["line"], request["column"], shown), where)
     if old_name == new_name:
         raise Refused(f"the symbol is already named '{new_name}'")
+    if language == "python":
+        return _rope_rename(shown, start, old_name, new_name, request["languages"])
+    return _tree_sitter_rename(shown, source, start, (old_name, new_name), language, request["languages"])
+
+
+IMPORT_LINE = re.compile(r"\b(import|require|use|using|include)\b")
+
+
+def _tree_sitter_rename(
+    shown: str, source: str, start: int, names: tuple[str, str], language: str, languages: dict[str, str]
+) -> str:
+    """Every identifier `old_name` (not strings, not comments) in the files of the language that declare it or
+    import it: the grammar knows identifiers, not scopes, and the reply says so."""
+    old_name, new_name = names
+    start_byte = len(source[:start].encode("utf-8"))
+    try:
+        here = list(_tree_sitter_nodes(source.encode("utf-8"), old_name, language))
+    except ImportError as error:
+        raise Refused(f"tree-sitter cannot load in the sandbox ({error}); use find_symbol and str_replace") from None
+    if not any(node.start_byte == start_byte and role in ("definition", "reference") for role, node in here):
+        line = source[:start].count("\n") + 1
+        raise Refused(f"'{old_name}' at {shown} line {line} is not an identifier in code (a string or comment?)")
+    edits: dict[str, bytes] = {}
+    left: list[str] = []
+    for path, file_language in _repository_files(languages):
+        data = files._searchable(path, [])
+        if file_language != language or data is None or old_name.encode() not in data:
+            continue
+        text = data.decode("utf-8", errors="replace")
+        nodes = list(_tree_sitter_nodes(data, old_name, language))
+        declares = any(role == "definition" for role, _ in nodes)
+        imports = any(IMPORT_LINE.search(line) and _word(old_name).search(line) for line in text.splitlines())
+        if new_name.encode() in data and any(
+            role == "definition" for role, _ in _tree_sitter_nodes(data, new_name, language)
+        ):
+            raise Refused(f"'{new_name}' already exists in '{path}'; choose another name")
+        if not (declares or imports or path == shown):
+            left += [f"{path}: mentions '{old_name}' but neither declares nor imports it (left as it is)"]
+            continue
+        renamed = bytearray(data)
+        for role, node in sorted(nodes, key=lambda item: item[1].start_byte, reverse=True):
+            if role in ("definition", "reference"):
+                renamed[node.start_byte : node.end_byte] = new_name.encode()
+            else:
+                left.append(f"{path}:{node.start_point[0] + 1}: [{role}] not renamed")
+        edits[path] = bytes(renamed)
+    sites = []
+    for path, data in edits.items():
+        parts = path.split("/")
+        parent, handle, info = files._open(parts)
+        try:
+            old = files._read_text(handle, info, path).decode("utf-8", errors="replace")
+        finally:
+            os.close(handle)
+        try:
+            files._replace(parent, parts[-1], data, info.st_mode)
+        finally:
+            os.close(parent)
+        sites += _changed_lines(path, old, data.decode("utf-8", errors="replace"))
+    reply = [
+        f"renamed '{old_name}' to '{new_name}' with a tree-sitter identifier rename ({language}; NOT scope-aware: "
+        "every identifier of that name in the files that declare or import it):"
+    ]
+    return "\n".join(reply + _summary("edited lines", sites) + _summary("NOT renamed, check by hand", left))
+
+
+def _rope_rename(shown: str, start: int, old_name: str, new_name: str, languages: dict[str, str]) -> str:
+    from rope.base import evaluate, libutils
+    from rope.refactor.rename import Rename
+
     project = _rope_project()
     try:
         resource = libutils.path_to_resource(project, shown)
         pymodule = project.get_pymodule(resource)
         pyname = evaluate.eval_location(pymodule, start)
         if pyname is None:
-            raise Refused(f"'{old_name}' at {shown}:{request['line']} is not a symbol rope can resolve")
+            raise Refused(f"'{old_name}' in {shown} is not a symbol rope can resolve")
         taken = _taken(pyname, new_name)
         if taken:
             raise Refused(f"'{new_name}' already exists {taken}; choose another name")
@@ -370,7 +452,7 @@ def rename_symbol(request: dict[str, Any]) -> str:
         raise Refused(f"rope cannot rename '{old_name}': {error}") from None
     finally:
         project.close()
-    left = _not_renamed(old_name, request["languages"])
+    left = _not_renamed(old_name, languages)
     reply = [f"renamed '{old_name}' to '{new_name}' with rope (scope- and import-aware):"]
     reply += _summary("edited lines", sites)
     reply += _summary("NOT renamed, check by hand (dynamic uses, strings, comments, other files)", unsure + left)
