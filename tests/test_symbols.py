@@ -110,6 +110,7 @@ def test_rename_crosses_modules_and_an_import_as_and_lists_what_it_left(
     assert '__all__ = ["compute_total"]' in left and "web/app.js:1:10" in left
     assert 'getattr(pricing, "compute_total")' in (workspace / "shop/report.py").read_text(), "strings stay"
     assert "shop/checkout.py:6: return pricing.total(cart.items)" in renamed.text.split("NOT renamed")[0]
+    assert not (workspace / ".ropeproject").exists(), "rope keeps nothing of its own in the worktree"
 
 
 @pytest.mark.parametrize(

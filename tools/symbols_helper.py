@@ -28,7 +28,8 @@ from fileops_helper import Refused
 
 MAX_LISTED = 60  # sites per section of a reply; the rest are counted
 LEDGER_SITES_SHOWN = 3
-IGNORED_BY_ROPE = [".git", "*.pyc", "__pycache__", ".venv", "venv", "node_modules", ".tox", ".eggs", "build", "dist"]
+# Third-party code a rename must not touch (and rope need not read).
+IGNORED_BY_ROPE = [".git", "*.pyc", "__pycache__", ".venv", "venv", "node_modules", ".tox", ".eggs"]
 
 
 def _identifier(name: str, what: str) -> str:
@@ -47,7 +48,7 @@ def _text(parts: list[str]) -> str:
 
 
 def _repository_files(languages: dict[str, str]) -> list[tuple[str, str | None]]:
-    """(path, language or None) for every regular text file git lists; links and oversized files are skipped."""
+    """(path, language or None) of every file git lists (tracked, and untracked but not ignored)."""
     found = []
     for name in files._candidate_files([]):
         suffix = os.path.splitext(name)[1].lower()
@@ -298,19 +299,31 @@ def _apply(changes: Any) -> list[str]:
     odd = [change for change in contents if not isinstance(change, ChangeContents)]
     if odd:
         raise Refused(f"the refactoring needs changes other than edits ({odd[0]}); nothing was changed")
-    sites = []
-    for change in contents:
-        parts = files._parts(change.resource.path)
+    return _write_all({change.resource.path: change.new_contents.encode("utf-8") for change in contents})
+
+
+def _write_all(edits: dict[str, bytes]) -> list[str]:
+    """Every file is opened (never through a link) and read before the first is written, so a file that cannot
+    be edited stops the whole change before anything is written; the edited lines, as `path:line: text`."""
+    originals = {}
+    for path in edits:
+        parts = files._parts(path)
         parent, handle, info = files._open(parts)
         try:
-            old = files._read_text(handle, info, change.resource.path).decode("utf-8")
+            originals[path] = (files._read_text(handle, info, path), info.st_mode)
         finally:
             os.close(handle)
+            os.close(parent)
+    sites = []
+    for path, data in edits.items():
+        parts = files._parts(path)
+        old, mode = originals[path]
+        parent = files._open_parent(parts)
         try:
-            files._replace(parent, parts[-1], change.new_contents.encode("utf-8"), info.st_mode)
+            files._replace(parent, parts[-1], data, mode)
         finally:
             os.close(parent)
-        sites += _changed_lines(change.resource.path, old, change.new_contents)
+        sites += _changed_lines(path, old.decode("utf-8", "replace"), data.decode("utf-8", "replace"))
     return sites
 
 
@@ -405,19 +418,7 @@ def _tree_sitter_rename(
             else:
                 left.append(f"{path}:{node.start_point[0] + 1}: [{role}] not renamed")
         edits[path] = bytes(renamed)
-    sites = []
-    for path, data in edits.items():
-        parts = path.split("/")
-        parent, handle, info = files._open(parts)
-        try:
-            old = files._read_text(handle, info, path).decode("utf-8", errors="replace")
-        finally:
-            os.close(handle)
-        try:
-            files._replace(parent, parts[-1], data, info.st_mode)
-        finally:
-            os.close(parent)
-        sites += _changed_lines(path, old, data.decode("utf-8", errors="replace"))
+    sites = _write_all(edits)
     reply = [
         f"renamed '{old_name}' to '{new_name}' with a tree-sitter identifier rename ({language}; NOT scope-aware: "
         "every identifier of that name in the files that declare or import it):"
@@ -548,15 +549,15 @@ def _same_module(imported: str, module: str) -> bool:
 def _redirect_imports(name: str, source_module: str, target_module: str, languages: dict[str, str]) -> list[str]:
     """`from <old module> import name` statements rope leaves alone (re-exports nothing else uses, say) now
     import it from its new module; a statement that also imports other names gets a line of its own."""
-    edited = []
+    edits: dict[str, bytes] = {}
     for path, language in _repository_files(languages):
-        if language != "python":
+        data = files._searchable(path, []) if language == "python" else None
+        if data is None or name.encode() not in data:
             continue
-        parts = path.split("/")
         try:
-            source = _text(parts)
+            source = data.decode("utf-8")  # strictly: a file rewritten from a lossy decoding would lose bytes
             tree = ast.parse(source)
-        except (Refused, SyntaxError):
+        except (UnicodeDecodeError, SyntaxError):
             continue
         lines = source.splitlines(keepends=True)
         statements = [
@@ -577,14 +578,8 @@ def _redirect_imports(name: str, source_module: str, target_module: str, languag
                 kept = f"{indent}from {'.' * node.level}{node.module or ''} import {names}\n"
             lines[node.lineno - 1 : node.end_lineno] = [kept + line + "\n"]
         if statements:
-            parent = files._open_parent(parts)
-            try:
-                mode = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode
-                files._replace(parent, parts[-1], "".join(lines).encode("utf-8"), mode)
-            finally:
-                os.close(parent)
-            edited += [f"{path}:{node.lineno}: from {target_module} import {name}" for node in statements]
-    return edited
+            edits[path] = "".join(lines).encode("utf-8")
+    return _write_all(edits)
 
 
 def _existing_text(parts: list[str]) -> str | None:
