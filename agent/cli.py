@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -9,9 +10,10 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig
+from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig, Switch
 from agent.environment.cli import env_app
 from agent.environment.spec import EnvironmentFileError, load_environment_file
+from agent.eval.cli import eval_command
 from agent.pack_cli import pack
 from agent.review.cli import review_app
 from agent.server.cli import doctor, server_app
@@ -40,6 +42,18 @@ OPTION_OF_FIELD = {
     "idle_timeout_s": "--idle-timeout",
     "max_file_bytes": "--max-file-size",
 }
+
+
+# `run`'s parameters that are not options every task shares (see run_option_names).
+NOT_RUN_OPTIONS = ("repo", "task", "task_file", "allow_dirty")
+
+
+def _switch(enabled: bool) -> Switch:
+    return "on" if enabled else "off"
+
+
+SYMBOL_TOOLS_DEFAULT = _switch(RunConfig.model_fields["symbol_tools"].default)
+LEDGER_DEFAULT = _switch(RunConfig.model_fields["ledger"].default)
 
 
 class UsageProblem(Exception):
@@ -132,45 +146,25 @@ def run(
         int, typer.Option(help="Retries of a failing server, backoff from 2 s.")
     ] = LLMConfig().max_retries,
     max_tokens: Annotated[int | None, typer.Option(help="Cap per response (default: the server's).")] = None,
+    symbol_tools: Annotated[
+        Switch, typer.Option(help="find_symbol, rename_symbol and move_symbol for the model.")
+    ] = SYMBOL_TOOLS_DEFAULT,
+    ledger: Annotated[
+        Switch, typer.Option(help="The state ledger after each edit, and the plan tools.")
+    ] = LEDGER_DEFAULT,
     allow_dirty: Annotated[
         bool, typer.Option(help="Run although REPO has uncommitted changes (they are ignored).")
     ] = False,
 ) -> None:
     """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/."""
+    given = locals()
     # The run's machinery (openai, docker, rich) loads here, not for `pack` or `server`.
     from agent.live import RunView
     from agent.session import execute
 
     try:
         tasks = _read_tasks(task, task_file)
-        _check_runs_dir(runs_dir)
-        if image is not None and environment is not None:
-            raise UsageProblem("--image and --environment: an explicit image is used as is, choose one")
-        spec = load_environment_file(environment) if environment is not None else None
-        config = RunConfig(
-            repo=repo.resolve(),
-            tasks=tasks,
-            llm=LLMConfig(
-                server_url=server or DEFAULT_SERVER_URL,
-                server_explicit=server is not None,
-                model=model,
-                effort=effort,
-                max_retries=max_retries,
-                idle_timeout_s=idle_timeout,
-                sampling=SamplingConfig(
-                    temperature=temperature, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max_tokens
-                ),
-            ),
-            image=image or DEFAULT_IMAGE,
-            image_explicit=image is not None,
-            environment=spec,
-            runs_dir=runs_dir,
-            max_turns=max_turns,
-            test_cmd=test_cmd,
-            command_timeout_s=command_timeout,
-            repair_rounds=repair_rounds,
-            max_file_bytes=max_file_size * MIB,
-        )
+        config = run_config(repo.resolve(), tasks, **{name: given[name] for name in run_option_names()})
     except (UsageProblem, EnvironmentFileError) as problem:
         typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
@@ -178,3 +172,69 @@ def run(
         typer.echo(f"error: {_option_problem(error)}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     raise typer.Exit(execute(config, allow_dirty=allow_dirty, view=RunView()))
+
+
+def run_option_names() -> list[str]:
+    """`run`'s options that shape every task (`eval` takes them too): all but what names the repository and tasks."""
+    return [name for name in inspect.signature(run).parameters if name not in NOT_RUN_OPTIONS]
+
+
+def run_config(
+    repo: Path,
+    tasks: list[str],
+    *,
+    server: str | None,
+    model: str,
+    effort: Effort,
+    image: str | None,
+    environment: Path | None,
+    runs_dir: Path,
+    max_turns: int,
+    test_cmd: str | None,
+    command_timeout: float,
+    idle_timeout: float,
+    repair_rounds: int,
+    max_file_size: int,
+    temperature: float,
+    top_p: float,
+    min_p: float,
+    seed: int | None,
+    max_retries: int,
+    max_tokens: int | None,
+    symbol_tools: Switch,
+    ledger: Switch,
+) -> RunConfig:
+    """The RunConfig of `run`'s options; UsageProblem, EnvironmentFileError or ValidationError when they are bad."""
+    _check_runs_dir(runs_dir)
+    if image is not None and environment is not None:
+        raise UsageProblem("--image and --environment: an explicit image is used as is, choose one")
+    spec = load_environment_file(environment) if environment is not None else None
+    return RunConfig(
+        repo=repo,
+        tasks=tasks,
+        llm=LLMConfig(
+            server_url=server or DEFAULT_SERVER_URL,
+            server_explicit=server is not None,
+            model=model,
+            effort=effort,
+            max_retries=max_retries,
+            idle_timeout_s=idle_timeout,
+            sampling=SamplingConfig(
+                temperature=temperature, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max_tokens
+            ),
+        ),
+        image=image or DEFAULT_IMAGE,
+        image_explicit=image is not None,
+        environment=spec,
+        runs_dir=runs_dir,
+        max_turns=max_turns,
+        test_cmd=test_cmd,
+        command_timeout_s=command_timeout,
+        repair_rounds=repair_rounds,
+        max_file_bytes=max_file_size * MIB,
+        symbol_tools=symbol_tools == "on",
+        ledger=ledger == "on",
+    )
+
+
+app.command("eval")(eval_command(run, run_option_names()))

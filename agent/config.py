@@ -12,6 +12,7 @@ from agent.environment.spec import EnvironmentSpec
 from sandbox.models import DEFAULT_IMAGE
 
 Effort = Literal["low", "high", "max"]
+Switch = Literal["on", "off"]  # a feature's command-line switch, e.g. --ledger on|off
 
 DEFAULT_SERVER_URL = "http://127.0.0.1:8080/v1"
 RETRY_BACKOFF_CAP_S = 60.0  # the longest wait between two retries of a failing server
@@ -72,3 +73,5 @@ class RunConfig(BaseModel):
     repair_rounds: int = Field(2, ge=0, description="times the gate may send regressions back to the model")
     max_file_bytes: int = Field(10 * 1024**2, ge=1, description="untracked files above this are not committed")
     tool_output_chars: int = Field(20_000, ge=1_000, description="tool output shown to the model, head and tail kept")
+    symbol_tools: bool = Field(True, description="find_symbol, rename_symbol, move_symbol (--symbol-tools on|off)")
+    ledger: bool = Field(True, description="the state ledger and plan tools (--ledger on|off)")

@@ -17,7 +17,7 @@ from agent.packing import PackOptions, pack_repository
 from prompts import load_prompt
 
 
-def pack_options(config: RunConfig, task: str, server_url: str) -> PackOptions:
+def pack_options(config: RunConfig, task: str, server_url: str | None) -> PackOptions:
     # The task only steers which files stay whole when the repository overflows the window; a repository
     # that fits renders the same for every task, so tasks on one commit share the prefix.
     return PackOptions(server_url=server_url, effort=config.llm.effort, task=task)

@@ -55,14 +55,18 @@ from agent.report import EnvironmentRecord, GateEvidence, RunSummary, TaskSummar
 from agent.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
 from tools import ToolContext, default_registry
+from tools.ledger import Ledger, old_names_in
+from tools.symbols import sandbox_mounts
 from tools.test_command import detect_test_command
 
 Emit = Callable[[Event], None]
 INTERRUPTED_TRAILER = {"Refactor-Agent-Status": "interrupted"}
 
 
-def _spec_counters(api: LlamaServerAPI) -> SpecCounters | None:
+def _spec_counters(api: LlamaServerAPI | None) -> SpecCounters | None:
     """Metrics are for the report: a server that cannot give them must not fail the task."""
+    if api is None:
+        return None
     try:
         return scrape_spec_counters(api)
     except (ServerError, httpx.HTTPError):
@@ -101,7 +105,7 @@ class Run:
         repo: git.Repo,
         docker_client: docker.DockerClient,
         model: ChatModel,
-        server_url: str,
+        server_url: str | None,
         journal: RunJournal,
         observe: Emit,
     ) -> None:
@@ -112,8 +116,9 @@ class Run:
         self.server_url = server_url
         self.journal = journal
         self.observe = observe
-        self.registry = default_registry()
-        self.server_api = LlamaServerAPI(server_url)
+        self.registry = default_registry(symbol_tools=config.symbol_tools, ledger=config.ledger)
+        # None: a scripted model with no server (`eval --oracle`): tokens are estimated, no metrics are scraped.
+        self.server_api = LlamaServerAPI(server_url) if server_url else None
         self.requests: list[RequestStats] = []
         self.baselines = BaselineCache(config.runs_dir)
         self.git_dir = Path(repo.git.rev_parse("--path-format=absolute", "--git-common-dir"))
@@ -123,7 +128,7 @@ class Run:
         self.current_task: int | None = None
         self.environment: EnvironmentRecord | None = None
         try:
-            self.speculation = speculation_configured(self.server_api)
+            self.speculation = self.server_api is not None and speculation_configured(self.server_api)
         except (ServerError, httpx.HTTPError):
             self.speculation = False
 
@@ -140,7 +145,7 @@ class Run:
             run_id=self.journal.run_id,
             repo=str(self.config.repo),
             model=self.model.name,
-            server_url=self.server_url,
+            server_url=self.server_url or "none (scripted model)",
             speculation_configured=self.speculation,
         )
         try:
@@ -171,7 +176,8 @@ class Run:
             self.journal.write_summary(summary)
             if self.scratch is not None:
                 remove_run_scratch(self.scratch, self.git_dir)
-            self.server_api.close()
+            if self.server_api is not None:
+                self.server_api.close()
             self.current_task = None
             self.emit(
                 RunEnd(
@@ -275,13 +281,14 @@ class Run:
             run_id=self.journal.run_id,
             limits=limits,
             client=self.docker,
-            read_only_paths=[workspace.git_common_dir],
+            read_only_paths=[workspace.git_common_dir, *self._tool_mounts()],
         ) as sandbox:
             context = ToolContext(
                 executor=sandbox,
                 test_command=test_command,
                 command_timeout_s=self.config.command_timeout_s,
                 output_chars=self.config.tool_output_chars,
+                ledger=Ledger(old_names_in(task)) if self.config.ledger else None,
             )
             gate = Gate(
                 sandbox,
@@ -307,6 +314,10 @@ class Run:
             )
             result = loop.run(system, task_prompt(task, test_command))
             return self._gate(gate, loop, result, workspace)
+
+    def _tool_mounts(self) -> list[Path]:
+        """The symbol tools' helper and libraries, which the ledger uses too (read-only, see tools/symbols.py)."""
+        return sandbox_mounts() if self.config.symbol_tools or self.config.ledger else []
 
     def _gate(
         self, gate: Gate, loop: AgentLoop, result: LoopResult, workspace: Workspace

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -48,6 +49,18 @@ def make_repo(path: Path, files: dict[str, str] = SAMPLE_FILES) -> Path:
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "initial")
     return path
+
+
+def restore_checkout(repo: Path) -> None:
+    """Back to the committed files: everything but .git removed (links as links), then checked out again."""
+    for entry in repo.iterdir():
+        if entry.name == ".git":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    subprocess.run(["git", "checkout", "-q", "--", "."], cwd=repo, check=True)
 
 
 def checkout_fingerprint(repo: Path) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import agent
-from agent.cli import app
+from agent.cli import app, run, run_config, run_option_names
 
 from repos import checkout_fingerprint, make_repo
 
@@ -112,3 +113,11 @@ def test_the_installed_command_refuses_a_non_utf8_task_file_without_a_traceback(
     assert completed.returncode == 2
     assert completed.stderr == f"error: --task-file {task_file}: not UTF-8 text (byte 0)\n"
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_feature_switches_take_on_or_off(tmp_path: Path) -> None:
+    assert "'--symbol-tools'" in _refused(tmp_path, ["--symbol-tools", "maybe"])
+    options = {name: parameter.default for name, parameter in inspect.signature(run).parameters.items()}
+    options = {name: options[name] for name in run_option_names()}
+    config = run_config(tmp_path, ["Rename x"], **{**options, "symbol_tools": "off", "runs_dir": tmp_path / "runs"})
+    assert (config.symbol_tools, config.ledger) == (False, True)

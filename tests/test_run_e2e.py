@@ -185,6 +185,8 @@ def test_dirty_checkout_is_refused_unless_allowed_and_never_touched(tmp_path: Pa
                 Reply(tool_calls=[("bash", {"command": "sleep 60", "timeout": 1})]),
                 Reply(tool_calls=[("view_file", {"path": "/etc/passwd"})]),
                 Reply(tool_calls=[("finish", {"summary": "nothing to do"})]),
+                # The ledger reminds once that compute_area is still there; finishing again is accepted.
+                Reply(tool_calls=[("finish", {"summary": "nothing to do"})]),
             ],
             "no_changes",
             "the model called finish",

@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from tools.output import cap_text
+
+if TYPE_CHECKING:
+    from tools.ledger import Ledger
 
 # File tools run in the sandbox under this timeout of their own (commands have theirs): a read, an edit or a search
 # that takes longer is runaway work, a regular expression that backtracks without end say.
@@ -46,6 +49,7 @@ class ToolContext:
     command_timeout_s: float
     output_chars: int
     file_tool_timeout_s: float = FILE_TOOL_TIMEOUT_S
+    ledger: Ledger | None = None  # the state ledger (--ledger on), appended after calls that change files
 
 
 class ToolError(Exception):
@@ -69,6 +73,8 @@ class ToolSpec:
     description: str
     arguments: type[BaseModel]
     handler: Callable[[Any, ToolContext], str]
+    # Whether a call may change the worktree's files: the ledger (tools/ledger.py) reports after such calls.
+    changes_files: bool = False
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -119,12 +125,26 @@ class ToolRegistry:
             return ToolResult(text=f"error: {error}", is_error=True)
         except Exception as error:  # a tool bug must not end the night's run; the model sees it and moves on
             return ToolResult(text=f"error: {name} failed: {error.__class__.__name__}: {error}", is_error=True)
-        return ToolResult(text=cap_text(text, context.output_chars))
+        text = cap_text(text, context.output_chars)
+        if spec.changes_files and context.ledger is not None:  # after the cap, so the ledger is never cut
+            text = f"{text}\n\n{context.ledger.render(context)}"
+        return ToolResult(text=text)
 
 
-def default_registry() -> ToolRegistry:
+def default_registry(*, symbol_tools: bool = True, ledger: bool = True) -> ToolRegistry:
+    """The tools the model sees; `symbol_tools` and `ledger` are the run's --symbol-tools and --ledger."""
     from tools.files import FILE_TOOLS
     from tools.finish import FINISH_TOOL
+    from tools.ledger import LEDGER_TOOLS
     from tools.shell import SHELL_TOOLS
+    from tools.symbols import SYMBOL_TOOLS
 
-    return ToolRegistry([*SHELL_TOOLS, *FILE_TOOLS, FINISH_TOOL])
+    return ToolRegistry(
+        [
+            *SHELL_TOOLS,
+            *FILE_TOOLS,
+            *(SYMBOL_TOOLS if symbol_tools else []),
+            *(LEDGER_TOOLS if ledger else []),
+            FINISH_TOOL,
+        ]
+    )

@@ -344,18 +344,22 @@ def search(request: dict[str, Any]) -> str:
 OPERATIONS = {"view_file": view_file, "str_replace": str_replace, "create_file": create_file, "search": search}
 
 
-def main() -> None:
-    operation = "file tool"
+def serve(operations: dict[str, Any], operation: str) -> None:
+    """Read the request, run its operation, write the one reply line (tools/symbols_helper.py serves alike)."""
     try:
         request = json.loads(sys.stdin.buffer.read())
         operation = request["op"]
-        reply = {"text": OPERATIONS[operation](request)}
+        reply = {"text": operations[operation](request)}
     except Refused as error:
         reply = {"error": str(error)}
     except Exception as error:  # reported, not raised: the host reads one reply line whatever happened
         reply = {"error": f"{operation} failed: {error.__class__.__name__}: {error}"}
     # Lone surrogates (from undecodable names or the model's JSON) become '?': the line stays valid UTF-8 JSON.
     sys.stdout.buffer.write(json.dumps(reply, ensure_ascii=False).encode("utf-8", "replace") + b"\n")
+
+
+def main() -> None:
+    serve(OPERATIONS, "file tool")
 
 
 if __name__ == "__main__":

@@ -41,10 +41,15 @@ def _reply(output: str) -> dict[str, Any] | None:
 
 
 def _in_sandbox(context: ToolContext, operation: str, arguments: BaseModel) -> str:
-    request = json.dumps({"op": operation, **arguments.model_dump()}).encode("ascii")
-    timeout_s = context.file_tool_timeout_s
+    return call_helper(context, _helper_command(), {"op": operation, **arguments.model_dump()})
+
+
+def call_helper(context: ToolContext, command: str, request: dict[str, Any], timeout_s: float | None = None) -> str:
+    """Send one request to a helper run in the sandbox by `command`; its reply text, or its refusal as ToolError."""
+    operation = request["op"]
+    timeout_s = timeout_s or context.file_tool_timeout_s
     result = context.executor.execute(
-        _helper_command(), timeout_s=timeout_s, max_output_bytes=MAX_REPLY_BYTES, stdin=request
+        command, timeout_s=timeout_s, max_output_bytes=MAX_REPLY_BYTES, stdin=json.dumps(request).encode("ascii")
     )
     if result.timed_out:
         raise ToolError(
@@ -84,13 +89,17 @@ class SearchArguments(BaseModel):
     path: str | None = Field(None, description="File or folder to search in; default the whole repository.")
 
 
-def _file_tool(name: str, description: str, arguments: type[BaseModel]) -> ToolSpec:
-    return ToolSpec(name, description, arguments, lambda given, context: _in_sandbox(context, name, given))
+def _file_tool(name: str, description: str, arguments: type[BaseModel], *, changes_files: bool = False) -> ToolSpec:
+    return ToolSpec(
+        name, description, arguments, lambda given, context: _in_sandbox(context, name, given), changes_files
+    )
 
 
 FILE_TOOLS = [
     _file_tool("view_file", "Show a file with line numbers (or list a folder).", ViewFileArguments),
-    _file_tool("str_replace", "Replace one exact, unique occurrence of text.", StrReplaceArguments),
-    _file_tool("create_file", "Create or overwrite a file with the given content.", CreateFileArguments),
+    _file_tool("str_replace", "Replace one exact, unique occurrence of text.", StrReplaceArguments, changes_files=True),
+    _file_tool(
+        "create_file", "Create or overwrite a file with the given content.", CreateFileArguments, changes_files=True
+    ),
     _file_tool("search", "Search the repository's files for a regular expression.", SearchArguments),
 ]

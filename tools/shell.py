@@ -50,6 +50,8 @@ def run_tests(_arguments: RunTestsArguments, context: ToolContext) -> str:
 
 
 SHELL_TOOLS = [
-    ToolSpec("bash", "Run a shell command in the repository's sandbox (no network).", BashArguments, bash),
+    ToolSpec(
+        "bash", "Run a shell command in the repository's sandbox (no network).", BashArguments, bash, changes_files=True
+    ),
     ToolSpec("run_tests", "Run the repository's test suite in the sandbox.", RunTestsArguments, run_tests),
 ]
