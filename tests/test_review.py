@@ -73,7 +73,7 @@ NIGHT_SCRIPT = [
                     "    assert 'width times height' in compute_area.__doc__\n",
                 },
             ),
-            ("str_replace", {"path": "pytest.ini", "old": "[pytest]\n", "new": "[pytest]\nxfail_strict = true\n"}),
+            ("str_replace", {"path": "pytest.ini", "old": "[pytest]\n", "new": "[pytest]\nconsole_output_style = classic\n"}),
             ("bash", {"command": "rm NOTES.txt"}),
             ("create_file", {"path": "big.txt", "content": "x" * 2000}),
         ]
