@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
-from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig
+from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, NightConfig, RunConfig, SamplingConfig
+from agent.night import load_night
 from agent.pack_cli import pack
 from agent.review.cli import review_app
 from agent.server.cli import doctor, server_app
+from agent.settings import (
+    MIB,
+    Layer,
+    Options,
+    SettingsError,
+    Source,
+    config_file_layers,
+    night_config,
+    options_from,
+)
 from sandbox.cli import sandbox_app
 from sandbox.models import DEFAULT_IMAGE
-
-MIB = 1024**2
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Overnight whole-repository refactoring with a local llama-server."
@@ -29,14 +40,6 @@ app.command("doctor")(doctor)
 
 
 EXIT_USAGE = 2
-# RunConfig fields (at any depth) whose option is not the field name with dashes.
-OPTION_OF_FIELD = {
-    "tasks": "--task",
-    "server_url": "--server",
-    "command_timeout_s": "--command-timeout",
-    "idle_timeout_s": "--idle-timeout",
-    "max_file_bytes": "--max-file-size",
-}
 
 
 class UsageProblem(Exception):
@@ -75,31 +78,74 @@ def _check_runs_dir(runs_dir: Path) -> None:
         raise UsageProblem(f"--runs-dir {runs_dir}: cannot write in {existing}: {error.strerror}") from None
 
 
-def _option_problem(error: ValidationError) -> str:
-    """RunConfig's complaints in the words of the command line: the option, the value given, what is wrong."""
-    problems = []
-    for detail in error.errors():
-        field = next((str(part) for part in reversed(detail["loc"]) if isinstance(part, str)), "")
-        option = OPTION_OF_FIELD.get(field, "--" + field.replace("_", "-"))
-        # A validator's own ValueError reads as its text; pydantic's "Value error, " prefix says nothing more.
-        text = str(detail["ctx"]["error"]) if detail["type"] == "value_error" else detail["msg"]
-        message = text[:1].lower() + text[1:]
-        problems.append(f"{option} {detail['input']}: {message}")
-    return "; ".join(problems)
+def _given(context: typer.Context) -> Layer:
+    """The options given on the command line (not those left at their defaults): the top layer."""
+    given = {
+        name: value
+        for name, value in context.params.items()
+        # By the source's name: typer vendors click, whose ParameterSource enum is not public there.
+        if name in Options.model_fields and getattr(context.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    }
+    return options_from(given, Source("command line"))
+
+
+def _usage_errors() -> contextlib.AbstractContextManager[None]:
+    return _one_line(UsageProblem, SettingsError)
+
+
+@contextlib.contextmanager
+def _one_line(*problems: type[Exception]) -> Iterator[None]:
+    try:
+        yield
+    except problems as problem:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def _execute(night: NightConfig, resume: str | None) -> None:
+    # The run's machinery (openai, docker, rich) loads here, not for `pack` or `server`.
+    from agent.live import RunView
+    from agent.session import execute
+
+    raise typer.Exit(execute(night, view=RunView(), resume=resume))
+
+
+def _pick_resume(night: NightConfig, wanted: bool) -> str | None:
+    from agent.session import unfinished_run
+
+    return unfinished_run(night) if wanted else None
+
+
+ServerOption = Annotated[str | None, typer.Option(help=f"OpenAI-compatible base URL [default: {DEFAULT_SERVER_URL}]")]
+RunsDirOption = Annotated[Path, typer.Option(help="Where run records go.")]
+UntilOption = Annotated[
+    str | None, typer.Option(help="End time: HH:MM (its next occurrence, local time) or a date and time.")
+]
+DeadlineOption = Annotated[str | None, typer.Option(help="End after this long: 45s, 90m, 5h.")]
+MinTaskTimeOption = Annotated[
+    str | None, typer.Option(help="No task starts when less than this remains before the end [default: 20m].")
+]
+TaskTimeoutOption = Annotated[str | None, typer.Option(help="Wall time of one task (90m); then it is timed_out.")]
+TokensPerTaskOption = Annotated[
+    int | None, typer.Option(help="Tokens one task may spend (prompt processed + generated).")
+]
+OnFinishOption = Annotated[
+    str | None, typer.Option(help="Shell command run after the run; $REFACTOR_AGENT_REPORT is the report's path.")
+]
+ResumeOption = Annotated[bool, typer.Option(help="Continue the unfinished run of the same tasks if there is one.")]
 
 
 @app.command()
 def run(
+    context: typer.Context,
     repo: Annotated[Path, typer.Argument(help="The git repository to refactor (it is never modified).")],
     task: Annotated[list[str], typer.Option("--task", "-t", help="What to do; repeat for several tasks.")] = [],  # noqa: B006
     task_file: Annotated[Path | None, typer.Option(help="Tasks, one paragraph each (for cron).")] = None,
-    server: Annotated[
-        str | None, typer.Option(help=f"OpenAI-compatible base URL [default: {DEFAULT_SERVER_URL}]")
-    ] = None,
+    server: ServerOption = None,
     model: Annotated[str, typer.Option(help="Model name sent to the server.")] = LLMConfig().model,
     effort: Annotated[Effort, typer.Option(help="Reasoning effort.")] = "max",
     image: Annotated[str, typer.Option(help="Sandbox image.")] = DEFAULT_IMAGE,
-    runs_dir: Annotated[Path, typer.Option(help="Where run records go.")] = Path("runs"),
+    runs_dir: RunsDirOption = NightConfig.model_fields["runs_dir"].default,
     max_turns: Annotated[int, typer.Option(help="Model turns per task.")] = RunConfig.model_fields["max_turns"].default,
     test_cmd: Annotated[str | None, typer.Option(help="Test command (default: detected).")] = None,
     command_timeout: Annotated[
@@ -123,44 +169,88 @@ def run(
         int, typer.Option(help="Retries of a failing server, backoff from 2 s.")
     ] = LLMConfig().max_retries,
     max_tokens: Annotated[int | None, typer.Option(help="Cap per response (default: the server's).")] = None,
+    task_timeout: TaskTimeoutOption = None,
+    max_tokens_per_task: TokensPerTaskOption = None,
+    until: UntilOption = None,
+    deadline: DeadlineOption = None,
+    min_task_time: MinTaskTimeOption = None,
+    on_finish: OnFinishOption = None,
     allow_dirty: Annotated[
         bool, typer.Option(help="Run although REPO has uncommitted changes (they are ignored).")
     ] = False,
+    resume: ResumeOption = False,
 ) -> None:
-    """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/."""
-    # The run's machinery (openai, docker, rich) loads here, not for `pack` or `server`.
-    from agent.live import RunView
-    from agent.session import execute
+    """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/.
 
-    try:
+    Settings not given here come from ./refactor-agent.toml, then ~/.config/refactor-agent/config.toml."""
+    with _usage_errors():
         tasks = _read_tasks(task, task_file)
-        _check_runs_dir(runs_dir)
-        config = RunConfig(
-            repo=repo.resolve(),
-            tasks=tasks,
-            llm=LLMConfig(
-                server_url=server or DEFAULT_SERVER_URL,
-                server_explicit=server is not None,
-                model=model,
-                effort=effort,
-                max_retries=max_retries,
-                idle_timeout_s=idle_timeout,
-                sampling=SamplingConfig(
-                    temperature=temperature, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max_tokens
-                ),
-            ),
-            image=image,
-            runs_dir=runs_dir,
-            max_turns=max_turns,
-            test_cmd=test_cmd,
-            command_timeout_s=command_timeout,
-            repair_rounds=repair_rounds,
-            max_file_bytes=max_file_size * MIB,
-        )
-    except UsageProblem as problem:
-        typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    except ValidationError as error:
-        typer.echo(f"error: {_option_problem(error)}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    raise typer.Exit(execute(config, allow_dirty=allow_dirty, view=RunView()))
+        layers = [*config_file_layers(), _given(context)]
+        night = night_config([(repo.resolve(), tasks, layers)], layers)
+        _check_runs_dir(night.runs_dir)
+        chosen = _pick_resume(night, resume)
+    _execute(night, chosen)
+
+
+@app.command()
+def night(
+    context: typer.Context,
+    night_file: Annotated[Path, typer.Argument(help="The night file (TOML): repositories and their tasks.")],
+    runs_dir: Annotated[Path | None, typer.Option(help="Where run records go [default: runs].")] = None,
+    server: ServerOption = None,
+    until: UntilOption = None,
+    deadline: DeadlineOption = None,
+    min_task_time: MinTaskTimeOption = None,
+    on_finish: OnFinishOption = None,
+    resume: ResumeOption = False,
+) -> None:
+    """Run every task of every repository in NIGHT_FILE, in order, in one run directory with one report."""
+    with _usage_errors():
+        night = load_night(night_file, config_file_layers(), _given(context))
+        _check_runs_dir(night.runs_dir)
+        chosen = _pick_resume(night, resume)
+    _execute(night, chosen)
+
+
+@app.command("resume")
+def resume_run(
+    context: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="The run to continue (its directory name under --runs-dir).")],
+    runs_dir: RunsDirOption = NightConfig.model_fields["runs_dir"].default,
+    until: UntilOption = None,
+    deadline: DeadlineOption = None,
+) -> None:
+    """Continue a run that was killed (kill -9, OOM, reboot) or stopped: finished tasks are not redone, the task
+    in flight goes on from its last completed step."""
+    from agent.session import ResumeError, load_run_night
+
+    with _one_line(ResumeError, SettingsError):
+        if "/" in run_id or run_id.startswith(".") or not (runs_dir / run_id).is_dir():
+            raise ResumeError(f"no run {run_id} in {runs_dir}")
+        night = load_run_night(runs_dir / run_id).model_copy(update={"runs_dir": runs_dir})
+        given = _given(context)
+        if given.values.keys() & {"until", "deadline"}:
+            night.deadline_at = night_config([], [given]).deadline_at
+    _execute(night, run_id)
+
+
+config_app = typer.Typer(no_args_is_help=True, help="The settings that apply, and where each comes from.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(
+    night_file: Annotated[Path | None, typer.Option("--night", help="Also the [defaults] of this night file.")] = None,
+) -> None:
+    """Each setting with its value and where it was set: default, a config file (with its line), a night file."""
+    from agent.night import night_defaults
+    from agent.settings import describe_settings
+
+    defaults = {name: parameter.default for name, parameter in inspect.signature(run).parameters.items()}
+    with _usage_errors():
+        layers = config_file_layers()
+        if night_file is not None:
+            layers.append(night_defaults(night_file))
+        lines = describe_settings(defaults, layers)
+    for line in lines:
+        typer.echo(line)

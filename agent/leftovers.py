@@ -60,12 +60,12 @@ def _forget_worktrees_in(scratch: Path, git_dir: Path) -> None:
     except OSError:
         return
     for record in records:
-        location = _read_small(record / "gitdir")  # "<worktree>/.git", written by git when it made the worktree
+        location = read_small(record / "gitdir")  # "<worktree>/.git", written by git when it made the worktree
         if location is not None and Path(location.strip()).is_relative_to(scratch):
             shutil.rmtree(record, ignore_errors=True)
 
 
-def _read_small(path: Path) -> str | None:
+def read_small(path: Path) -> str | None:
     """A file of our own or of git's, read without following a symlink and within a byte cap."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -83,7 +83,7 @@ def _owner_record(directory: Path) -> ScratchOwner | None:
         return None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
         return None
-    text = _read_small(directory / OWNER_RECORD)
+    text = read_small(directory / OWNER_RECORD)
     try:
         return ScratchOwner.model_validate_json(text) if text is not None else None
     except ValidationError:

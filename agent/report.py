@@ -16,10 +16,11 @@ def now_iso() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-TaskStatus = Literal["committed", "no_changes", "failed", "interrupted"]
-RunStatus = Literal["completed", "interrupted"]
+TaskStatus = Literal["committed", "no_changes", "failed", "interrupted", "timed_out", "skipped"]
+# running: the process is at work, or was killed (kill -9, a reboot) and the run can be resumed.
+RunStatus = Literal["running", "completed", "interrupted"]
 # Beside the status, what the gate found: the tests' word on the work (no_changes and failed carried over).
-Verdict = Literal["verified", "unverified", "regressed", "no_changes", "failed", "interrupted"]
+Verdict = Literal["verified", "unverified", "regressed", "no_changes", "failed", "interrupted", "timed_out", "skipped"]
 
 
 class GateEvidence(BaseModel):
@@ -39,6 +40,7 @@ class GateEvidence(BaseModel):
 class TaskSummary(BaseModel):
     index: int
     task: str
+    repo: str | None = None  # the repository the task ran in (a night has several)
     status: TaskStatus
     verdict: Verdict = "failed"
     reason: str
@@ -56,13 +58,15 @@ class TaskSummary(BaseModel):
 
 class RunSummary(BaseModel):
     run_id: str
-    repo: str
+    repo: str  # the first repository; `repos` lists all of a night's
+    repos: list[str] = []
     model: str
     server_url: str
     speculation_configured: bool = False
     started_at: str = Field(default_factory=now_iso)
     ended_at: str | None = None
-    status: RunStatus = "completed"
+    status: RunStatus = "running"
+    resumed: int = 0  # times the run was continued with `resume`
     interrupted_by: str | None = None  # the signal's name, e.g. SIGTERM
     tasks: list[TaskSummary] = []
     wall_time_s: float = 0.0
@@ -73,4 +77,4 @@ class RunSummary(BaseModel):
     def exit_code(self) -> int:
         if self.interrupted_by is not None:  # as a shell reports a process that a signal ended
             return 128 + signal.Signals[self.interrupted_by].value
-        return 1 if any(task.verdict in ("failed", "regressed") for task in self.tasks) else 0
+        return 1 if any(task.verdict in ("failed", "regressed", "timed_out") for task in self.tasks) else 0

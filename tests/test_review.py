@@ -99,7 +99,7 @@ def _run(repo: Path, runs_dir: Path, run_id: str, tasks: list[str], script: list
         journal.write_config(config)
         Run(
             config,
-            repo=git.Repo(repo),
+            repos={repo: git.Repo(repo)},
             docker_client=docker_client(),
             model=ScriptedModel(script),
             server_url=server.url,
