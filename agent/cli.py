@@ -25,6 +25,7 @@ from agent.settings import (
     config_file_layers,
     night_config,
     options_from,
+    run_config,
 )
 from sandbox.cli import sandbox_app
 from sandbox.models import DEFAULT_IMAGE
@@ -217,6 +218,7 @@ def resume_run(
     context: typer.Context,
     run_id: Annotated[str, typer.Argument(help="The run to continue (its directory name under --runs-dir).")],
     runs_dir: RunsDirOption = NightConfig.model_fields["runs_dir"].default,
+    server: Annotated[str | None, typer.Option(help="The server, if not the run's own.")] = None,
     until: UntilOption = None,
     deadline: DeadlineOption = None,
 ) -> None:
@@ -231,6 +233,12 @@ def resume_run(
         given = _given(context)
         if given.values.keys() & {"until", "deadline"}:
             night.deadline_at = night_config([], [given]).deadline_at
+        if server is not None:  # checked as `run` checks it (one line naming --server), then used for every task
+            run_config(night.repos[0].repo, ["-"], [given])
+            llm = {"server_url": server, "server_explicit": True}
+            night.repos = [
+                config.model_copy(update={"llm": config.llm.model_copy(update=llm)}) for config in night.repos
+            ]
     _execute(night, run_id)
 
 

@@ -65,6 +65,22 @@ def _forget_worktrees_in(scratch: Path, git_dir: Path) -> None:
             shutil.rmtree(record, ignore_errors=True)
 
 
+def forget_vanished_worktree(git_dir: Path, branch: str) -> None:
+    """Delete git's record of a worktree of `branch` whose directory is gone (a reboot emptied /tmp, taking the
+    scratch directory and its owner record with it): git would refuse to check the branch out again."""
+    try:
+        records = list((git_dir / "worktrees").iterdir())
+    except OSError:
+        return
+    for record in records:
+        location = read_small(record / "gitdir")
+        head = read_small(record / "HEAD")
+        if location is None or head is None or head.strip() != f"ref: refs/heads/{branch}":
+            continue
+        if not os.path.lexists(location.strip()):
+            shutil.rmtree(record, ignore_errors=True)
+
+
 def read_small(path: Path) -> str | None:
     """A file of our own or of git's, read without following a symlink and within a byte cap."""
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import git
 
+from agent.leftovers import forget_vanished_worktree
 from agent.safe_git import CappedOutput, GitError, SafeGit
 
 # Caches that test runs and tools leave behind: never part of a refactoring, even where the repository's own
@@ -195,6 +196,7 @@ class Workspace:
     ) -> Workspace:
         """A task's branch checked out again after the process died (resume), its files put back as the wip
         commit `restore` kept them; the worktree's index is the branch's, as in the first checkout."""
+        forget_vanished_worktree(Path(repo.common_dir).resolve(), branch)
         workspace = cls._add(
             repo,
             label=branch,
