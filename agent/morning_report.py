@@ -156,7 +156,7 @@ def _totals(summary: RunSummary) -> str:
 def _header_lines(summary: RunSummary) -> list[tuple[str, str]]:
     return [
         ("run", summary.run_id),
-        ("repository", summary.repo),
+        ("repositories", ", ".join(summary.repos)) if len(summary.repos) > 1 else ("repository", summary.repo),
         ("model", summary.model),
         ("server", summary.server_url),
         ("started", summary.started_at or "-"),
@@ -180,6 +180,8 @@ def render_markdown(summary: RunSummary, diffs: dict[int, str]) -> str:
         lines += ["| " + " | ".join(markdown_cell(row[column]) for column in columns) + " |" for row in rows]
     for task in summary.tasks:
         lines += ["", f"## Task {task.index}: {task.task}", "", f"{task.verdict}: {task.reason}"]
+        if len(summary.repos) > 1:  # a night over several repositories: say which one
+            lines += ["", f"Repository: `{task.repo}`"]
         lines += [f"- warning: {warning}" for warning in task.warnings]
         if task.tests is not None:
             lines += ["", f"Tests: {tests_cell(task)}"]

@@ -56,7 +56,7 @@ class Options(BaseModel):
     on_finish: str | None = None
     allow_dirty: bool | None = None
 
-    @field_validator("task_timeout", "deadline", "min_task_time")
+    @field_validator("task_timeout", "deadline", "min_task_time", mode="before")
     @classmethod
     def _duration(cls, value: str | float | None) -> str | float | None:
         if value is not None:
