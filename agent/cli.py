@@ -15,6 +15,7 @@ from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, NightConfig, Run
 from agent.night import load_night
 from agent.pack_cli import pack
 from agent.review.cli import review_app
+from agent.schedule import schedule_app
 from agent.server.cli import doctor, server_app
 from agent.settings import (
     MIB,
@@ -36,6 +37,7 @@ app = typer.Typer(
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(server_app, name="server")
 app.add_typer(review_app, name="review")
+app.add_typer(schedule_app, name="schedule")
 app.command("pack")(pack)
 app.command("doctor")(doctor)
 
