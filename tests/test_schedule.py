@@ -97,5 +97,5 @@ def test_a_bad_time_is_one_line_and_nothing_is_scheduled(crontab: Path, night_fi
 def test_a_broken_night_file_is_refused_now_not_at_night(crontab: Path, night_file: Path) -> None:
     night_file.write_text(night_file.read_text() + "[defaults]\nmax_turn = 3\n")
     code, _, errors = invoke("install", str(night_file), "--at", "01:00")
-    assert (code, errors) == (2, f"error: {night_file}:4: defaults.max_turn: unknown key\n")
+    assert (code, errors) == (2, f"error: {night_file}:5: defaults.max_turn: unknown key\n")
     assert not crontab.exists()
