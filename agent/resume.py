@@ -47,6 +47,7 @@ class TaskProgress:
 class RunProgress:
     finished: list[TaskSummary]
     in_flight: TaskProgress | None
+    requests: list[RequestStats] = field(default_factory=list)  # of the finished tasks, for the run's metrics
 
 
 def _events(transcript: Path) -> list[Any]:
@@ -67,9 +68,11 @@ def _events(transcript: Path) -> list[Any]:
 def read_progress(transcript: Path) -> RunProgress:
     events = _events(transcript)
     finished = {event.outcome.index: event.outcome for event in events if isinstance(event, TaskEnd)}
+    done = sorted(finished.values(), key=lambda task: task.index)
+    requests = [event.stats for event in events if isinstance(event, Response) and event.task in finished]
     started = [event for event in events if isinstance(event, TaskStart) and event.task not in finished]
     if not started:
-        return RunProgress(sorted(finished.values(), key=lambda task: task.index), None)
+        return RunProgress(done, None, requests)
     progress = TaskProgress(index=started[0].task or 0, start=started[0])
     response: dict[str, Any] | None = None
     results: dict[str, str] = {}
@@ -93,4 +96,4 @@ def read_progress(transcript: Path) -> RunProgress:
                 progress.cut_off_calls += 1
             content = CUT_OFF_RESULT if text is None else text
             progress.messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
-    return RunProgress(sorted(finished.values(), key=lambda task: task.index), progress)
+    return RunProgress(done, progress, requests)

@@ -123,7 +123,8 @@ class Run:
         self.previous = previous
         self.registry = default_registry()
         self.server_api = LlamaServerAPI(server_url)
-        self.requests: list[RequestStats] = []
+        # Every request of the run, across resumes: the run's metrics are over all of them.
+        self.requests: list[RequestStats] = list(progress.requests) if progress is not None else []
         self.baselines = BaselineCache(self.night.runs_dir)
         self.repos = {
             path: RepoState(repo, Path(repo.git.rev_parse("--path-format=absolute", "--git-common-dir")))
