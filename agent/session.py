@@ -47,6 +47,10 @@ def load_run_night(run_dir: Path) -> NightConfig:
     return night
 
 
+def _work(night: NightConfig) -> list[tuple[Path, str]]:
+    return [(config.repo, task) for config, task in night.tasks()]
+
+
 def unfinished_run(night: NightConfig) -> str | None:
     """The newest run of the same night file (or the same repositories and tasks) that can be resumed."""
     for run_dir in reversed(run_directories(night.runs_dir)):
@@ -57,7 +61,7 @@ def unfinished_run(night: NightConfig) -> str | None:
         same = (
             earlier.night_file == night.night_file
             if night.night_file is not None
-            else earlier.night_file is None and earlier.tasks() == night.tasks()
+            else earlier.night_file is None and _work(earlier) == _work(night)
         )
         if same:
             return run_dir.name

@@ -167,3 +167,16 @@ def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
     (run_dir,) = run_directories(tmp_path / "runs")
     done, _ = resume(tmp_path, run_dir, [])
     assert (done.returncode, done.stdout) == (2, f"error: run {run_dir.name} is completed: nothing to resume\n")
+
+
+def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(tmp_path: Path) -> None:
+    repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
+    with ScriptedServer([FINISH]) as server:
+        command = [*cli_command(repo, server, run_dir.parent, "Add one"), "--resume"]
+        process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output.decode()
+    assert f"resuming run {run_dir.name}" in output.decode()
+    assert run_directories(run_dir.parent) == [run_dir]  # the same run, no new one
+    (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
+    assert task["status"] == "committed"
