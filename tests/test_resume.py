@@ -11,7 +11,9 @@ from pathlib import Path
 
 import git
 import pytest
+from typer.testing import CliRunner
 
+from agent.cli import app
 from agent.journal import run_directories
 from agent.resume import CUT_OFF_RESULT, RESTARTED_MESSAGE
 from agent.workspace import WIP_REF_PREFIX
@@ -180,3 +182,12 @@ def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(tmp_path:
     assert run_directories(run_dir.parent) == [run_dir]  # the same run, no new one
     (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
     assert task["status"] == "committed"
+
+
+def test_review_discard_drops_what_an_unfinished_run_kept_for_resume(tmp_path: Path) -> None:
+    repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
+    assert wip_refs(repo)
+    arguments = ["review", "discard", run_dir.name, "--yes", "--runs-dir", str(run_dir.parent)]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 0, result.output
+    assert wip_refs(repo) == []

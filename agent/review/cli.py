@@ -319,6 +319,8 @@ def discard(
                     deleted.append(branch)
                 except (WorkspaceError, GitError) as error:
                     kept[branch] = str(error)
+            if only is None:  # an unfinished run is discarded too: what resume would have continued from
+                repository.drop_wip(record.run_id)
     if _as_json(context, as_json):
         _print_json({"deleted": deleted, "kept": kept})
         return
