@@ -40,3 +40,12 @@ def parse_until(text: str, now: datetime | None = None) -> datetime:
     if end <= now:
         raise ValueError(f"{text} is in the past")
     return end
+
+
+def format_duration(seconds: float) -> str:
+    """The way a person says it: 45s, 20m, 5h30m."""
+    seconds = max(0, round(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    hours, minutes = divmod(seconds // 60, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"

@@ -1,9 +1,12 @@
-"""One run: tasks in order, each in its own worktree and container; side effects (commit, patch) after the loop.
+"""One run: the night's tasks in order (of one repository, or several), each in its own worktree and container;
+side effects (commit, patch) after the loop.
 
 A task that fails for any reason is recorded and the next task still runs: a crash at 3 a.m. costs one task,
-not the night. Only a stop signal (SIGINT, SIGTERM, SIGHUP) ends the run early, and it ends it the same way:
-the task in flight keeps its diff (patch.diff, and an interrupted commit on its branch), summary.json says
-interrupted, and the run's containers and worktrees are removed.
+not the night. A stop signal (SIGINT, SIGTERM, SIGHUP) ends the run early, and the deadline ends the task in
+flight: either way that task keeps its diff (patch.diff, and a commit marked interrupted or timed_out on its
+branch), and the run's containers and worktrees are removed. After each tool call the task's files are kept on a
+wip ref, and every step is in the transcript, so a run that was killed outright (kill -9, a reboot) can be
+resumed: finished tasks are skipped, the task in flight goes on from its last completed step.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import httpx
 
 from agent.config import NightConfig, RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
+from agent.durations import format_duration
 from agent.events import Event, Repair, Retry, RunEnd, RunStart, TaskEnd, TaskStart, ToolResultEvent
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
@@ -223,8 +227,8 @@ class Run:
         left = self.night.deadline_at.timestamp() - time.time()
         if left < self.night.min_task_time_s:
             return (
-                f"deadline: {max(0, left) / 60:.0f} min left at {now_iso()}, less than --min-task-time "
-                f"{self.night.min_task_time_s / 60:.0f} min"
+                f"deadline: {format_duration(left)} left at {now_iso()}, less than --min-task-time "
+                f"{format_duration(self.night.min_task_time_s)}"
             )
         return None
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.durations import parse_duration, parse_until
+from agent.durations import format_duration, parse_duration, parse_until
 from agent.settings import Layer, SettingsError, Source, config_file_layers, key_line, night_config
 
 NIGHT = """# a night
@@ -52,6 +52,7 @@ def test_a_key_is_found_on_its_line(location: tuple, line: int) -> None:
 
 def test_durations_and_end_times() -> None:
     assert [parse_duration(text) for text in ("45s", "90m", "5h", "30", 12)] == [45, 5400, 18000, 30, 12]
+    assert [format_duration(seconds) for seconds in (45, 1200, 19800)] == ["45s", "20m", "5h30m"]
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration("5 days")
     now = datetime(2026, 12, 1, 23, 0).astimezone()
