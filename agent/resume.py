@@ -21,8 +21,9 @@ from agent.report import TaskSummary
 
 RESTARTED_MESSAGE = (
     "The agent process was restarted (it was killed, or the machine rebooted) and this is a new sandbox: "
-    "processes you started and files outside the repository are gone. The repository's files are as your last "
-    "completed tool call left them. Go on with the task from where you were."
+    "processes you started and files outside the repository are gone, and so are files git ignores (build "
+    "outputs, installed packages). The repository's other files are as your last completed tool call left them. "
+    "Go on with the task from where you were."
 )
 CUT_OFF_RESULT = (
     "interrupted: the agent process stopped while this tool call was running, so it has no result and it was not "
