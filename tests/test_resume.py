@@ -61,12 +61,14 @@ def killed_run(tmp_path: Path, script: list, *tasks: str, until: str = "held") -
     return repo, run_dir, requests
 
 
+def resume_command(run_dir: Path, server: ScriptedServer) -> list[str]:
+    runs = ["--runs-dir", str(run_dir.parent)]
+    return [sys.executable, "-m", "agent", "resume", run_dir.name, *runs, "--server", server.url]
+
+
 def resume(tmp_path: Path, run_dir: Path, script: list) -> tuple[subprocess.CompletedProcess, list[dict]]:
     with ScriptedServer(script) as server:
-        command = [
-            sys.executable, "-m", "agent", "resume", run_dir.name, "--runs-dir", str(run_dir.parent),
-            "--server", server.url,
-        ]  # fmt: skip
+        command = resume_command(run_dir, server)
         process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         output, _ = process.communicate(timeout=600)
         return subprocess.CompletedProcess(command, process.returncode, output.decode()), list(server.requests)
@@ -107,6 +109,28 @@ def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_
     assert wip_refs(repo) == []  # settled: its snapshots are gone
     report = (run_dir / "report.md").read_text()
     assert "Add one, two and three" in report
+
+
+def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(tmp_path: Path) -> None:
+    repo, run_dir, _ = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two, three and four")
+    four = Reply(tool_calls=[("create_file", {"path": "pkg/four.py", "content": "FOUR = 4\n"})])
+    with ScriptedServer([four, Hold()]) as server:
+        process = start_cli(resume_command(run_dir, server), tmp_path / "scratch", stdout=subprocess.DEVNULL)
+        try:
+            wait_for(server.held.is_set, "the second session's held request")
+        finally:
+            process.kill()
+            process.wait(timeout=60)
+        held = server.requests[-1]["messages"]
+
+    done, after = resume(tmp_path, run_dir, [FINISH])
+    assert done.returncode == 0, done.stdout
+    messages = after[0]["messages"]
+    assert json.dumps(messages[: len(held)]) == json.dumps(held)  # both sessions' conversation, unchanged
+    assert [m["content"] for m in messages if m["role"] == "user"].count(RESTARTED_MESSAGE) == 2
+    (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
+    (commit,) = git.Repo(repo).iter_commits(f"main..{task['branch']}")
+    assert sorted(commit.stats.files) == ["pkg/four.py", "pkg/one.py", "pkg/two.py", "three.txt"]
 
 
 def test_a_tool_call_cut_off_by_the_kill_is_reported_as_interrupted_and_never_run_again(tmp_path: Path) -> None:
