@@ -173,6 +173,7 @@ class Run:
             summary.resumed += 1
             summary.status, summary.ended_at, summary.interrupted_by = "running", None, None
         done = {task.index for task in summary.tasks}
+        self._drop_settled_snapshots(done)
         try:
             self.emit(RunStart(run_id=self.journal.run_id, tasks=len(self.night.tasks())))
             self.journal.write_summary(summary)
@@ -213,6 +214,13 @@ class Run:
                 )
             )
         return summary
+
+    def _drop_settled_snapshots(self, done: set[int]) -> None:
+        """A kill between a task's record and the deletion of its wip ref leaves the ref behind: delete it now."""
+        for index, (config, _task) in enumerate(self.night.tasks(), start=1):
+            if index in done:
+                with contextlib.suppress(GitError):
+                    state_git(self.repos[config.repo]).run("update-ref", "-d", wip_ref(self.journal.run_id, index))
 
     def _task_end(self, config: RunConfig) -> float | None:
         """When the task must end (time.time()): its own --task-timeout or the night's deadline, the earlier."""
