@@ -45,6 +45,7 @@ from agent.metrics import (
     speculation_warning,
     summarize,
 )
+from agent.morning_report import split_patch
 from agent.report import GateEvidence, RunSummary, TaskSummary, now_iso
 from agent.resume import RESTARTED_MESSAGE, RunProgress, TaskProgress
 from agent.safe_git import GitError, SafeGit
@@ -339,6 +340,10 @@ class Run:
         outcome.status = "committed"
         outcome.verdict = trailers.get("Refactor-Agent-Verdict", trailers.get("Refactor-Agent-Status", "unverified"))
         outcome.reason = "committed before the process stopped; recorded on resume"
+        patch = self.journal.directory / "patch.diff"
+        recorded = split_patch(patch.read_text(encoding="utf-8", errors="replace")) if patch.exists() else {}
+        if outcome.index not in recorded:  # the kill came between the commit and its patch
+            self._save_patch(workspace, outcome)
         return outcome
 
     def _settle_unfinished(self, workspace: Workspace, outcome: TaskSummary, status: str, reason: str) -> None:

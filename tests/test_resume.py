@@ -186,6 +186,7 @@ def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(t
     (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
     assert (task["status"], task["verdict"], task["commit"]) == ("committed", "verified", commit)
     assert [c.hexsha for c in user.iter_commits(f"main..{branch}")] == [commit]
+    assert "+ONE = 1" in (run_dir / "patch.diff").read_text()  # its patch, which the kill came before
 
 
 def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
