@@ -90,6 +90,23 @@ def _evidence(record: GateRecord, check: GateCheck) -> GateEvidence:
     )
 
 
+def _time_notice(end: float | None) -> Callable[[], str | None]:
+    """The loop's notice: once, the time-is-up message when the task is within its grace period."""
+    if end is None:
+        return lambda: None
+    due = grace_start(time.time(), end)
+    sent = False
+
+    def notice() -> str | None:
+        nonlocal sent
+        if sent or time.time() < due:
+            return None
+        sent = True
+        return TIME_UP_MESSAGE
+
+    return notice
+
+
 @dataclass
 class RepoState:
     """What the run keeps per repository of the night."""
@@ -223,11 +240,16 @@ class Run:
                 with contextlib.suppress(GitError):
                     state_git(self.repos[config.repo]).run("update-ref", "-d", wip_ref(self.journal.run_id, index))
 
-    def _task_end(self, config: RunConfig) -> float | None:
-        """When the task must end (time.time()): its own --task-timeout or the night's deadline, the earlier."""
-        ends = [self.night.deadline_at.timestamp()] if self.night.deadline_at is not None else []
+    def _task_end(self, config: RunConfig) -> tuple[float, str] | None:
+        """When a task starting now must end (time.time()), and why: the night's deadline or its own
+        --task-timeout, the earlier."""
+        ends = []
+        if self.night.deadline_at is not None:
+            ends.append((self.night.deadline_at.timestamp(), "deadline"))
         if config.task_timeout_s is not None:
-            ends.append(time.time() + config.task_timeout_s)
+            ends.append(
+                (time.time() + config.task_timeout_s, f"--task-timeout {format_duration(config.task_timeout_s)}")
+            )
         return min(ends) if ends else None
 
     def _skip_reason(self) -> str | None:
@@ -305,8 +327,9 @@ class Run:
         try:
             if workspace.head() != workspace.base_commit:  # settled before the process died: not done twice
                 return self._already_committed(workspace, outcome)
-            with time_limit(self._task_end(config), "deadline"):
-                result, check = self._in_sandbox(workspace, config, task, resumed)
+            end = self._task_end(config)
+            with time_limit(*end) if end is not None else contextlib.nullcontext():
+                result, check = self._in_sandbox(workspace, config, task, resumed, end)
             self.loop = None  # its turns and requests are in the result from here on
             self.requests += result.requests
             task_delta = _delta(_spec_counters(self.server_api), counters_before)
@@ -370,7 +393,12 @@ class Run:
         return {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
 
     def _in_sandbox(
-        self, workspace: Workspace, config: RunConfig, task: str, resumed: TaskProgress | None
+        self,
+        workspace: Workspace,
+        config: RunConfig,
+        task: str,
+        resumed: TaskProgress | None,
+        end: tuple[float, str] | None,
     ) -> tuple[LoopResult, GateRecord]:
         test_command = config.test_cmd or detect_test_command(workspace.path)
         limits = SandboxLimits(command_timeout_s=config.command_timeout_s)
@@ -416,7 +444,7 @@ class Run:
                 max_turns=config.max_turns,
                 emit=self.emit,
                 max_tokens=config.max_tokens_per_task,
-                notice=self._time_notice(config),
+                notice=_time_notice(end[0] if end is not None else None),
             )
             self.workspace = workspace
             if resumed is not None and resumed.messages:
@@ -428,23 +456,6 @@ class Run:
                 result = loop.run(system, task_prompt(task, test_command))
             self.workspace = None
             return self._gate(gate, loop, result, workspace, config)
-
-    def _time_notice(self, config: RunConfig) -> Callable[[], str | None]:
-        """The loop's notice: once, the time-is-up message when the task is within its grace period."""
-        end = self._task_end(config)
-        if end is None:
-            return lambda: None
-        due = grace_start(time.time(), end)
-        sent = False
-
-        def notice() -> str | None:
-            nonlocal sent
-            if sent or time.time() < due:
-                return None
-            sent = True
-            return TIME_UP_MESSAGE
-
-        return notice
 
     def _gate(
         self, gate: Gate, loop: AgentLoop, result: LoopResult, workspace: Workspace, config: RunConfig

@@ -35,12 +35,8 @@ def grace_start(start: float, end: float) -> float:
 
 
 @contextlib.contextmanager
-def time_limit(end: float | None, reason: str) -> Iterator[None]:
+def time_limit(end: float, reason: str) -> Iterator[None]:
     """Within: TimeUp(reason) at `end` (time.time()), or at once when it has passed. Main thread only."""
-    if end is None:
-        yield
-        return
-
     def _expire(signum: int, frame: FrameType | None) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         raise TimeUp(reason)

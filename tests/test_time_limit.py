@@ -11,11 +11,15 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.journal import run_directories
+from agent.config import RunConfig
+from agent.journal import RunJournal, run_directories
+from agent.runner import Run
 from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit
+from sandbox import docker_client
 
 from cli_runs import cli_command, start_cli
 from repos import make_repo
+from scripted_model import ScriptedModel
 from scripted_server import Hold, Reply, ScriptedServer
 
 
@@ -62,3 +66,32 @@ def test_a_model_that_never_finishes_is_told_then_stopped_at_the_deadline(tmp_pa
     assert list(commit.stats.files) == ["pkg/half.py"]
     assert "Refactor-Agent-Status: timed_out" in commit.message.splitlines()
     assert "+HALF = 1" in (run_dir / "patch.diff").read_text()
+
+
+@pytest.mark.docker
+def test_a_task_over_its_time_limit_is_timed_out_and_the_next_one_runs(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    config = RunConfig(repo=repo, tasks=["slow", "quick"], runs_dir=tmp_path / "runs", task_timeout_s=15)
+    script = [
+        Reply(tool_calls=[("create_file", {"path": "pkg/slow.py", "content": "SLOW = 1\n"})]),
+        Reply(tool_calls=[("bash", {"command": "sleep 120"})]),  # cut off by the task's limit
+        Reply(tool_calls=[("create_file", {"path": "pkg/quick.py", "content": "QUICK = 1\n"})]),
+        Reply(tool_calls=[("finish", {"summary": "Add quick"})]),
+    ]
+    with ScriptedServer([]) as server:  # only for the packer's token counts and the metrics probes
+        journal = RunJournal(config.runs_dir, "run-under-test")
+        summary = Run(
+            config,
+            repos={repo: git.Repo(repo)},
+            docker_client=docker_client(),
+            model=ScriptedModel(script),
+            server_url=server.url,
+            journal=journal,
+            observe=lambda event: None,
+        ).execute()
+        journal.close()
+    slow, quick = summary.tasks
+    assert (slow.status, quick.status) == ("timed_out", "committed")
+    assert slow.reason.startswith("--task-timeout 15s: stopped at ")
+    (commit,) = git.Repo(repo).iter_commits(f"main..{slow.branch}")
+    assert list(commit.stats.files) == ["pkg/slow.py"]
