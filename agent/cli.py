@@ -126,7 +126,7 @@ UntilOption = Annotated[
 ]
 DeadlineOption = Annotated[str | None, typer.Option(help="End after this long: 45s, 90m, 5h.")]
 MinTaskTimeOption = Annotated[
-    str | None, typer.Option(help="No task starts when less than this remains before the end [default: 20m].")
+    str | None, typer.Option(help="No task starts when less than this remains before the end (default: 20m).")
 ]
 TaskTimeoutOption = Annotated[str | None, typer.Option(help="Wall time of one task (90m); then it is timed_out.")]
 TokensPerTaskOption = Annotated[
@@ -199,7 +199,7 @@ def run(
 def night(
     context: typer.Context,
     night_file: Annotated[Path, typer.Argument(help="The night file (TOML): repositories and their tasks.")],
-    runs_dir: Annotated[Path | None, typer.Option(help="Where run records go [default: runs].")] = None,
+    runs_dir: Annotated[Path | None, typer.Option(help="Where run records go (default: runs, or runs_dir in a config file).")] = None,
     server: ServerOption = None,
     until: UntilOption = None,
     deadline: DeadlineOption = None,
