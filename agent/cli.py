@@ -199,7 +199,9 @@ def run(
 def night(
     context: typer.Context,
     night_file: Annotated[Path, typer.Argument(help="The night file (TOML): repositories and their tasks.")],
-    runs_dir: Annotated[Path | None, typer.Option(help="Where run records go (default: runs, or runs_dir in a config file).")] = None,
+    runs_dir: Annotated[
+        Path | None, typer.Option(help="Where run records go (default: runs, or runs_dir in a config file).")
+    ] = None,
     server: ServerOption = None,
     until: UntilOption = None,
     deadline: DeadlineOption = None,
