@@ -2,25 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
-from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig, Switch
+from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, NightConfig, RunConfig, SamplingConfig, Switch
 from agent.environment.cli import env_app
-from agent.environment.spec import EnvironmentFileError, load_environment_file
+from agent.environment.spec import EnvironmentFileError
 from agent.eval.cli import eval_command
+from agent.night import load_night
 from agent.pack_cli import pack
 from agent.review.cli import review_app
+from agent.schedule import schedule_app
 from agent.server.cli import doctor, server_app
+from agent.settings import (
+    MIB,
+    Layer,
+    Options,
+    SettingsError,
+    Source,
+    config_file_layers,
+    night_config,
+    options_from,
+    run_config,
+)
 from sandbox.cli import sandbox_app
 from sandbox.models import DEFAULT_IMAGE
-
-MIB = 1024**2
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Overnight whole-repository refactoring with a local llama-server."
@@ -28,24 +40,27 @@ app = typer.Typer(
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(server_app, name="server")
 app.add_typer(review_app, name="review")
+app.add_typer(schedule_app, name="schedule")
 app.add_typer(env_app, name="env")
 app.command("pack")(pack)
 app.command("doctor")(doctor)
 
 
 EXIT_USAGE = 2
-# RunConfig fields (at any depth) whose option is not the field name with dashes.
-OPTION_OF_FIELD = {
-    "tasks": "--task",
-    "server_url": "--server",
-    "command_timeout_s": "--command-timeout",
-    "idle_timeout_s": "--idle-timeout",
-    "max_file_bytes": "--max-file-size",
-}
-
-
-# `run`'s parameters that are not options every task shares (see run_option_names).
-NOT_RUN_OPTIONS = ("repo", "task", "task_file", "allow_dirty")
+# `run`'s parameters that are not options every task shares (see run_option_names): what names the repository
+# and the tasks, and what belongs to the night as a whole.
+NOT_RUN_OPTIONS = (
+    "context",
+    "repo",
+    "task",
+    "task_file",
+    "allow_dirty",
+    "resume",
+    "until",
+    "deadline",
+    "min_task_time",
+    "on_finish",
+)
 
 
 def _switch(enabled: bool) -> Switch:
@@ -92,27 +107,70 @@ def _check_runs_dir(runs_dir: Path) -> None:
         raise UsageProblem(f"--runs-dir {runs_dir}: cannot write in {existing}: {error.strerror}") from None
 
 
-def _option_problem(error: ValidationError) -> str:
-    """RunConfig's complaints in the words of the command line: the option, the value given, what is wrong."""
-    problems = []
-    for detail in error.errors():
-        field = next((str(part) for part in reversed(detail["loc"]) if isinstance(part, str)), "")
-        option = OPTION_OF_FIELD.get(field, "--" + field.replace("_", "-"))
-        # A validator's own ValueError reads as its text; pydantic's "Value error, " prefix says nothing more.
-        text = str(detail["ctx"]["error"]) if detail["type"] == "value_error" else detail["msg"]
-        message = text[:1].lower() + text[1:]
-        problems.append(f"{option} {detail['input']}: {message}")
-    return "; ".join(problems)
+def _given(context: typer.Context) -> Layer:
+    """The options given on the command line (not those left at their defaults): the top layer."""
+    given = {
+        name: value
+        for name, value in context.params.items()
+        # By the source's name: typer vendors click, whose ParameterSource enum is not public there.
+        if name in Options.model_fields and getattr(context.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    }
+    return options_from(given, Source("command line"))
+
+
+def _usage_errors() -> contextlib.AbstractContextManager[None]:
+    return _one_line(UsageProblem, SettingsError, EnvironmentFileError)
+
+
+@contextlib.contextmanager
+def _one_line(*problems: type[Exception]) -> Iterator[None]:
+    try:
+        yield
+    except problems as problem:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def _execute(night: NightConfig, resume: str | None) -> None:
+    # The run's machinery (openai, docker, rich) loads here, not for `pack` or `server`.
+    from agent.live import RunView
+    from agent.session import execute
+
+    raise typer.Exit(execute(night, view=RunView(), resume=resume))
+
+
+def _pick_resume(night: NightConfig, wanted: bool) -> str | None:
+    from agent.session import unfinished_run
+
+    return unfinished_run(night) if wanted else None
+
+
+ServerOption = Annotated[str | None, typer.Option(help=f"OpenAI-compatible base URL [default: {DEFAULT_SERVER_URL}]")]
+RunsDirOption = Annotated[Path, typer.Option(help="Where run records go.")]
+UntilOption = Annotated[
+    str | None, typer.Option(help="End time: HH:MM (its next occurrence, local time) or a date and time.")
+]
+DeadlineOption = Annotated[str | None, typer.Option(help="End after this long: 45s, 90m, 5h.")]
+MinTaskTimeOption = Annotated[
+    str | None, typer.Option(help="No task starts when less than this remains before the end (default: 20m).")
+]
+TaskTimeoutOption = Annotated[str | None, typer.Option(help="Wall time of one task (90m); then it is timed_out.")]
+TokensPerTaskOption = Annotated[
+    int | None, typer.Option(help="Tokens one task may spend (prompt processed + generated).")
+]
+OnFinishOption = Annotated[
+    str | None, typer.Option(help="Shell command run after the run; $REFACTOR_AGENT_REPORT is the report's path.")
+]
+ResumeOption = Annotated[bool, typer.Option(help="Continue the unfinished run of the same tasks if there is one.")]
 
 
 @app.command()
 def run(
+    context: typer.Context,
     repo: Annotated[Path, typer.Argument(help="The git repository to refactor (it is never modified).")],
     task: Annotated[list[str], typer.Option("--task", "-t", help="What to do; repeat for several tasks.")] = [],  # noqa: B006
     task_file: Annotated[Path | None, typer.Option(help="Tasks, one paragraph each (for cron).")] = None,
-    server: Annotated[
-        str | None, typer.Option(help=f"OpenAI-compatible base URL [default: {DEFAULT_SERVER_URL}]")
-    ] = None,
+    server: ServerOption = None,
     model: Annotated[str, typer.Option(help="Model name sent to the server.")] = LLMConfig().model,
     effort: Annotated[Effort, typer.Option(help="Reasoning effort.")] = "max",
     image: Annotated[
@@ -122,7 +180,7 @@ def run(
     environment: Annotated[
         Path | None, typer.Option(help="TOML file whose [environment] table describes the environment.")
     ] = None,
-    runs_dir: Annotated[Path, typer.Option(help="Where run records go.")] = Path("runs"),
+    runs_dir: RunsDirOption = NightConfig.model_fields["runs_dir"].default,
     max_turns: Annotated[int, typer.Option(help="Model turns per task.")] = RunConfig.model_fields["max_turns"].default,
     test_cmd: Annotated[str | None, typer.Option(help="Test command (default: detected).")] = None,
     command_timeout: Annotated[
@@ -152,89 +210,114 @@ def run(
     ledger: Annotated[
         Switch, typer.Option(help="The state ledger after each edit, and the plan tools.")
     ] = LEDGER_DEFAULT,
+    task_timeout: TaskTimeoutOption = None,
+    max_tokens_per_task: TokensPerTaskOption = None,
+    until: UntilOption = None,
+    deadline: DeadlineOption = None,
+    min_task_time: MinTaskTimeOption = None,
+    on_finish: OnFinishOption = None,
     allow_dirty: Annotated[
         bool, typer.Option(help="Run although REPO has uncommitted changes (they are ignored).")
     ] = False,
+    resume: ResumeOption = False,
 ) -> None:
-    """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/."""
-    given = locals()
-    # The run's machinery (openai, docker, rich) loads here, not for `pack` or `server`.
-    from agent.live import RunView
-    from agent.session import execute
+    """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/.
 
-    try:
+    Settings not given here come from ./refactor-agent.toml, then ~/.config/refactor-agent/config.toml."""
+    with _usage_errors():
         tasks = _read_tasks(task, task_file)
-        config = run_config(repo.resolve(), tasks, **{name: given[name] for name in run_option_names()})
-    except (UsageProblem, EnvironmentFileError) as problem:
-        typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    except ValidationError as error:
-        typer.echo(f"error: {_option_problem(error)}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    raise typer.Exit(execute(config, allow_dirty=allow_dirty, view=RunView()))
+        layers = [*config_file_layers(), _given(context)]
+        night = night_config([(repo.resolve(), tasks, layers)], layers)
+        _check_runs_dir(night.runs_dir)
+        chosen = _pick_resume(night, resume)
+    _execute(night, chosen)
+
+
+@app.command()
+def night(
+    context: typer.Context,
+    night_file: Annotated[Path, typer.Argument(help="The night file (TOML): repositories and their tasks.")],
+    runs_dir: Annotated[
+        Path | None, typer.Option(help="Where run records go (default: runs, or runs_dir in a config file).")
+    ] = None,
+    server: ServerOption = None,
+    until: UntilOption = None,
+    deadline: DeadlineOption = None,
+    min_task_time: MinTaskTimeOption = None,
+    on_finish: OnFinishOption = None,
+    resume: ResumeOption = False,
+) -> None:
+    """Run every task of every repository in NIGHT_FILE, in order, in one run directory with one report."""
+    with _usage_errors():
+        night = load_night(night_file, config_file_layers(), _given(context))
+        _check_runs_dir(night.runs_dir)
+        chosen = _pick_resume(night, resume)
+    _execute(night, chosen)
+
+
+@app.command("resume")
+def resume_run(
+    context: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="The run to continue (its directory name under --runs-dir).")],
+    runs_dir: RunsDirOption = NightConfig.model_fields["runs_dir"].default,
+    server: Annotated[str | None, typer.Option(help="The server, if not the run's own.")] = None,
+    until: UntilOption = None,
+    deadline: DeadlineOption = None,
+) -> None:
+    """Continue a run that was killed (kill -9, OOM, reboot) or stopped: finished tasks are not redone, the task
+    in flight goes on from its last completed step."""
+    from agent.session import ResumeError, load_run_night
+
+    with _one_line(ResumeError, SettingsError):
+        if "/" in run_id or run_id.startswith(".") or not (runs_dir / run_id).is_dir():
+            raise ResumeError(f"no run {run_id} in {runs_dir}")
+        night = load_run_night(runs_dir / run_id).model_copy(update={"runs_dir": runs_dir})
+        given = _given(context)
+        if given.values.keys() & {"until", "deadline"}:
+            night.deadline_at = night_config([], [given]).deadline_at
+        if server is not None:  # checked as `run` checks it (one line naming --server), then used for every task
+            run_config(night.repos[0].repo, ["-"], [given])
+            llm = {"server_url": server, "server_explicit": True}
+            night.repos = [
+                config.model_copy(update={"llm": config.llm.model_copy(update=llm)}) for config in night.repos
+            ]
+    _execute(night, run_id)
+
+
+config_app = typer.Typer(no_args_is_help=True, help="The settings that apply, and where each comes from.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(
+    night_file: Annotated[Path | None, typer.Option("--night", help="Also the [defaults] of this night file.")] = None,
+) -> None:
+    """Each setting with its value and where it was set: default, a config file (with its line), a night file."""
+    from agent.night import night_defaults
+    from agent.settings import describe_settings
+
+    defaults = {name: parameter.default for name, parameter in inspect.signature(run).parameters.items()}
+    with _usage_errors():
+        layers = config_file_layers()
+        if night_file is not None:
+            layers.append(night_defaults(night_file))
+        lines = describe_settings(defaults, layers)
+    for line in lines:
+        typer.echo(line)
 
 
 def run_option_names() -> list[str]:
-    """`run`'s options that shape every task (`eval` takes them too): all but what names the repository and tasks."""
+    """`run`'s options that shape every task (`eval` takes them too)."""
     return [name for name in inspect.signature(run).parameters if name not in NOT_RUN_OPTIONS]
 
 
-def run_config(
-    repo: Path,
-    tasks: list[str],
-    *,
-    server: str | None,
-    model: str,
-    effort: Effort,
-    image: str | None,
-    environment: Path | None,
-    runs_dir: Path,
-    max_turns: int,
-    test_cmd: str | None,
-    command_timeout: float,
-    idle_timeout: float,
-    repair_rounds: int,
-    max_file_size: int,
-    temperature: float,
-    top_p: float,
-    min_p: float,
-    seed: int | None,
-    max_retries: int,
-    max_tokens: int | None,
-    symbol_tools: Switch,
-    ledger: Switch,
-) -> RunConfig:
-    """The RunConfig of `run`'s options; UsageProblem, EnvironmentFileError or ValidationError when they are bad."""
-    _check_runs_dir(runs_dir)
-    if image is not None and environment is not None:
-        raise UsageProblem("--image and --environment: an explicit image is used as is, choose one")
-    spec = load_environment_file(environment) if environment is not None else None
-    return RunConfig(
-        repo=repo,
-        tasks=tasks,
-        llm=LLMConfig(
-            server_url=server or DEFAULT_SERVER_URL,
-            server_explicit=server is not None,
-            model=model,
-            effort=effort,
-            max_retries=max_retries,
-            idle_timeout_s=idle_timeout,
-            sampling=SamplingConfig(
-                temperature=temperature, top_p=top_p, min_p=min_p, seed=seed, max_tokens=max_tokens
-            ),
-        ),
-        image=image or DEFAULT_IMAGE,
-        image_explicit=image is not None,
-        environment=spec,
-        runs_dir=runs_dir,
-        max_turns=max_turns,
-        test_cmd=test_cmd,
-        command_timeout_s=command_timeout,
-        repair_rounds=repair_rounds,
-        max_file_bytes=max_file_size * MIB,
-        symbol_tools=symbol_tools == "on",
-        ledger=ledger == "on",
-    )
+def run_config_of(repo: Path, tasks: list[str], values: dict[str, object]) -> RunConfig:
+    """A RunConfig from option values as `run` takes them (`eval` uses it): the config files' settings, then the
+    values that differ from `run`'s defaults, as if given on the command line."""
+    defaults = inspect.signature(run).parameters
+    given = {name: value for name, value in values.items() if value != defaults[name].default}
+    _check_runs_dir(Path(str(values.get("runs_dir") or NightConfig.model_fields["runs_dir"].default)))
+    return run_config(repo, tasks, [*config_file_layers(), options_from(given, Source("command line"))])
 
 
 app.command("eval")(eval_command(run, run_option_names()))

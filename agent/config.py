@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -75,3 +76,27 @@ class RunConfig(BaseModel):
     tool_output_chars: int = Field(20_000, ge=1_000, description="tool output shown to the model, head and tail kept")
     symbol_tools: bool = Field(True, description="find_symbol, rename_symbol, move_symbol (--symbol-tools on|off)")
     ledger: bool = Field(True, description="the state ledger and plan tools (--ledger on|off)")
+    task_timeout_s: float | None = Field(None, gt=0, description="wall time of one task; then it is timed_out")
+    max_tokens_per_task: int | None = Field(None, ge=1, description="prompt tokens processed plus tokens generated")
+
+
+class NightConfig(BaseModel):
+    """A night: every task of every repository, in order, in one run directory; written to runs/<id>/night.json
+    (what `resume` reads). A one-repository `run` is a night of one entry."""
+
+    repos: list[RunConfig] = Field(
+        min_length=1, description="in order; a repository with per-task settings appears once per group of tasks"
+    )
+    runs_dir: Path = Path("runs")
+    deadline_at: datetime | None = None
+    min_task_time_s: float = Field(1200.0, ge=0, description="no task starts when less than this remains")
+    on_finish: str | None = None
+    night_file: Path | None = None
+    allow_dirty: bool = False
+
+    def tasks(self) -> list[tuple[RunConfig, str]]:
+        """(settings, task) pairs in order; the task index is the position + 1."""
+        return [(config, task) for config in self.repos for task in config.tasks]
+
+    def repositories(self) -> list[Path]:
+        return list(dict.fromkeys(config.repo for config in self.repos))

@@ -57,6 +57,9 @@ class TaskStart(_Event):
     type: Literal["task_start"] = "task_start"
     text: str
     branch: str
+    repo: str | None = None
+    base_commit: str | None = None  # what resume recreates the worktree from
+    resumed: bool = False  # the task goes on after a restart of the process
 
 
 class TaskEnd(_Event):

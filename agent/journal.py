@@ -50,15 +50,31 @@ def _write_json_file(path: Path, payload: Any) -> None:
     _write_file(path, json.dumps(payload, indent=2, default=_default, ensure_ascii=False) + "\n")
 
 
+def _drop_torn_line(transcript: Path) -> None:
+    """A kill -9 in the middle of a write leaves a last line without its newline: cut it, so the next event
+    starts a line of its own."""
+    with transcript.open("rb+") as file:
+        data = file.read()
+        if data and not data.endswith(b"\n"):
+            file.truncate(data.rfind(b"\n") + 1)
+
+
 class RunJournal:
-    def __init__(self, runs_dir: Path, run_id: str) -> None:
+    def __init__(self, runs_dir: Path, run_id: str, *, resume: bool = False) -> None:
+        """A new run's directory, or (resume) the existing one of a run that stopped: its files are added to."""
         self.run_id = run_id
         self.directory = runs_dir / run_id
-        self.directory.mkdir(parents=True, exist_ok=False)
+        if resume:
+            _drop_torn_line(self.directory / "transcript.jsonl")
+        else:
+            self.directory.mkdir(parents=True, exist_ok=False)
         self._transcript: TextIO = (self.directory / "transcript.jsonl").open("a", encoding="utf-8")
 
     def write_config(self, config: BaseModel) -> None:
-        _write_json_file(self.directory / "config.json", config.model_dump(mode="json"))
+        self.write_json("config.json", config)
+
+    def write_json(self, name: str, record: BaseModel) -> None:
+        _write_json_file(self.directory / name, record.model_dump(mode="json"))
 
     def record(self, event: Event) -> None:
         self._transcript.write(event.model_dump_json() + "\n")

@@ -60,12 +60,28 @@ def _forget_worktrees_in(scratch: Path, git_dir: Path) -> None:
     except OSError:
         return
     for record in records:
-        location = _read_small(record / "gitdir")  # "<worktree>/.git", written by git when it made the worktree
+        location = read_small(record / "gitdir")  # "<worktree>/.git", written by git when it made the worktree
         if location is not None and Path(location.strip()).is_relative_to(scratch):
             shutil.rmtree(record, ignore_errors=True)
 
 
-def _read_small(path: Path) -> str | None:
+def forget_vanished_worktree(git_dir: Path, branch: str) -> None:
+    """Delete git's record of a worktree of `branch` whose directory is gone (a reboot emptied /tmp, taking the
+    scratch directory and its owner record with it): git would refuse to check the branch out again."""
+    try:
+        records = list((git_dir / "worktrees").iterdir())
+    except OSError:
+        return
+    for record in records:
+        location = read_small(record / "gitdir")
+        head = read_small(record / "HEAD")
+        if location is None or head is None or head.strip() != f"ref: refs/heads/{branch}":
+            continue
+        if not os.path.lexists(location.strip()):
+            shutil.rmtree(record, ignore_errors=True)
+
+
+def read_small(path: Path) -> str | None:
     """A file of our own or of git's, read without following a symlink and within a byte cap."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -83,7 +99,7 @@ def _owner_record(directory: Path) -> ScratchOwner | None:
         return None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
         return None
-    text = _read_small(directory / OWNER_RECORD)
+    text = read_small(directory / OWNER_RECORD)
     try:
         return ScratchOwner.model_validate_json(text) if text is not None else None
     except ValidationError:

@@ -96,7 +96,7 @@ class RunView:
         match event:
             case TaskStart():
                 state.update(task=f"{event.task}: {event.text[:60]}", turn=0, tool="-", status="running")
-                return f"task {event.task} started on branch {event.branch}"
+                return f"task {event.task} {'resumed' if event.resumed else 'started'} on branch {event.branch}"
             case Response(stats=stats):
                 state["prefill"] = None
                 state["turn"] = event.turn

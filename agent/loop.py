@@ -57,13 +57,24 @@ class LoopResult:
 
 class AgentLoop:
     def __init__(
-        self, model: ChatModel, registry: ToolRegistry, context: ToolContext, *, max_turns: int, emit: Emit
+        self,
+        model: ChatModel,
+        registry: ToolRegistry,
+        context: ToolContext,
+        *,
+        max_turns: int,
+        emit: Emit,
+        max_tokens: int | None = None,
+        notice: Callable[[], str | None] | None = None,
     ) -> None:
         self.model = model
         self.registry = registry
         self.context = context
         self.max_turns = max_turns
+        self.max_tokens = max_tokens  # prompt tokens processed plus tokens generated, over the whole task
         self.emit = emit
+        # Asked before each request: a user message to append first (the deadline's time-is-up), or None.
+        self.notice = notice or (lambda: None)
         self.tool_schemas = registry.schemas()
         self.messages: list[dict[str, Any]] = []
         self.requests: list[RequestStats] = []
@@ -80,6 +91,17 @@ class AgentLoop:
         self.messages.append({"role": "user", "content": message})
         return self._until_end()
 
+    def continue_from(self, messages: list[dict[str, Any]], *, turn: int, recorded: int, message: str) -> LoopResult:
+        """Go on with a conversation rebuilt from the transcript (resume): the same messages, so the server's
+        cached prefix still matches, then one user message. `recorded` messages are in the transcript's requests
+        already; the next request records the rest."""
+        self.messages = [*messages, {"role": "user", "content": message}]
+        self.turn, self._recorded = turn, recorded
+        return self._until_end()
+
+    def spent_tokens(self) -> int:
+        return sum(stats.prompt_tokens - stats.cached_tokens + stats.completion_tokens for stats in self.requests)
+
     def _until_end(self) -> LoopResult:
         try:
             while True:
@@ -90,6 +112,11 @@ class AgentLoop:
     def step(self) -> None:
         if self.turn >= self.max_turns:
             raise TurnLimitReached(f"reached --max-turns {self.max_turns} without finish")
+        if self.max_tokens is not None and self.spent_tokens() >= self.max_tokens:
+            raise TurnLimitReached(f"spent --max-tokens-per-task {self.max_tokens} without finish")
+        notice = self.notice()
+        if notice is not None:
+            self.messages.append({"role": "user", "content": notice})
         self.turn += 1
         self._record_request()
         try:

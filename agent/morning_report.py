@@ -10,12 +10,13 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
-from agent.report import RunSummary, TaskSummary
+from agent.report import EnvironmentRecord, RunSummary, TaskSummary
 
 # journal.append_patch writes "# task <n>: <task>" before each task's diff; diff lines never start with "#".
 _TASK_HEADER = re.compile(r"^# task (\d+): ", re.MULTILINE)
@@ -153,11 +154,8 @@ def _totals(summary: RunSummary) -> str:
     return f"{len(summary.tasks)} tasks: {statuses}; wall {summary.wall_time_s:.0f}s{tokens}"
 
 
-def _environment(summary: RunSummary) -> str:
+def _environment_line(environment: EnvironmentRecord) -> str:
     """The image the tasks ran in; a failed build with its step, the last lines of its output and its log."""
-    environment = summary.environment
-    if environment is None:
-        return "-"
     if environment.status == "failed":
         tail = " / ".join(environment.log_tail[-3:])
         return f"FAILED, tasks unverified: {environment.error} (log: {environment.log})" + (f": {tail}" if tail else "")
@@ -165,10 +163,17 @@ def _environment(summary: RunSummary) -> str:
     return f"{environment.status} {environment.image} ({environment.source}){counted}"
 
 
+def _environment(summary: RunSummary) -> str:
+    if len(summary.environments) == 1:
+        return _environment_line(summary.environments[0])
+    lines = [f"{Path(record.repo).name}: {_environment_line(record)}" for record in summary.environments]
+    return "; ".join(lines) or "-"
+
+
 def _header_lines(summary: RunSummary) -> list[tuple[str, str]]:
     return [
         ("run", summary.run_id),
-        ("repository", summary.repo),
+        ("repositories", ", ".join(summary.repos)) if len(summary.repos) > 1 else ("repository", summary.repo),
         ("model", summary.model),
         ("server", summary.server_url),
         ("started", summary.started_at or "-"),
@@ -193,6 +198,8 @@ def render_markdown(summary: RunSummary, diffs: dict[int, str]) -> str:
         lines += ["| " + " | ".join(markdown_cell(row[column]) for column in columns) + " |" for row in rows]
     for task in summary.tasks:
         lines += ["", f"## Task {task.index}: {task.task}", "", f"{task.verdict}: {task.reason}"]
+        if len(summary.repos) > 1:  # a night over several repositories: say which one
+            lines += ["", f"Repository: `{task.repo}`"]
         lines += [f"- warning: {warning}" for warning in task.warnings]
         if task.tests is not None:
             lines += ["", f"Tests: {tests_cell(task)}"]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import docker
 import git
 
-from agent.config import RunConfig
+from agent.config import NightConfig, RunConfig
 from agent.llama_api import ServerError
 from agent.server import ensure_server
 from agent.workspace import WorkspaceError, dirty_description, open_repository
@@ -21,31 +22,44 @@ class PreflightError(Exception):
 
 @dataclass
 class Prepared:
-    repo: git.Repo
+    repos: dict[Path, git.Repo]  # every repository of the night, by its path
     docker: docker.DockerClient
     server_url: str
 
+    @property
+    def repo(self) -> git.Repo:
+        return next(iter(self.repos.values()))
 
-def preflight(config: RunConfig, *, allow_dirty: bool, log: Callable[[str], None]) -> Prepared:
+
+def _open(path: Path, *, allow_dirty: bool, log: Callable[[str], None]) -> git.Repo:
     try:
-        repo = open_repository(config.repo)
+        repo = open_repository(path)
     except WorkspaceError as error:
         raise PreflightError(str(error)) from None
     dirty = dirty_description(repo)
     if dirty and not allow_dirty:
         raise PreflightError(
-            f"{config.repo} has uncommitted changes ({dirty}) that the run would not see: it works from HEAD. "
+            f"{path} has uncommitted changes ({dirty}) that the run would not see: it works from HEAD. "
             "Commit or stash them, or pass --allow-dirty"
         )
     if dirty:
-        log(f"note: {config.repo} has uncommitted changes ({dirty}); the run works from HEAD and leaves them alone")
+        log(f"note: {path} has uncommitted changes ({dirty}); the run works from HEAD and leaves them alone")
+    return repo
+
+
+def preflight(night: NightConfig | RunConfig, *, allow_dirty: bool, log: Callable[[str], None]) -> Prepared:
+    """Every repository of the night, then Docker and each image, then the server: the first problem ends it."""
+    configs = night.repos if isinstance(night, NightConfig) else [night]
+    repos = {path: _open(path, allow_dirty=allow_dirty, log=log) for path in dict.fromkeys(c.repo for c in configs)}
+    config = configs[0]
     try:
         client = docker_client()
-        require_image(client, config.image)
+        for image in dict.fromkeys(each.image for each in configs):
+            require_image(client, image)
     except SandboxError as error:
         raise PreflightError(str(error)) from None
     try:
         server_url = ensure_server(config.llm, log=log)
     except ServerError as error:
         raise PreflightError(str(error)) from None
-    return Prepared(repo=repo, docker=client, server_url=server_url)
+    return Prepared(repos=repos, docker=client, server_url=server_url)

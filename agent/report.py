@@ -16,10 +16,11 @@ def now_iso() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-TaskStatus = Literal["committed", "no_changes", "failed", "interrupted"]
-RunStatus = Literal["completed", "interrupted"]
+TaskStatus = Literal["committed", "no_changes", "failed", "interrupted", "timed_out", "skipped"]
+# running: the process is at work, or was killed (kill -9, a reboot) and the run can be resumed.
+RunStatus = Literal["running", "completed", "interrupted"]
 # Beside the status, what the gate found: the tests' word on the work (no_changes and failed carried over).
-Verdict = Literal["verified", "unverified", "regressed", "no_changes", "failed", "interrupted"]
+Verdict = Literal["verified", "unverified", "regressed", "no_changes", "failed", "interrupted", "timed_out", "skipped"]
 
 
 class GateEvidence(BaseModel):
@@ -43,6 +44,7 @@ class EnvironmentRecord(BaseModel):
     """The repository's environment for this run: where it came from, the image the tasks ran in, and, when its
     build failed, the step, the tail of its output and the log (the tasks then run unverified)."""
 
+    repo: str = ""
     source: str
     description: str
     image: str
@@ -59,6 +61,7 @@ class EnvironmentRecord(BaseModel):
 class TaskSummary(BaseModel):
     index: int
     task: str
+    repo: str | None = None  # the repository the task ran in (a night has several)
     status: TaskStatus
     verdict: Verdict = "failed"
     reason: str
@@ -76,15 +79,17 @@ class TaskSummary(BaseModel):
 
 class RunSummary(BaseModel):
     run_id: str
-    repo: str
+    repo: str  # the first repository; `repos` lists all of a night's
+    repos: list[str] = []
     model: str
     server_url: str
     speculation_configured: bool = False
     started_at: str = Field(default_factory=now_iso)
     ended_at: str | None = None
-    status: RunStatus = "completed"
+    status: RunStatus = "running"
+    resumed: int = 0  # times the run was continued with `resume`
     interrupted_by: str | None = None  # the signal's name, e.g. SIGTERM
-    environment: EnvironmentRecord | None = None
+    environments: list[EnvironmentRecord] = []  # one per repository, in the order their first tasks ran
     tasks: list[TaskSummary] = []
     wall_time_s: float = 0.0
     metrics: MetricsSummary | None = None
@@ -94,4 +99,9 @@ class RunSummary(BaseModel):
     def exit_code(self) -> int:
         if self.interrupted_by is not None:  # as a shell reports a process that a signal ended
             return 128 + signal.Signals[self.interrupted_by].value
-        return 1 if any(task.verdict in ("failed", "regressed") for task in self.tasks) else 0
+        return 1 if any(task.verdict in ("failed", "regressed", "timed_out") for task in self.tasks) else 0
+
+    @property
+    def environment(self) -> EnvironmentRecord | None:
+        """The first repository's environment: the one of a one-repository run."""
+        return self.environments[0] if self.environments else None

@@ -1,9 +1,12 @@
-"""One run: tasks in order, each in its own worktree and container; side effects (commit, patch) after the loop.
+"""One run: the night's tasks in order (of one repository, or several), each in its own worktree and container;
+side effects (commit, patch) after the loop.
 
 A task that fails for any reason is recorded and the next task still runs: a crash at 3 a.m. costs one task,
-not the night. Only a stop signal (SIGINT, SIGTERM, SIGHUP) ends the run early, and it ends it the same way:
-the task in flight keeps its diff (patch.diff, and an interrupted commit on its branch), summary.json says
-interrupted, and the run's containers and worktrees are removed.
+not the night. A stop signal (SIGINT, SIGTERM, SIGHUP) ends the run early, and the deadline ends the task in
+flight: either way that task keeps its diff (patch.diff, and a commit marked interrupted or timed_out on its
+branch), and the run's containers and worktrees are removed. After each tool call the task's files are kept on a
+wip ref, and every step is in the transcript, so a run that was killed outright (kill -9, a reboot) can be
+resumed: finished tasks are skipped, the task in flight goes on from its last completed step.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -19,8 +23,9 @@ import docker
 import git
 import httpx
 
-from agent.config import RunConfig
+from agent.config import NightConfig, RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
+from agent.durations import format_duration
 from agent.environment.stage import ENV_BUILD_LOG, prepare_environment
 from agent.events import (
     EnvironmentProgress,
@@ -32,6 +37,7 @@ from agent.events import (
     RunStart,
     TaskEnd,
     TaskStart,
+    ToolResultEvent,
 )
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
@@ -51,8 +57,12 @@ from agent.metrics import (
     speculation_warning,
     summarize,
 )
+from agent.morning_report import split_patch
 from agent.report import EnvironmentRecord, GateEvidence, RunSummary, TaskSummary, now_iso
-from agent.workspace import Workspace
+from agent.resume import RESTARTED_MESSAGE, RunProgress, TaskProgress
+from agent.safe_git import GitError, SafeGit
+from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit
+from agent.workspace import Workspace, user_git, wip_ref
 from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
 from tools import ToolContext, default_registry
 from tools.ledger import Ledger, old_names_in
@@ -60,7 +70,6 @@ from tools.symbols import sandbox_mounts
 from tools.test_command import detect_test_command
 
 Emit = Callable[[Event], None]
-INTERRUPTED_TRAILER = {"Refactor-Agent-Status": "interrupted"}
 
 
 def _spec_counters(api: LlamaServerAPI | None) -> SpecCounters | None:
@@ -97,36 +106,78 @@ def _evidence(record: GateRecord, check: GateCheck) -> GateEvidence:
     )
 
 
+def _time_notice(end: float | None) -> Callable[[], str | None]:
+    """The loop's notice: once, the time-is-up message when the task is within its grace period."""
+    if end is None:
+        return lambda: None
+    due = grace_start(time.time(), end)
+    sent = False
+
+    def notice() -> str | None:
+        nonlocal sent
+        if sent or time.time() < due:
+            return None
+        sent = True
+        return TIME_UP_MESSAGE
+
+    return notice
+
+
+def _tool_mounts(config: RunConfig) -> list[Path]:
+    """The symbol tools' helper and libraries, which the ledger uses too (read-only, see tools/symbols.py)."""
+    return sandbox_mounts() if config.symbol_tools or config.ledger else []
+
+
+@dataclass
+class RepoState:
+    """What the run keeps per repository of the night."""
+
+    repo: git.Repo
+    git_dir: Path
+    scratch: Path | None = None
+    environment: EnvironmentRecord | None = None  # prepared before the repository's first task
+
+
+def state_git(state: RepoState) -> SafeGit:
+    """Git on the user's repository for reading refs; its hooks directory is one that holds no hooks."""
+    return user_git(state.repo, (state.scratch or state.git_dir) / "no-hooks")
+
+
 class Run:
     def __init__(
         self,
-        config: RunConfig,
+        night: NightConfig | RunConfig,
         *,
-        repo: git.Repo,
+        repos: dict[Path, git.Repo],
         docker_client: docker.DockerClient,
         model: ChatModel,
         server_url: str | None,
         journal: RunJournal,
         observe: Emit,
+        progress: RunProgress | None = None,
+        previous: RunSummary | None = None,
     ) -> None:
-        self.config = config
-        self.repo = repo
+        self.night = night if isinstance(night, NightConfig) else NightConfig(repos=[night], runs_dir=night.runs_dir)
         self.docker = docker_client
         self.model = model
         self.server_url = server_url
         self.journal = journal
         self.observe = observe
-        self.registry = default_registry(symbol_tools=config.symbol_tools, ledger=config.ledger)
+        self.progress = progress  # of the run being resumed, None for a new one
+        self.previous = previous
         # None: a scripted model with no server (`eval --oracle`): tokens are estimated, no metrics are scraped.
         self.server_api = LlamaServerAPI(server_url) if server_url else None
-        self.requests: list[RequestStats] = []
-        self.baselines = BaselineCache(config.runs_dir)
-        self.git_dir = Path(repo.git.rev_parse("--path-format=absolute", "--git-common-dir"))
-        self.scratch: Path | None = None
+        # Every request of the run, across resumes: the run's metrics are over all of them.
+        self.requests: list[RequestStats] = list(progress.requests) if progress is not None else []
+        self.baselines = BaselineCache(self.night.runs_dir)
+        self.repos = {
+            path: RepoState(repo, Path(repo.git.rev_parse("--path-format=absolute", "--git-common-dir")))
+            for path, repo in repos.items()
+        }
         self.loop: AgentLoop | None = None  # the task's loop, so an interrupted task still reports its turns
+        self.workspace: Workspace | None = None  # the task's, while its loop runs: snapshots after each tool call
         self.stopped_by: Interrupted | None = None
         self.current_task: int | None = None
-        self.environment: EnvironmentRecord | None = None
         try:
             self.speculation = self.server_api is not None and speculation_configured(self.server_api)
         except (ServerError, httpx.HTTPError):
@@ -136,30 +187,47 @@ class Run:
         """Every event of a task carries its index, whoever made it (the loop, the gate, the model client)."""
         if event.task is None and self.current_task is not None:
             event = event.model_copy(update={"task": self.current_task})
+        if isinstance(event, ToolResultEvent) and self.workspace is not None:
+            # Before the result is journaled: a result in the transcript always has its files kept (resume).
+            self.workspace.snapshot(wip_ref(self.journal.run_id, self.current_task or 0))
         self.journal.record(event)
         self.observe(event)
 
-    def execute(self) -> RunSummary:
-        started = time.monotonic()
-        summary = RunSummary(
+    def _new_summary(self) -> RunSummary:
+        repositories = [str(path) for path in self.night.repositories()]
+        return RunSummary(
             run_id=self.journal.run_id,
-            repo=str(self.config.repo),
+            repo=repositories[0],
+            repos=repositories,
             model=self.model.name,
             server_url=self.server_url or "none (scripted model)",
             speculation_configured=self.speculation,
         )
+
+    def execute(self) -> RunSummary:
+        started = time.monotonic()
+        summary = self.previous or self._new_summary()
+        already = summary.wall_time_s
+        if self.progress is not None:  # the transcript is the record of what finished
+            summary.tasks = list(self.progress.finished)
+            summary.resumed += 1
+            summary.status, summary.ended_at, summary.interrupted_by = "running", None, None
+        done = {task.index for task in summary.tasks}
+        self._drop_settled_snapshots(done)
         try:
-            self.emit(RunStart(run_id=self.journal.run_id, tasks=len(self.config.tasks)))
-            self.journal.write_summary(summary)
-            self.scratch = create_run_scratch(self.journal.run_id, self.git_dir)
-            summary.environment = self.environment = self._prepare_environment()
+            self.emit(RunStart(run_id=self.journal.run_id, tasks=len(self.night.tasks())))
             self.journal.write_summary(summary)
             counters_at_start = _spec_counters(self.server_api)
-            for index, task in enumerate(self.config.tasks, start=1):
-                summary.tasks.append(self.run_task(index, task))
+            for index, (config, task) in enumerate(self.night.tasks(), start=1):
+                if index in done:
+                    continue
+                state = self.repos[config.repo]
+                if state.environment is None and self._skip_reason() is None:
+                    self._prepare_environment(config, state, summary)
+                summary.tasks.append(self.run_task(index, config, task))
                 run_delta = _delta(_spec_counters(self.server_api), counters_at_start)
                 _measure(summary, self.requests, run_delta, self.speculation)
-                summary.wall_time_s = round(time.monotonic() - started, 3)
+                summary.wall_time_s = round(already + time.monotonic() - started, 3)
                 if self.stopped_by is not None:
                     break
                 self.journal.write_summary(summary)
@@ -168,14 +236,16 @@ class Run:
         finally:
             # From here on further stop signals are ignored (agent.interrupt), so these steps always finish.
             summary.ended_at = now_iso()
+            summary.status = "completed"
+            summary.wall_time_s = round(already + time.monotonic() - started, 3)
             if self.stopped_by is not None:
                 summary.status, summary.interrupted_by = "interrupted", self.stopped_by.signal_name
-                summary.wall_time_s = round(time.monotonic() - started, 3)
                 with contextlib.suppress(Exception):  # the signal may have landed while one was being made
                     remove_run_containers(self.docker, self.journal.run_id)
             self.journal.write_summary(summary)
-            if self.scratch is not None:
-                remove_run_scratch(self.scratch, self.git_dir)
+            for state in self.repos.values():
+                if state.scratch is not None:
+                    remove_run_scratch(state.scratch, state.git_dir)
             if self.server_api is not None:
                 self.server_api.close()
             self.current_task = None
@@ -189,21 +259,110 @@ class Run:
             )
         return summary
 
-    def run_task(self, index: int, task: str) -> TaskSummary:
-        """The stages of one task: workspace, then in its sandbox baseline and loop and gate, then settle."""
-        started = time.monotonic()
-        workspace = Workspace.create(
-            self.repo,
+    def _drop_settled_snapshots(self, done: set[int]) -> None:
+        """A kill between a task's record and the deletion of its wip ref leaves the ref behind: delete it now."""
+        for index, (config, _task) in enumerate(self.night.tasks(), start=1):
+            if index in done:
+                with contextlib.suppress(GitError):
+                    state_git(self.repos[config.repo]).run("update-ref", "-d", wip_ref(self.journal.run_id, index))
+
+    def _task_end(self, config: RunConfig) -> tuple[float, str] | None:
+        """When a task starting now must end (time.time()), and why: the night's deadline or its own
+        --task-timeout, the earlier."""
+        ends = []
+        if self.night.deadline_at is not None:
+            ends.append((self.night.deadline_at.timestamp(), "deadline"))
+        if config.task_timeout_s is not None:
+            ends.append(
+                (time.time() + config.task_timeout_s, f"--task-timeout {format_duration(config.task_timeout_s)}")
+            )
+        return min(ends) if ends else None
+
+    def _skip_reason(self) -> str | None:
+        if self.night.deadline_at is None:
+            return None
+        left = self.night.deadline_at.timestamp() - time.time()
+        if left < self.night.min_task_time_s:
+            return (
+                f"deadline: {format_duration(left)} left at {now_iso()}, less than --min-task-time "
+                f"{format_duration(self.night.min_task_time_s)}"
+            )
+        return None
+
+    def _prepare_environment(self, config: RunConfig, state: RepoState, summary: RunSummary) -> None:
+        """Once per repository, before its first task: its environment image, reused or built."""
+        single = len(self.repos) == 1
+        log_name = ENV_BUILD_LOG if single else f"env-build-{config.repo.name}.log"
+        record = prepare_environment(
+            state.repo,
+            client=self.docker,
+            sandbox_image=config.image,
+            image_explicit=config.image_explicit,
+            spec=config.environment,
+            test_command=config.test_cmd,
+            log_path=self.journal.directory / log_name,
+            progress=lambda message: self.emit(EnvironmentProgress(message=message)),
+        )
+        state.environment = record.model_copy(update={"repo": str(config.repo)})
+        earlier = [record for record in summary.environments if record.repo != state.environment.repo]
+        summary.environments = [*earlier, state.environment]
+        self.emit(EnvironmentReady(record=state.environment))
+        self.journal.write_summary(summary)
+
+    def _workspace(self, index: int, config: RunConfig, task: str, state: RepoState) -> Workspace:
+        if state.scratch is None:
+            state.scratch = create_run_scratch(self.journal.run_id, state.git_dir)
+        resumed = self.progress.in_flight if self.progress is not None else None
+        if resumed is not None and resumed.index == index and resumed.start.base_commit is not None:
+            ref = wip_ref(self.journal.run_id, index)
+            try:
+                restore = state_git(state).run("rev-parse", "--verify", "-q", ref).strip().decode()
+            except GitError:
+                restore = None
+            return Workspace.reopen(
+                state.repo,
+                branch=resumed.start.branch,
+                base_commit=resumed.start.base_commit,
+                restore=restore,
+                max_file_bytes=config.max_file_bytes,
+                scratch_root=state.scratch,
+            )
+        return Workspace.create(
+            state.repo,
             run_id=self.journal.run_id,
             task=f"{index}-{task}",
-            max_file_bytes=self.config.max_file_bytes,
-            scratch_root=self.scratch,
+            max_file_bytes=config.max_file_bytes,
+            scratch_root=state.scratch,
         )
+
+    def run_task(self, index: int, config: RunConfig, task: str) -> TaskSummary:
+        """The stages of one task: workspace, then in its sandbox baseline and loop and gate, then settle."""
+        started = time.monotonic()
         self.current_task = index
-        self.emit(TaskStart(text=task, branch=workspace.branch))
+        skipped = self._skip_reason()
+        if skipped is not None:
+            outcome = TaskSummary(
+                index=index, task=task, repo=str(config.repo), status="skipped", verdict="skipped", reason=skipped
+            )
+            self.emit(TaskEnd(outcome=outcome))
+            return outcome
+        state = self.repos[config.repo]
+        workspace = self._workspace(index, config, task, state)
+        resumed = self.progress.in_flight if self.progress is not None else None
+        resumed = resumed if resumed is not None and resumed.index == index else None
+        self.emit(
+            TaskStart(
+                text=task,
+                branch=workspace.branch or "",
+                repo=str(config.repo),
+                base_commit=workspace.base_commit,
+                resumed=resumed is not None,
+            )
+        )
         outcome = TaskSummary(
             index=index,
             task=task,
+            repo=str(config.repo),
             status="failed",
             reason="",
             branch=workspace.branch,
@@ -212,40 +371,66 @@ class Run:
         self.loop = None
         counters_before = _spec_counters(self.server_api)
         try:
-            result, check = self._in_sandbox(workspace, task)
+            if workspace.head() != workspace.base_commit:  # settled before the process died: not done twice
+                return self._already_committed(workspace, outcome)
+            end = self._task_end(config)
+            with time_limit(*end) if end is not None else contextlib.nullcontext():
+                result, check = self._in_sandbox(workspace, config, task, resumed, end)
             self.loop = None  # its turns and requests are in the result from here on
             self.requests += result.requests
             task_delta = _delta(_spec_counters(self.server_api), counters_before)
             _measure(outcome, result.requests, task_delta, self.speculation)
-            outcome = self._settle(workspace, outcome, result, check)
+            outcome = self._settle(workspace, outcome, result, check, config)
+        except TimeUp as up:
+            self._settle_unfinished(workspace, outcome, "timed_out", f"{up.reason}: stopped at {now_iso()}")
         except Interrupted as stop:
             self.stopped_by = stop
-            self._settle_interrupted(workspace, outcome, stop)
+            self._settle_unfinished(workspace, outcome, "interrupted", f"interrupted by {stop.signal_name}")
         except Exception as error:  # the next task still deserves its chance
             outcome.reason = f"internal error: {error.__class__.__name__}: {error}"
             with contextlib.suppress(Exception):  # keep what the model did so far for the morning
                 self._save_patch(workspace, outcome)
         finally:
+            self.workspace = None
             outcome.wall_time_s = round(time.monotonic() - started, 3)
             self.emit(TaskEnd(outcome=outcome))
+            with contextlib.suppress(Exception):  # settled (task_end is written): the snapshots served their turn
+                workspace.drop_ref(wip_ref(self.journal.run_id, index))
             workspace.remove()
         return outcome
 
-    def _settle_interrupted(self, workspace: Workspace, outcome: TaskSummary, stop: Interrupted) -> None:
-        """Keep what the model did so far: in patch.diff, and as a commit marked interrupted on the task branch.
+    def _already_committed(self, workspace: Workspace, outcome: TaskSummary) -> TaskSummary:
+        """The task's commit was made, but the process died before it recorded the task as settled."""
+        outcome.commit = workspace.head()
+        message = workspace.git.run("log", "-1", "--format=%B", outcome.commit).decode("utf-8", errors="replace")
+        trailers = dict(
+            line.split(": ", 1) for line in message.splitlines() if line.startswith("Refactor-Agent-") and ": " in line
+        )
+        outcome.status = "committed"
+        outcome.verdict = trailers.get("Refactor-Agent-Verdict", trailers.get("Refactor-Agent-Status", "unverified"))
+        outcome.reason = "committed before the process stopped; recorded on resume"
+        patch = self.journal.directory / "patch.diff"
+        recorded = split_patch(patch.read_text(encoding="utf-8", errors="replace")) if patch.exists() else {}
+        if outcome.index not in recorded:  # the kill came between the commit and its patch
+            self._save_patch(workspace, outcome)
+        return outcome
+
+    def _settle_unfinished(self, workspace: Workspace, outcome: TaskSummary, status: str, reason: str) -> None:
+        """Keep what the model did so far: in patch.diff, and as a commit marked with the status (interrupted,
+        timed_out) on the task branch.
 
         The sandbox is already gone (the signal unwound through its `with`), so nothing changes the worktree
         any more."""
-        outcome.status = outcome.verdict = "interrupted"
-        outcome.reason = f"interrupted by {stop.signal_name}"
+        outcome.status = outcome.verdict = status  # type: ignore[assignment]
+        outcome.reason = reason
         if self.loop is not None:
             outcome.turns = self.loop.turn
             self.requests += self.loop.requests
             _measure(outcome, self.loop.requests, None, self.speculation)
         with contextlib.suppress(Exception):
             outcome.commit = workspace.commit(
-                f"refactor-agent: {outcome.task} (interrupted, unfinished)",
-                {**self._trailers(), **INTERRUPTED_TRAILER},
+                f"refactor-agent: {outcome.task} ({status.replace('_', ' ')}, unfinished)",
+                {**self._trailers(), "Refactor-Agent-Status": status},
             )
         with contextlib.suppress(Exception):  # after the commit, so a cut patch can name it
             self._save_patch(workspace, outcome)
@@ -253,47 +438,39 @@ class Run:
     def _trailers(self) -> dict[str, str]:
         return {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
 
-    def _prepare_environment(self) -> EnvironmentRecord:
-        """Once per run, before the tasks: the repository's environment image, reused or built."""
-        record = prepare_environment(
-            self.repo,
-            client=self.docker,
-            sandbox_image=self.config.image,
-            image_explicit=self.config.image_explicit,
-            spec=self.config.environment,
-            test_command=self.config.test_cmd,
-            log_path=self.journal.directory / ENV_BUILD_LOG,
-            progress=lambda message: self.emit(EnvironmentProgress(message=message)),
-        )
-        self.emit(EnvironmentReady(record=record))
-        return record
-
-    def _in_sandbox(self, workspace: Workspace, task: str) -> tuple[LoopResult, GateRecord]:
-        test_command = self.config.test_cmd or detect_test_command(workspace.path)
-        limits = SandboxLimits(command_timeout_s=self.config.command_timeout_s)
-        environment = self.environment
+    def _in_sandbox(
+        self,
+        workspace: Workspace,
+        config: RunConfig,
+        task: str,
+        resumed: TaskProgress | None,
+        end: tuple[float, str] | None,
+    ) -> tuple[LoopResult, GateRecord]:
+        test_command = config.test_cmd or detect_test_command(workspace.path)
+        limits = SandboxLimits(command_timeout_s=config.command_timeout_s)
+        environment = self.repos[config.repo].environment
         failed = environment is not None and environment.status == "failed"
         # A failed environment leaves the bare image for the model's work, and the gate nothing to verify with.
-        image = environment.image if environment is not None and not failed else self.config.image
+        image = environment.image if environment is not None and not failed else config.image
         with DockerSandbox(
             image,
             workspace.path,
             run_id=self.journal.run_id,
             limits=limits,
             client=self.docker,
-            read_only_paths=[workspace.git_common_dir, *self._tool_mounts()],
+            read_only_paths=[workspace.git_common_dir, *_tool_mounts(config)],
         ) as sandbox:
             context = ToolContext(
                 executor=sandbox,
                 test_command=test_command,
-                command_timeout_s=self.config.command_timeout_s,
-                output_chars=self.config.tool_output_chars,
-                ledger=Ledger(old_names_in(task)) if self.config.ledger else None,
+                command_timeout_s=config.command_timeout_s,
+                output_chars=config.tool_output_chars,
+                ledger=Ledger(old_names_in(task)) if config.ledger else None,
             )
             gate = Gate(
                 sandbox,
                 test_command,
-                timeout_s=self.config.command_timeout_s,
+                timeout_s=config.command_timeout_s,
                 cache=self.baselines,
                 cache_key=baseline_key(workspace.base_commit, test_command or "", image_identity(self.docker, image)),
                 emit=self.emit,
@@ -301,26 +478,37 @@ class Run:
             )
             # The baseline runs in the sandbox while the host packs the repository: it costs the first request
             # nothing it would not have waited for anyway.
-            retry = RetryPolicy(self.config.llm, on_retry=lambda message: self.emit(Retry(message=message)))
+            retry = RetryPolicy(config.llm, on_retry=lambda message: self.emit(Retry(message=message)))
             pool = ThreadPoolExecutor(max_workers=1)
             try:
                 baseline = pool.submit(gate.baseline)
-                system = system_prompt(workspace.path, pack_options(self.config, task, self.server_url), retry)
+                if resumed is None or not resumed.messages:
+                    system = system_prompt(workspace.path, pack_options(config, task, self.server_url), retry)
                 baseline.result()
             finally:  # a stop signal must not wait for the suite: leaving the sandbox ends its command
                 pool.shutdown(wait=False, cancel_futures=True)
             loop = self.loop = AgentLoop(
-                self.model, self.registry, context, max_turns=self.config.max_turns, emit=self.emit
+                self.model,
+                default_registry(symbol_tools=config.symbol_tools, ledger=config.ledger),
+                context,
+                max_turns=config.max_turns,
+                emit=self.emit,
+                max_tokens=config.max_tokens_per_task,
+                notice=_time_notice(end[0] if end is not None else None),
             )
-            result = loop.run(system, task_prompt(task, test_command))
-            return self._gate(gate, loop, result, workspace)
-
-    def _tool_mounts(self) -> list[Path]:
-        """The symbol tools' helper and libraries, which the ledger uses too (read-only, see tools/symbols.py)."""
-        return sandbox_mounts() if self.config.symbol_tools or self.config.ledger else []
+            self.workspace = workspace
+            if resumed is not None and resumed.messages:
+                loop.requests = list(resumed.requests)
+                result = loop.continue_from(
+                    resumed.messages, turn=resumed.turn, recorded=resumed.recorded, message=RESTARTED_MESSAGE
+                )
+            else:
+                result = loop.run(system, task_prompt(task, test_command))
+            self.workspace = None
+            return self._gate(gate, loop, result, workspace, config)
 
     def _gate(
-        self, gate: Gate, loop: AgentLoop, result: LoopResult, workspace: Workspace
+        self, gate: Gate, loop: AgentLoop, result: LoopResult, workspace: Workspace, config: RunConfig
     ) -> tuple[LoopResult, GateRecord]:
         """Check the finished work; on regressions ask for a repair, at most --repair-rounds times. Work that a
         repair round left unfinished (turn limit, model error) is checked once more as it stands."""
@@ -331,7 +519,7 @@ class Run:
             finished = result.outcome in ("finished", "stopped")
             if record.check is None or record.check.verdict != "regressed" or not finished:
                 break
-            if record.repair_rounds >= self.config.repair_rounds:
+            if record.repair_rounds >= config.repair_rounds:
                 break
             record.repair_rounds += 1
             self.emit(Repair(round=record.repair_rounds, reason=record.check.reason))
@@ -346,7 +534,7 @@ class Run:
         self.journal.append_patch(header, diff.data, total_bytes=diff.total_bytes, full_change=full_change)
 
     def _settle(
-        self, workspace: Workspace, outcome: TaskSummary, result: LoopResult, record: GateRecord
+        self, workspace: Workspace, outcome: TaskSummary, result: LoopResult, record: GateRecord, config: RunConfig
     ) -> TaskSummary:
         """The run hook: verdict, commit and patch happen here, outside the loop. Work the gate checked is
         committed whatever its verdict (nothing the model did is thrown away); the trailers carry the evidence."""

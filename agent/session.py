@@ -1,63 +1,139 @@
-"""Wires a run together: preflight, journal, model, view; returns the process exit code."""
+"""Wires a run together: preflight, repository locks, journal, model, view, --on-finish; returns the exit code."""
 
 from __future__ import annotations
 
-from agent.config import RunConfig
+import os
+import subprocess
+from pathlib import Path
+
+from agent.config import NightConfig
 from agent.events import Event, Retry
 from agent.interrupt import Interrupted, stop_signals
-from agent.journal import RunJournal, new_run_id
+from agent.journal import RunJournal, new_run_id, run_directories
 from agent.leftovers import sweep_run_scratch
 from agent.live import RunView
 from agent.llm import OpenAIChatModel
-from agent.preflight import PreflightError, preflight
+from agent.preflight import PreflightError, Prepared, preflight
+from agent.repo_lock import LockHeld, RepoLock
 from agent.report import RunSummary
+from agent.resume import read_progress
 from agent.runner import Run
 from sandbox import sweep_leftovers
 
 EXIT_PREFLIGHT = 2
 OUTPUT_LOG = "output.log"
+NIGHT_RECORD = "night.json"  # the night's settings, which `resume` runs again
+ON_FINISH_TIMEOUT_S = 600
+# Runs a resume may continue: killed while running (the summary still says so), or stopped by a signal.
+RESUMABLE = ("running", "interrupted")
 
 
-def execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
+class ResumeError(Exception):
+    """str() is the one line the user sees."""
+
+
+def load_run_night(run_dir: Path) -> NightConfig:
+    """The settings of the run in `run_dir`, for resume."""
+    try:
+        night = NightConfig.model_validate_json((run_dir / NIGHT_RECORD).read_bytes())
+        summary = RunSummary.model_validate_json((run_dir / "summary.json").read_bytes())
+    except FileNotFoundError as error:
+        raise ResumeError(f"{run_dir}: not a run directory ({Path(str(error.filename)).name} is missing)") from None
+    except ValueError as error:
+        raise ResumeError(f"{run_dir}: its record is unreadable: {error.__class__.__name__}") from None
+    unfinished = summary.status == "running" or len(summary.tasks) < len(night.tasks())
+    if summary.status not in RESUMABLE or not unfinished:
+        raise ResumeError(f"run {run_dir.name} is {summary.status}: nothing to resume")
+    return night
+
+
+def _work(night: NightConfig) -> list[tuple[Path, str]]:
+    return [(config.repo, task) for config, task in night.tasks()]
+
+
+def unfinished_run(night: NightConfig) -> str | None:
+    """The newest run of the same night file (or the same repositories and tasks) that can be resumed."""
+    for run_dir in reversed(run_directories(night.runs_dir)):
+        try:
+            earlier = load_run_night(run_dir)
+        except ResumeError:
+            continue
+        same = (
+            earlier.night_file == night.night_file
+            if night.night_file is not None
+            else earlier.night_file is None and _work(earlier) == _work(night)
+        )
+        if same:
+            return run_dir.name
+    return None
+
+
+def execute(night: NightConfig, *, view: RunView, resume: str | None = None) -> int:
     with stop_signals():
         try:
-            return _execute(config, allow_dirty=allow_dirty, view=view)
+            return _execute(night, view=view, resume=resume)
         except Interrupted as stop:  # before the run started, or after it ended: nothing of it to settle
             view.error(f"{stop}")
             return stop.exit_code
 
 
-def _execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
+def _execute(night: NightConfig, *, view: RunView, resume: str | None) -> int:
     try:
-        prepared = preflight(config, allow_dirty=allow_dirty, log=view.log)
+        prepared = preflight(night, allow_dirty=night.allow_dirty, log=view.log)
     except PreflightError as error:
         view.error(str(error))
         return EXIT_PREFLIGHT
+    run_id = resume or new_run_id()
+    locks = [RepoLock(Path(repo.common_dir).resolve(), run_id) for repo in prepared.repos.values()]
+    try:
+        for lock, path in zip(locks, prepared.repos, strict=True):
+            lock.acquire(path, view.log)
+        return _locked(night, prepared, run_id, view=view, resume=resume is not None)
+    except LockHeld as held:
+        view.error(str(held))
+        return EXIT_PREFLIGHT
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunView, resume: bool) -> int:
     swept = sweep_leftovers(prepared.docker)
     if swept:
         view.log(f"removed {swept} sandbox container(s) left behind by earlier runs that did not finish")
     swept = sweep_run_scratch()
     if swept:
         view.log(f"removed the worktrees of {swept} earlier run(s) that did not finish (their branches are kept)")
-    config = config.model_copy(update={"llm": config.llm.model_copy(update={"server_url": prepared.server_url})})
-    journal = RunJournal(config.runs_dir, new_run_id())
+    server = {"llm": night.repos[0].llm.model_copy(update={"server_url": prepared.server_url})}
+    night = night.model_copy(update={"repos": [config.model_copy(update=server) for config in night.repos]})
+    journal = RunJournal(night.runs_dir, run_id, resume=resume)
     view.divert_to(journal.directory / OUTPUT_LOG)
-    journal.write_config(config)
+    progress = previous = None
+    if resume:
+        progress = read_progress(journal.directory / "transcript.jsonl")
+        previous = RunSummary.model_validate_json((journal.directory / "summary.json").read_bytes())
+        view.log(f"resuming run {run_id}: {len(progress.finished)} task(s) finished earlier are not redone")
+    else:
+        journal.write_config(night.repos[0])
+        journal.write_json(NIGHT_RECORD, night)
     run: Run | None = None
 
     def on_event(event: Event) -> None:
         if run is not None:
             run.emit(event)
 
-    model = OpenAIChatModel(config.llm, on_retry=lambda message: on_event(Retry(message=message)), on_progress=on_event)
+    llm = night.repos[0].llm
+    model = OpenAIChatModel(llm, on_retry=lambda message: on_event(Retry(message=message)), on_progress=on_event)
     run = Run(
-        config,
-        repo=prepared.repo,
+        night,
+        repos=prepared.repos,
         docker_client=prepared.docker,
         model=model,
         server_url=prepared.server_url,
         journal=journal,
         observe=view.handle,
+        progress=progress,
+        previous=previous,
     )
     try:
         with view:
@@ -65,7 +141,29 @@ def _execute(config: RunConfig, *, allow_dirty: bool, view: RunView) -> int:
     finally:
         journal.close()
     _print_summary(view, summary, journal)
+    if night.on_finish:
+        _on_finish(night.on_finish, journal, summary, view)
     return summary.exit_code
+
+
+def _on_finish(command: str, journal: RunJournal, summary: RunSummary, view: RunView) -> None:
+    """The user's own command (from their night file or command line, not the model's), for a notification."""
+    environment = {
+        **os.environ,
+        "REFACTOR_AGENT_REPORT": str((journal.directory / "report.md").absolute()),
+        "REFACTOR_AGENT_RUN_DIR": str(journal.directory.absolute()),
+        "REFACTOR_AGENT_RUN_ID": summary.run_id,
+        "REFACTOR_AGENT_EXIT_CODE": str(summary.exit_code),
+    }
+    try:
+        done = subprocess.run(
+            command, shell=True, env=environment, stdin=subprocess.DEVNULL, timeout=ON_FINISH_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        view.log(f"warning: --on-finish {command!r}: {error}")
+        return
+    if done.returncode != 0:
+        view.log(f"warning: --on-finish {command!r} exited {done.returncode}")
 
 
 def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import git
 
+from agent.leftovers import forget_vanished_worktree
 from agent.safe_git import CappedOutput, GitError, SafeGit
 
 # Caches that test runs and tools leave behind: never part of a refactoring, even where the repository's own
@@ -38,6 +39,9 @@ ARTIFACT_PATTERNS = (
 # Commit messages longer than this are cut; the whole text stays in summary.json.
 MAX_COMMIT_MESSAGE_CHARS = 8_000
 BRANCH_PREFIX = "refactor-agent/"
+# The files of an unfinished task after each tool call, one ref per task: what resume continues from, even when
+# the scratch directory is gone (a reboot). Deleted when the task is settled.
+WIP_REF_PREFIX = "refs/refactor-agent/wip/"
 # A patch `git apply` takes, binary files included; no external diff or textconv program of anyone's runs.
 DIFF_OPTIONS = ("--binary", "--no-ext-diff", "--no-textconv", "--no-color")
 FALLBACK_IDENTITY = {
@@ -46,6 +50,10 @@ FALLBACK_IDENTITY = {
     "GIT_COMMITTER_NAME": "refactor-agent",
     "GIT_COMMITTER_EMAIL": "refactor-agent@localhost",
 }
+
+
+def wip_ref(run_id: str, index: int) -> str:
+    return f"{WIP_REF_PREFIX}{run_id}/{index}"
 
 
 class WorkspaceError(Exception):
@@ -176,6 +184,35 @@ class Workspace:
         )
 
     @classmethod
+    def reopen(
+        cls,
+        repo: git.Repo,
+        *,
+        branch: str,
+        base_commit: str,
+        restore: str | None,
+        max_file_bytes: int,
+        scratch_root: Path | None = None,
+    ) -> Workspace:
+        """A task's branch checked out again after the process died (resume), its files put back as the wip
+        commit `restore` kept them; the worktree's index is the branch's, as in the first checkout."""
+        forget_vanished_worktree(Path(repo.common_dir).resolve(), branch)
+        workspace = cls._add(
+            repo,
+            label=branch,
+            prefix="refactor-agent-resume-",
+            branch=branch,
+            start=None,
+            max_file_bytes=max_file_bytes,
+            scratch_root=scratch_root,
+        )
+        workspace.base_commit = base_commit
+        if restore is not None:
+            workspace.git.run("read-tree", "-u", "--reset", restore)
+            workspace.git.run("read-tree", "HEAD")
+        return workspace
+
+    @classmethod
     def detached(
         cls, repo: git.Repo, commit: str, *, label: str, max_file_bytes: int, scratch_root: Path | None = None
     ) -> Workspace:
@@ -199,15 +236,20 @@ class Workspace:
         label: str,
         prefix: str,
         branch: str | None,
-        start: str,
+        start: str | None,
         max_file_bytes: int,
         scratch_root: Path | None,
     ) -> Workspace:
+        """A worktree on a new `branch` at `start`, detached at `start` (branch None), or on the existing
+        `branch` (start None)."""
         scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_root)).resolve()
         hooks_dir = scratch / "no-hooks"
         hooks_dir.mkdir()
         path = scratch / "worktree"
-        new_branch = ["-b", branch] if branch is not None else ["--detach"]
+        if start is None:
+            new_branch, start = [], str(branch)
+        else:
+            new_branch = ["-b", branch] if branch is not None else ["--detach"]
         try:
             # `worktree add -b` creates the branch at `start` without touching the user's HEAD or index;
             # with hooks off, neither post-checkout nor reference-transaction of the user's runs.
@@ -216,6 +258,8 @@ class Workspace:
         except (GitError, OSError) as error:
             shutil.rmtree(scratch, ignore_errors=True)
             raise WorkspaceError(f"cannot create a worktree for {label!r}: {error}") from None
+        if not new_branch:  # the existing branch's tip, as a commit id
+            start = user_git(repo, hooks_dir).run("rev-parse", "--verify", f"refs/heads/{branch}").strip().decode()
         return cls(repo, scratch, admin_dir, branch, start, max_file_bytes)
 
     @property
@@ -239,10 +283,10 @@ class Workspace:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             file.write(f"gitdir: {self.admin_dir}\n")
 
-    def _left_out(self, exclude: tuple[str, str]) -> dict[bytes, str]:
+    def _left_out(self, exclude: tuple[str, str], env: dict[str, str] | None = None) -> dict[bytes, str]:
         """Untracked paths not to stage, with the reason: files above max_file_bytes, and repositories of their
         own (`git init` in a subdirectory), which git would add as a gitlink, or fail on when they have no commit."""
-        listing = self.git.run(*exclude, "ls-files", "-z", "--others", "--exclude-standard")
+        listing = self.git.run(*exclude, "ls-files", "-z", "--others", "--exclude-standard", env=env)
         left_out = {}
         for name in filter(None, listing.split(b"\0")):
             if name.endswith(b"/"):  # git lists a nested repository as a directory and does not look inside
@@ -256,16 +300,52 @@ class Workspace:
                 left_out[name] = f"{info.st_size} bytes, above the limit of {self.max_file_bytes}"
         return left_out
 
-    def _stage_everything(self) -> None:
+    def _stage_everything(self, env: dict[str, str] | None = None) -> None:
+        """Stage every change into the worktree's index, or the index file `env` names."""
         self.restore_git_file()
         exclude = ("-c", f"core.excludesFile={self.excludes_file}")
-        left_out = self._left_out(exclude)
+        left_out = self._left_out(exclude, env)
         self.uncommitted_files = {os.fsdecode(name): reason for name, reason in left_out.items()}
         # Pathspecs on stdin: any number of them, and names need not be UTF-8.
         pathspecs = [b":(top)", *(b":(exclude,literal,top)" + name for name in left_out)]
         self.git.run(
-            *exclude, "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul", input=b"\0".join(pathspecs)
+            *exclude,
+            "add",
+            "--all",
+            "--pathspec-from-file=-",
+            "--pathspec-file-nul",
+            input=b"\0".join(pathspecs),
+            env=env,
         )
+
+    def snapshot(self, ref: str) -> str | None:
+        """Keep the files as they are now as a commit on `ref` (parent: the previous snapshot, else the base):
+        staged into an index file of our own outside the worktree, so the model's view of `git status` is not
+        changed. None when nothing changed since the last snapshot."""
+        index = {"GIT_INDEX_FILE": str(self.scratch / "wip-index")}
+        if not (self.scratch / "wip-index").exists():
+            self.git.run("read-tree", self.base_commit, env=index)
+        self._stage_everything(index)
+        tree = self.git.run("write-tree", env=index).strip().decode()
+        try:
+            parent = self.git.run("rev-parse", "--verify", "-q", ref).strip().decode()
+        except GitError:
+            parent = self.base_commit
+        if tree == self.git.run("rev-parse", f"{parent}^{{tree}}").strip().decode():
+            return None
+        message = commit_message("refactor-agent: work in progress", {"Refactor-Agent-Wip": ref})
+        commit = self.git.run(
+            "commit-tree", tree, "-p", parent, "-F", "-", input=message.encode(), env={**index, **self._identity()}
+        )
+        sha = commit.strip().decode()
+        self.git.run("update-ref", "-m", "refactor-agent: wip", ref, sha)
+        return sha
+
+    def drop_ref(self, ref: str) -> None:
+        """Delete one of our private refs (a settled task's wip ref); idempotent."""
+        if not ref.startswith(WIP_REF_PREFIX):
+            raise WorkspaceError(f"refusing to delete {ref}: only {WIP_REF_PREFIX}* refs are ours to delete")
+        self.user_side.run("update-ref", "-d", ref)
 
     def diff(self, *, max_bytes: int) -> CappedOutput:
         """Everything the task changed against its base, new files included; only the first max_bytes kept."""

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import agent
-from agent.cli import app, run, run_config, run_option_names
+from agent.cli import app, run, run_config_of, run_option_names
 
 from repos import checkout_fingerprint, make_repo
 
@@ -119,5 +119,5 @@ def test_the_feature_switches_take_on_or_off(tmp_path: Path) -> None:
     assert "'--symbol-tools'" in _refused(tmp_path, ["--symbol-tools", "maybe"])
     options = {name: parameter.default for name, parameter in inspect.signature(run).parameters.items()}
     options = {name: options[name] for name in run_option_names()}
-    config = run_config(tmp_path, ["Rename x"], **{**options, "symbol_tools": "off", "runs_dir": tmp_path / "runs"})
+    config = run_config_of(tmp_path, ["Rename x"], {**options, "symbol_tools": "off", "runs_dir": tmp_path / "runs"})
     assert (config.symbol_tools, config.ledger) == (False, True)

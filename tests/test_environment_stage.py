@@ -94,7 +94,7 @@ def run_once(tmp_path: Path, repo: Path, run_id: str, spec: EnvironmentSpec | No
         journal = RunJournal(config.runs_dir, run_id)
         runner = Run(
             config,
-            repo=git.Repo(repo),
+            repos={repo: git.Repo(repo)},
             docker_client=docker_client(),
             model=ScriptedModel([TOUCH, FINISH]),
             server_url=server.url,

@@ -105,3 +105,44 @@ def test_resume_appends_one_user_message_after_an_end_and_keeps_the_prefix(tmp_p
     assert after_resume[: len(model.requests[0])] == model.requests[0], "append-only: the cached prefix holds"
     assert after_resume[-1] == {"role": "user", "content": "the gate found a regression"}
     assert loop.resume("once more").outcome == "max_turns", "resumed turns count against the same limit"
+
+
+def test_the_token_budget_ends_the_task(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    model = ScriptedModel([Reply(tool_calls=[("view_file", {"path": "pkg/geometry.py"})])] * 3)
+    context = ToolContext(LocalExecutor(repo), None, 30, 4_000)
+    loop = AgentLoop(model, default_registry(), context, max_turns=10, emit=lambda event: None, max_tokens=1)
+    result = loop.run("SYSTEM", "the task")
+    assert (result.outcome, result.reason, result.turns) == (
+        "max_turns",
+        "spent --max-tokens-per-task 1 without finish",
+        1,
+    )
+
+
+def test_a_notice_is_appended_before_the_next_request_once(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    view = Reply(tool_calls=[("view_file", {"path": "pkg/geometry.py"})])
+    model = ScriptedModel([view, view, view, Reply(tool_calls=[("finish", {"summary": "done"})])])
+    context = ToolContext(LocalExecutor(repo), None, 30, 4_000)
+    notices = iter([None, "time is up", None, None])
+    loop = AgentLoop(
+        model, default_registry(), context, max_turns=10, emit=lambda event: None, notice=lambda: next(notices)
+    )
+    assert loop.run("SYSTEM", "the task").outcome == "finished"
+    assert model.requests[1][-1] == {"role": "user", "content": "time is up"}  # appended: the prefix holds
+    assert sum(message.get("content") == "time is up" for message in model.requests[-1]) == 1
+
+
+def test_continue_from_sends_the_rebuilt_conversation_then_one_message(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    model = ScriptedModel([Reply(tool_calls=[("finish", {"summary": "done"})])])
+    events: list = []
+    context = ToolContext(LocalExecutor(repo), None, 30, 4_000)
+    loop = AgentLoop(model, default_registry(), context, max_turns=10, emit=events.append)
+    earlier = [{"role": "system", "content": "S"}, {"role": "user", "content": "T"}]
+    result = loop.continue_from(earlier, turn=4, recorded=2, message="restarted")
+    assert (result.outcome, result.turns) == ("finished", 5)
+    assert model.requests[0] == [*earlier, {"role": "user", "content": "restarted"}]
+    (request,) = [event for event in events if event.type == "request"]
+    assert request.new_messages == [{"role": "user", "content": "restarted"}] and request.tools is None

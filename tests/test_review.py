@@ -73,7 +73,7 @@ NIGHT_SCRIPT = [
                     "    assert 'width times height' in compute_area.__doc__\n",
                 },
             ),
-            ("str_replace", {"path": "pytest.ini", "old": "[pytest]\n", "new": "[pytest]\nconsole_output_style = classic\n"}),
+            ("str_replace", {"path": "pytest.ini", "old": "[pytest]\n", "new": "[pytest]\ntestpaths = tests\n"}),
             ("bash", {"command": "rm NOTES.txt"}),
             ("create_file", {"path": "big.txt", "content": "x" * 2000}),
         ]
@@ -99,7 +99,7 @@ def _run(repo: Path, runs_dir: Path, run_id: str, tasks: list[str], script: list
         journal.write_config(config)
         Run(
             config,
-            repo=git.Repo(repo),
+            repos={repo: git.Repo(repo)},
             docker_client=docker_client(),
             model=ScriptedModel(script),
             server_url=server.url,
@@ -131,10 +131,12 @@ class Night:
         shutil.copytree(source, tmp_path / "night", symlinks=True)
         self.repo = tmp_path / "night" / "repo"
         self.runs = tmp_path / "night" / "runs"
-        for run_id in (NIGHT, LATER):  # the copy's summaries name the copy's repository
+        for run_id in (NIGHT, LATER):  # the copy's summaries name the copy's repository, as do their tasks
             path = self.runs / run_id / "summary.json"
             summary = RunSummary.model_validate_json(path.read_text())
-            path.write_text(summary.model_copy(update={"repo": str(self.repo)}).model_dump_json(indent=2))
+            tasks = [task.model_copy(update={"repo": str(self.repo)}) for task in summary.tasks]
+            copied = summary.model_copy(update={"repo": str(self.repo), "repos": [str(self.repo)], "tasks": tasks})
+            path.write_text(copied.model_dump_json(indent=2))
 
     def review(self, *arguments: str, code: int = 0) -> str:
         result = CliRunner().invoke(app, ["review", *arguments, "--runs-dir", str(self.runs)])

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -22,11 +19,10 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.config import LLMConfig
-from agent.events import parse_event
 from agent.journal import run_directories
 from agent.metrics import percentile
-from sandbox import LABEL, docker_client
 
+from cli_runs import cli_command, read_run, run_containers, start_cli, transcript_of, wait_for, worktrees
 from repos import checkout_fingerprint, make_repo
 from scripted_server import Fail, Hold, Reply, ScriptedServer, common_prefix, tokens_of
 
@@ -51,59 +47,6 @@ RENAME_SCRIPT = [
     Reply(tool_calls=[("bash", {"command": "git status --short && git diff --stat"}), ("run_tests", {})]),
     Reply(tool_calls=[("finish", {"summary": "Rename compute_area to area\n\nCallers and tests follow."})]),
 ]
-
-
-def read_run(runs_dir: Path) -> tuple[Path, dict, list[dict]]:
-    (run_dir,) = run_directories(runs_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    lines = (run_dir / "transcript.jsonl").read_text().splitlines()
-    # Every line is one typed event (what resume and review read back), stamped with its task past run_start.
-    events = [parse_event(line) for line in lines]
-    run_level = ("run_start", "run_end", "environment", "environment_progress")
-    assert all(event.task is not None for event in events if event.type not in run_level)
-    return run_dir, summary, [json.loads(line) for line in lines]
-
-
-def cli_command(repo: Path, server: ScriptedServer, runs_dir: Path, *tasks: str) -> list[str]:
-    task_options = [option for task in tasks for option in ("--task", task)]
-    return [
-        sys.executable, "-m", "agent", "run", str(repo), *task_options, "--server", server.url,
-        "--runs-dir", str(runs_dir),
-    ]  # fmt: skip
-
-
-def start_cli(command: list[str], scratch: Path, **popen: object) -> subprocess.Popen:
-    """The CLI in a process of its own, for signals; its scratch directories go under `scratch` (TMPDIR)."""
-    scratch.mkdir(exist_ok=True)
-
-    def default_signals() -> None:  # a test runner started in the background ignores SIGINT; the run must not
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    # cwd outside any repository: a git call that lost its worktree must not find the one the tests run from;
-    # PYTHONPATH then names the code under test, which the cwd no longer does.
-    environment = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return subprocess.Popen(command, cwd=scratch.parent, env=environment, preexec_fn=default_signals, **popen)
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
-def run_containers(run_id: str) -> list:
-    return docker_client().containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})
-
-
-def worktrees(repo: Path) -> list[str]:
-    listing = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)
-    return [line.split(" ", 1)[1] for line in listing.stdout.splitlines() if line.startswith("worktree ")]
-
-
-def transcript_of(run_dir: Path) -> list[dict]:
-    path = run_dir / "transcript.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def invoke(repo: Path, server: ScriptedServer, runs_dir: Path, *extra: str) -> int:

@@ -54,7 +54,7 @@ def run(
         journal = RunJournal(config.runs_dir, "run-under-test")
         runner = Run(
             config,
-            repo=git.Repo(repo),
+            repos={repo: git.Repo(repo)},
             docker_client=docker_client(),
             model=model,
             server_url=server.url,

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
 from agent.eval.suite import Variant
 
@@ -53,6 +52,7 @@ def _evaluate(values: dict[str, Any]) -> int:
     from agent.environment.spec import EnvironmentFileError
     from agent.eval.run import execute_eval, load_report
     from agent.eval.suite import SuiteError, load_suite
+    from agent.settings import SettingsError
 
     try:
         if values["oracle"] and values["noop"]:
@@ -64,12 +64,9 @@ def _evaluate(values: dict[str, Any]) -> int:
                 raise cli.UsageProblem(f"--oracle: {missing[0]} has no reference/<repository>/<task>.patch")
         other = load_report(values["compare"]) if values["compare"] is not None else None
         options = {name: values[name] for name in cli.run_option_names()}
-        template = cli.run_config(values["suite"].resolve(), ["(each task of the suite)"], **options)
-    except (SuiteError, cli.UsageProblem, EnvironmentFileError) as problem:
+        template = cli.run_config_of(values["suite"].resolve(), ["(each task of the suite)"], options)
+    except (SuiteError, cli.UsageProblem, EnvironmentFileError, SettingsError) as problem:
         typer.echo(f"error: {problem}", err=True)
-        return EXIT_USAGE
-    except ValidationError as error:
-        typer.echo(f"error: {cli._option_problem(error)}", err=True)
         return EXIT_USAGE
     scripted = "oracle" if values["oracle"] else "noop" if values["noop"] else None
     return execute_eval(

@@ -144,7 +144,7 @@ def evaluate_task(
         try:
             run = Run(
                 config,
-                repo=repo,
+                repos={path: repo},
                 docker_client=client,
                 model=model,
                 server_url=server_url,

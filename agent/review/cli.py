@@ -22,6 +22,7 @@ from rich.syntax import Syntax
 from typer.core import TyperGroup
 
 from agent.config import RunConfig
+from agent.report import TaskSummary
 from agent.review.change import TaskChange, read_change
 from agent.review.pager import TerminalPager
 from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
@@ -106,14 +107,16 @@ def _print_json(payload: Any) -> None:
 
 
 @contextmanager
-def _repository(record: RunRecord, repo: Path | None) -> Iterator[UserRepository]:
-    with user_repository(repo or Path(record.summary.repo)) as repository:
+def _repository(record: RunRecord, repo: Path | None, task: TaskSummary | None = None) -> Iterator[UserRepository]:
+    """--repo, else the task's own repository (a night has several), else the run's (first) one."""
+    recorded = task.repo if task is not None and task.repo else record.summary.repo
+    with user_repository(repo or Path(recorded)) as repository:
         yield repository
 
 
 def _change(runs_dir: Path, target: str, repo: Path | None) -> TaskChange:
     ref: TaskRef = find_task(runs_dir, target)
-    with _repository(ref.run, repo) as repository:
+    with _repository(ref.run, repo, ref.task) as repository:
         return read_change(ref, repository)
 
 
@@ -226,7 +229,7 @@ def push(
     with _one_line_errors():
         ref = find_task(_runs_dir(context, runs_dir), target)
         branch = ref.task.branch
-        with _repository(ref.run, repo) as repository:
+        with _repository(ref.run, repo, ref.task) as repository:
             commit = repository.tip(branch) if branch else None
             if branch is None or commit is None or ref.task.commit is None:
                 raise ReviewError(f"task {ref.run.run_id}/{ref.task.index} has no commit to push ({ref.task.verdict})")
@@ -316,6 +319,8 @@ def discard(
                     deleted.append(branch)
                 except (WorkspaceError, GitError) as error:
                     kept[branch] = str(error)
+            if only is None:  # an unfinished run is discarded too: what resume would have continued from
+                repository.drop_wip(record.run_id)
     if _as_json(context, as_json):
         _print_json({"deleted": deleted, "kept": kept})
         return

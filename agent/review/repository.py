@@ -17,7 +17,7 @@ import git
 from agent.journal import PATCH_MAX_BYTES
 from agent.review.records import ReviewError, unknown
 from agent.safe_git import CappedOutput, GitError, SafeGit
-from agent.workspace import BRANCH_PREFIX, WorkspaceError, open_repository, user_git
+from agent.workspace import BRANCH_PREFIX, WIP_REF_PREFIX, WorkspaceError, open_repository, user_git
 
 # A diff to read, not to apply: no external diff or textconv program of anyone's, and git's own a/ b/ prefixes
 # whatever diff.noprefix or diff.mnemonicPrefix the user set.
@@ -87,6 +87,14 @@ class UserRepository:
     def delete(self, branch: str, expected: str) -> None:
         """Delete a task branch, only if it still points where we saw it."""
         self.git.run("update-ref", "-d", self._ours(branch), expected)
+
+    def drop_wip(self, run_id: str) -> list[str]:
+        """Delete the work-in-progress refs an unfinished run kept for resume (refs/refactor-agent/wip/<run>/*)."""
+        prefix = f"{WIP_REF_PREFIX}{run_id}/"
+        refs = self.git.run("for-each-ref", "--format=%(refname)", prefix).decode("utf-8", errors="replace").split()
+        for ref in refs:
+            self.git.run("update-ref", "-d", ref)
+        return refs
 
     def move(self, branch: str, new: str, expected: str) -> None:
         """Point a task branch at `new`, only if it still points at `expected`."""

@@ -1,0 +1,100 @@
+"""What a run that stopped (kill -9, an OOM kill, a reboot) had done, read back from its transcript.
+
+Tasks with a task_end event are finished and not redone. The task in flight continues: its conversation is
+rebuilt from the request events (each carries the messages that were new since the previous request, exactly as
+sent, so the rebuilt prefix is byte-identical and the server's KV cache still matches), then the last response
+and the tool results that arrived after it. A tool call without a result was cut off by the process's death:
+it gets a result saying so, and is never run again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent.events import Request, Response, TaskEnd, TaskStart, ToolResultEvent, parse_event
+from agent.metrics import RequestStats
+from agent.report import TaskSummary
+
+RESTARTED_MESSAGE = (
+    "The agent process was restarted (it was killed, or the machine rebooted) and this is a new sandbox: "
+    "processes you started and files outside the repository are gone, and so are files git ignores (build "
+    "outputs, installed packages). The repository's other files are as your last completed tool call left them. "
+    "Go on with the task from where you were."
+)
+CUT_OFF_RESULT = (
+    "interrupted: the agent process stopped while this tool call was running, so it has no result and it was not "
+    "run again. Its changes to files may or may not have been kept: check before relying on them."
+)
+
+
+@dataclass
+class TaskProgress:
+    """The task in flight when the process stopped."""
+
+    index: int
+    start: TaskStart
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    recorded: int = 0  # how many of `messages` the transcript's request events hold
+    turn: int = 0
+    requests: list[RequestStats] = field(default_factory=list)
+    cut_off_calls: int = 0
+
+
+@dataclass
+class RunProgress:
+    finished: list[TaskSummary]
+    in_flight: TaskProgress | None
+    requests: list[RequestStats] = field(default_factory=list)  # of the finished tasks, for the run's metrics
+
+
+def _events(transcript: Path) -> list[Any]:
+    """Every event; a line cut short by the kill (the last one) is dropped."""
+    events = []
+    try:
+        lines = transcript.read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            events.append(parse_event(line))
+        except ValidationError:
+            continue
+    return events
+
+
+def read_progress(transcript: Path) -> RunProgress:
+    events = _events(transcript)
+    finished = {event.outcome.index: event.outcome for event in events if isinstance(event, TaskEnd)}
+    done = sorted(finished.values(), key=lambda task: task.index)
+    requests = [event.stats for event in events if isinstance(event, Response) and event.task in finished]
+    started = [event for event in events if isinstance(event, TaskStart) and event.task not in finished]
+    if not started:
+        return RunProgress(done, None, requests)
+    progress = TaskProgress(index=started[0].task or 0, start=started[0])
+    response: dict[str, Any] | None = None
+    results: dict[str, str] = {}
+    for event in events:
+        if event.task != progress.index:
+            continue
+        if isinstance(event, Request):
+            progress.messages.extend(event.new_messages)
+            progress.turn, response, results = event.turn, None, {}
+        elif isinstance(event, Response):
+            response = event.message
+            progress.requests.append(event.stats)
+        elif isinstance(event, ToolResultEvent) and response is not None:
+            results[event.id] = event.text
+    progress.recorded = len(progress.messages)
+    if response is not None:
+        progress.messages.append(response)
+        for call in response.get("tool_calls") or []:
+            text = results.get(call["id"])
+            if text is None:
+                progress.cut_off_calls += 1
+            content = CUT_OFF_RESULT if text is None else text
+            progress.messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+    return RunProgress(done, progress, requests)

@@ -1,0 +1,345 @@
+"""Settings in layers: built-in defaults < user config file < ./refactor-agent.toml < night file < command line.
+
+Every layer speaks the command line's words (`max_turns`, `server`, `until` ...), checked by one pydantic model,
+and remembers where each value came from (a file and the TOML key's location in it), so that an error names the
+file, the line and the key, and `config show` can say where each setting was set.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from agent.config import Effort, NightConfig, RunConfig, Switch
+from agent.durations import parse_duration, parse_until
+from agent.environment.spec import load_environment_file
+
+MIB = 1024**2
+CONFIG_FILE_NAME = "refactor-agent.toml"
+# Bounded read: a settings file of more than this is not one.
+MAX_SETTINGS_BYTES = 1024**2
+
+
+class Options(BaseModel):
+    """The options of `run` and `night` as a file or the command line gives them; None: not set here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    server: str | None = None
+    model: str | None = None
+    effort: Effort | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    max_retries: int | None = None
+    idle_timeout: float | None = None
+    image: str | None = None
+    environment: Path | None = None
+    runs_dir: Path | None = None
+    max_turns: int | None = None
+    test_cmd: str | None = None
+    command_timeout: float | None = None
+    repair_rounds: int | None = None
+    max_file_size: int | None = None
+    symbol_tools: Switch | None = None
+    ledger: Switch | None = None
+    task_timeout: str | float | None = None
+    max_tokens_per_task: int | None = None
+    until: str | None = None
+    deadline: str | float | None = None
+    min_task_time: str | float | None = None
+    on_finish: str | None = None
+    allow_dirty: bool | None = None
+
+    @field_validator("task_timeout", "deadline", "min_task_time", mode="before")
+    @classmethod
+    def _duration(cls, value: str | float | None) -> str | float | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @field_validator("until")
+    @classmethod
+    def _until(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_until(value)
+        return value
+
+
+# Settings of the whole night (one server, one end time, one run directory): not per repository or task.
+NIGHT_WIDE = frozenset(
+    {
+        "server",
+        "model",
+        "effort",
+        "temperature",
+        "top_p",
+        "min_p",
+        "seed",
+        "max_tokens",
+        "max_retries",
+        "idle_timeout",
+        "runs_dir",
+        "until",
+        "deadline",
+        "min_task_time",
+        "on_finish",
+        "allow_dirty",
+    }
+)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+# Where each per-repository option goes in RunConfig, and how its value is converted (one table, read both ways).
+RUN_FIELDS: dict[str, tuple[tuple[str, ...], Callable[[Any], Any]]] = {
+    "server": (("llm", "server_url"), _identity),
+    "model": (("llm", "model"), _identity),
+    "effort": (("llm", "effort"), _identity),
+    "temperature": (("llm", "sampling", "temperature"), _identity),
+    "top_p": (("llm", "sampling", "top_p"), _identity),
+    "min_p": (("llm", "sampling", "min_p"), _identity),
+    "seed": (("llm", "sampling", "seed"), _identity),
+    "max_tokens": (("llm", "sampling", "max_tokens"), _identity),
+    "max_retries": (("llm", "max_retries"), _identity),
+    "idle_timeout": (("llm", "idle_timeout_s"), _identity),
+    "image": (("image",), _identity),
+    "environment": (("environment",), load_environment_file),
+    "symbol_tools": (("symbol_tools",), lambda switch: switch == "on"),
+    "ledger": (("ledger",), lambda switch: switch == "on"),
+    "runs_dir": (("runs_dir",), _identity),
+    "max_turns": (("max_turns",), _identity),
+    "test_cmd": (("test_cmd",), _identity),
+    "command_timeout": (("command_timeout_s",), _identity),
+    "repair_rounds": (("repair_rounds",), _identity),
+    "max_file_size": (("max_file_bytes",), lambda mib: mib * MIB),
+    "task_timeout": (("task_timeout_s",), parse_duration),
+    "max_tokens_per_task": (("max_tokens_per_task",), _identity),
+}
+NIGHT_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "runs_dir": ("runs_dir", _identity),
+    "min_task_time": ("min_task_time_s", parse_duration),
+    "on_finish": ("on_finish", _identity),
+    "allow_dirty": ("allow_dirty", _identity),
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a value was set: `label` for people; a file and the key's location in it when it came from one."""
+
+    label: str
+    path: Path | None = None
+    location: tuple[str | int, ...] = ()
+
+    def where_key(self, option: str) -> str:
+        """Where `option` was set in this source: the file and the line of its key."""
+        return Source(self.label, self.path, (*self.location, option)).where()
+
+    def where(self) -> str:
+        if self.path is None:
+            return self.label
+        line = key_line(_read_text(self.path), self.location)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+
+@dataclass
+class Layer:
+    source: Source
+    values: dict[str, Any]  # option -> value, only those set
+
+
+class SettingsError(Exception):
+    """One line: the file, the line and the key, what is wrong."""
+
+
+def _read_text(path: Path) -> str:
+    with path.open("rb") as file:
+        return file.read(MAX_SETTINGS_BYTES).decode("utf-8", errors="replace")
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        data = path.read_bytes()[: MAX_SETTINGS_BYTES + 1]
+    except OSError as error:
+        raise SettingsError(f"{path}: cannot read it: {error.strerror}") from None
+    if len(data) > MAX_SETTINGS_BYTES:
+        raise SettingsError(f"{path}: larger than {MAX_SETTINGS_BYTES} bytes, not a settings file")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise SettingsError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SettingsError(f"{path}: not valid TOML: {error}") from None
+
+
+def _header(line: str) -> str | None:
+    """The table name of a `[name]` or `[[name]]` header line, else None."""
+    stripped = line.split("#", 1)[0].strip()
+    if not stripped.startswith("[") or not stripped.endswith("]") or "=" in stripped:
+        return None
+    return stripped.strip("[]").strip()
+
+
+def key_line(text: str, location: tuple[str | int, ...]) -> int | None:
+    """The line (1-based) of a key given as pydantic locates it in the parsed TOML: ("defaults", "max_turns"),
+    ("repo", 1, "tasks", 0), ("repo", 0, "task", 2, "max_turns"). Tables are found by their headers, arrays of
+    tables by counting; the table's header line when the key itself is not written out, None for the top."""
+    lines = text.splitlines()
+    headers = [(number, _header(line)) for number, line in enumerate(lines)]
+    headers = [(number, name) for number, name in headers if name is not None]
+    start, end, table = -1, len(lines), ""
+    parts = list(location)
+    while parts:
+        part = parts.pop(0)
+        if isinstance(part, int):
+            continue
+        name = f"{table}.{part}" if table else part
+        inside = [number for number, header in headers if header == name and start < number < end]
+        if inside:
+            index = parts.pop(0) if parts and isinstance(parts[0], int) else 0
+            start = inside[min(index, len(inside) - 1)]
+            later = [n for n, header in headers if n > start and not header.startswith(name + ".")]
+            end, table = min([*later, end]), name
+            continue
+        keys_end = min([n for n, _ in headers if n > start] + [end])
+        for number in range(start + 1, keys_end):
+            key = lines[number].split("=", 1)[0].strip().strip('"')
+            if "=" in lines[number] and key == part:
+                return number + 1
+        break
+    return start + 1 if start >= 0 else None
+
+
+def options_from(table: dict[str, Any], source: Source) -> Layer:
+    """A table of options, checked: unknown keys and wrong types are named by file, line and key."""
+    try:
+        options = Options.model_validate(table)
+    except ValidationError as error:
+        raise SettingsError(describe(error, source)) from None
+    return Layer(source, options.model_dump(exclude_unset=True))
+
+
+def describe(error: ValidationError, source: Source) -> str:
+    detail = error.errors()[0]
+    location = (*source.location, *detail["loc"])
+    key = ".".join(str(part) for part in location)
+    text = str(detail["ctx"]["error"]) if detail["type"] == "value_error" else detail["msg"]
+    if detail["type"] == "extra_forbidden":
+        text = "unknown key"
+    where = Source(source.label, source.path, location).where()
+    more = f" (and {len(error.errors()) - 1} more)" if len(error.errors()) > 1 else ""
+    return f"{where}: {key}: {text[:1].lower() + text[1:]}{more}"
+
+
+def user_config_files(cwd: Path | None = None) -> list[Path]:
+    """The user's config file, then the one in the current directory (the later wins)."""
+    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return [config_home / "refactor-agent" / "config.toml", (cwd or Path.cwd()) / CONFIG_FILE_NAME]
+
+
+def config_file_layers(cwd: Path | None = None) -> list[Layer]:
+    layers = []
+    for path in user_config_files(cwd):
+        if path.is_file():
+            layers.append(options_from(read_toml(path), Source(str(path), path)))
+    return layers
+
+
+def merged(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, Source]]:
+    values: dict[str, Any] = {}
+    sources: dict[str, Source] = {}
+    for layer in layers:
+        for option, value in layer.values.items():
+            values[option], sources[option] = value, layer.source
+    return values, sources
+
+
+def _set(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for part in path[:-1]:
+        target = target.setdefault(part, {})
+    target[path[-1]] = value
+
+
+def run_config(repo: Path, tasks: list[str], layers: list[Layer]) -> RunConfig:
+    """RunConfig from the layers; a value RunConfig refuses is named where it was set."""
+    values, sources = merged(layers)
+    if values.get("image") is not None and values.get("environment") is not None:
+        raise SettingsError("--image and --environment: an explicit image is used as is, choose one")
+    fields: dict[str, Any] = {"repo": repo, "tasks": tasks}
+    for option, value in values.items():
+        if option in RUN_FIELDS and value is not None:
+            path, convert = RUN_FIELDS[option]
+            _set(fields, path, convert(value))
+    if "server" in values:
+        _set(fields, ("llm", "server_explicit"), True)
+    if values.get("image") is not None:
+        fields["image_explicit"] = True
+    try:
+        return RunConfig.model_validate(fields)
+    except ValidationError as error:
+        raise SettingsError("; ".join(_refusal(detail, sources) for detail in error.errors())) from None
+
+
+def _refusal(detail: Any, sources: dict[str, Source]) -> str:
+    """One complaint of RunConfig's in the words of where the value was set: `--max-turns 0: ...` for the
+    command line, `night.toml:7: max_turns 0: ...` for a file."""
+    field = next((str(part) for part in reversed(detail["loc"]) if isinstance(part, str)), "")
+    option = next((name for name, (path, _) in RUN_FIELDS.items() if path[-1] == field), field)
+    # A validator's own ValueError reads as its text; pydantic's "Value error, " prefix says nothing more.
+    text = str(detail["ctx"]["error"]) if detail["type"] == "value_error" else detail["msg"]
+    source = sources.get(option, Source("default"))
+    key = ".".join(str(part) for part in (*source.location, option))
+    named = "--" + option.replace("_", "-") if source.path is None else f"{source.where_key(option)}: {key}"
+    return f"{named} {detail['input']}: {text[:1].lower() + text[1:]}"
+
+
+def night_config(
+    entries: list[tuple[Path, list[str], list[Layer]]],
+    layers: list[Layer],
+    *,
+    night_file: Path | None = None,
+    now: datetime | None = None,
+) -> NightConfig:
+    """The night: one RunConfig per entry from that entry's layers (all of them, lowest first); the night-wide
+    settings (end time, run directory ...) from `layers`."""
+    values, _ = merged(layers)
+    fields: dict[str, Any] = {"night_file": night_file}
+    for option, (field, convert) in NIGHT_FIELDS.items():
+        if values.get(option) is not None:
+            fields[field] = convert(values[option])
+    if values.get("until") is not None:
+        fields["deadline_at"] = parse_until(values["until"], now)
+    elif values.get("deadline") is not None:
+        fields["deadline_at"] = (now or datetime.now().astimezone()) + timedelta(
+            seconds=parse_duration(values["deadline"])
+        )
+    fields["repos"] = [run_config(repo, tasks, own) for repo, tasks, own in entries]
+    return NightConfig.model_validate(fields)
+
+
+def describe_settings(defaults: dict[str, Any], layers: list[Layer]) -> list[str]:
+    """`config show`: every option with its resolved value and where it was set (`defaults`: the command's)."""
+    values, sources = merged(layers)
+    rows = [("setting", "value", "from")]
+    for option in Options.model_fields:
+        if option in values:
+            value, where = values[option], sources[option].where_key(option)
+        else:
+            value, where = defaults.get(option), "default"
+            if value is None and option in NIGHT_FIELDS:
+                value = NightConfig.model_fields[NIGHT_FIELDS[option][0]].default
+        rows.append((option, "-" if value is None else str(value), where))
+    width = [max(len(row[column]) for row in rows) for column in range(2)]
+    return [f"{name:<{width[0]}}  {value:<{width[1]}}  {where}".rstrip() for name, value, where in rows]

@@ -1,0 +1,71 @@
+"""The CLI as a process of its own (for signals and kill -9) and what a run leaves: shared by the e2e tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agent.events import parse_event
+from agent.journal import run_directories
+from sandbox import LABEL, docker_client
+
+from scripted_server import ScriptedServer
+
+
+def read_run(runs_dir: Path) -> tuple[Path, dict, list[dict]]:
+    (run_dir,) = run_directories(runs_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    lines = (run_dir / "transcript.jsonl").read_text().splitlines()
+    # Every line is one typed event (what resume and review read back), stamped with its task past run_start.
+    events = [parse_event(line) for line in lines]
+    run_level = ("run_start", "run_end", "environment", "environment_progress")
+    assert all(event.task is not None for event in events if event.type not in run_level)
+    return run_dir, summary, [json.loads(line) for line in lines]
+
+
+def cli_command(repo: Path, server: ScriptedServer, runs_dir: Path, *tasks: str) -> list[str]:
+    task_options = [option for task in tasks for option in ("--task", task)]
+    return [
+        sys.executable, "-m", "agent", "run", str(repo), *task_options, "--server", server.url,
+        "--runs-dir", str(runs_dir),
+    ]  # fmt: skip
+
+
+def start_cli(command: list[str], scratch: Path, **popen: object) -> subprocess.Popen:
+    """The CLI in a process of its own, for signals; its scratch directories go under `scratch` (TMPDIR)."""
+    scratch.mkdir(exist_ok=True)
+
+    def default_signals() -> None:  # a test runner started in the background ignores SIGINT; the run must not
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    # cwd outside any repository: a git call that lost its worktree must not find the one the tests run from;
+    # PYTHONPATH then names the code under test, which the cwd no longer does.
+    environment = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.Popen(command, cwd=scratch.parent, env=environment, preexec_fn=default_signals, **popen)
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def run_containers(run_id: str) -> list:
+    return docker_client().containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})
+
+
+def worktrees(repo: Path) -> list[str]:
+    listing = subprocess.run(["git", "worktree", "list", "--porcelain"], cwd=repo, capture_output=True, text=True)
+    return [line.split(" ", 1)[1] for line in listing.stdout.splitlines() if line.startswith("worktree ")]
+
+
+def transcript_of(run_dir: Path) -> list[dict]:
+    path = run_dir / "transcript.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -1,0 +1,221 @@
+"""kill -9 at any point, then `refactor-agent resume`: no task lost, none done twice, the task in flight goes on
+from its last completed step with its conversation rebuilt (the real CLI, Docker sandbox and git, scripted server)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
+from agent.journal import run_directories
+from agent.resume import CUT_OFF_RESULT, RESTARTED_MESSAGE
+from agent.workspace import WIP_REF_PREFIX
+
+from cli_runs import cli_command, run_containers, start_cli, transcript_of, wait_for
+from repos import make_repo
+from scripted_server import Hold, Reply, ScriptedServer
+
+pytestmark = pytest.mark.docker
+
+THREE_STEPS = [
+    Reply(tool_calls=[("create_file", {"path": "pkg/one.py", "content": "ONE = 1\n"})]),
+    Reply(tool_calls=[("create_file", {"path": "pkg/two.py", "content": "TWO = 2\n"})]),
+    Reply(tool_calls=[("bash", {"command": "echo three > three.txt && echo wrote three"})]),
+]
+FINISH = Reply(tool_calls=[("finish", {"summary": "Add one, two and three"})])
+
+
+def killed_run(tmp_path: Path, script: list, *tasks: str, until: str = "held") -> tuple[Path, Path, list[dict]]:
+    """A run killed with SIGKILL once the scripted server holds a request (or `until` the sleep runs); returns
+    the repository, the run directory and the requests the server received."""
+    repo = make_repo(tmp_path / "repo")
+    runs_dir = tmp_path / "runs"
+    with ScriptedServer(script) as server:
+        process = start_cli(
+            cli_command(repo, server, runs_dir, *tasks), tmp_path / "scratch", stdout=subprocess.DEVNULL
+        )
+        try:
+            if until == "held":
+                wait_for(server.held.is_set, "the held request")
+            else:
+                wait_for(lambda: list(runs_dir.glob("*/transcript.jsonl")), "the run to start")
+                (run_dir,) = run_directories(runs_dir)
+
+                def sleeping() -> bool:
+                    containers = run_containers(run_dir.name)
+                    return bool(containers) and until in json.dumps(containers[0].top())
+
+                wait_for(sleeping, "the command to run")
+        finally:
+            process.kill()
+            process.wait(timeout=60)
+        requests = list(server.requests)
+    (run_dir,) = run_directories(runs_dir)
+    return repo, run_dir, requests
+
+
+def resume_command(run_dir: Path, server: ScriptedServer) -> list[str]:
+    runs = ["--runs-dir", str(run_dir.parent)]
+    return [sys.executable, "-m", "agent", "resume", run_dir.name, *runs, "--server", server.url]
+
+
+def resume(tmp_path: Path, run_dir: Path, script: list) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    with ScriptedServer(script) as server:
+        command = resume_command(run_dir, server)
+        process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        output, _ = process.communicate(timeout=600)
+        return subprocess.CompletedProcess(command, process.returncode, output.decode()), list(server.requests)
+
+
+def wip_refs(repo: Path) -> list[str]:
+    listing = git.Repo(repo).git.for_each_ref("--format=%(refname)", WIP_REF_PREFIX)
+    return listing.split()
+
+
+@pytest.mark.parametrize("reboot", [False, True], ids=["killed", "rebooted"])
+def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_files(
+    tmp_path: Path, reboot: bool
+) -> None:
+    repo, run_dir, before_kill = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two and three")
+    assert wip_refs(repo)  # the files after each tool call, in the user's repository
+    if reboot:  # a reboot empties the temporary directory, where the worktree was
+        shutil.rmtree(tmp_path / "scratch")
+
+    done, after = resume(tmp_path, run_dir, [FINISH])
+    assert done.returncode == 0, done.stdout
+    assert "resuming run" in done.stdout
+
+    held, first_after = before_kill[-1]["messages"], after[0]["messages"]
+    # The conversation as it was (byte for byte: the server's cached prefix still matches), then the restart.
+    assert json.dumps(first_after[: len(held)]) == json.dumps(held)
+    assert first_after[len(held)] == {"role": "user", "content": RESTARTED_MESSAGE}
+    calls = [call["function"]["name"] for m in first_after if m["role"] == "assistant" for call in m["tool_calls"]]
+    assert calls == ["create_file", "create_file", "bash"]
+    results = [m["content"] for m in first_after if m["role"] == "tool"]
+    assert len(results) == 3 and "wrote three" in results[2]
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (task,) = summary["tasks"]
+    assert (summary["status"], summary["resumed"], task["status"]) == ("completed", 1, "committed")
+    (commit,) = git.Repo(repo).iter_commits(f"main..{task['branch']}")
+    assert sorted(commit.stats.files) == ["pkg/one.py", "pkg/two.py", "three.txt"]
+    assert wip_refs(repo) == []  # settled: its snapshots are gone
+    report = (run_dir / "report.md").read_text()
+    assert "Add one, two and three" in report
+
+
+def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(tmp_path: Path) -> None:
+    repo, run_dir, _ = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two, three and four")
+    four = Reply(tool_calls=[("create_file", {"path": "pkg/four.py", "content": "FOUR = 4\n"})])
+    with ScriptedServer([four, Hold()]) as server:
+        process = start_cli(resume_command(run_dir, server), tmp_path / "scratch", stdout=subprocess.DEVNULL)
+        try:
+            wait_for(server.held.is_set, "the second session's held request")
+        finally:
+            process.kill()
+            process.wait(timeout=60)
+        held = server.requests[-1]["messages"]
+
+    done, after = resume(tmp_path, run_dir, [FINISH])
+    assert done.returncode == 0, done.stdout
+    messages = after[0]["messages"]
+    assert json.dumps(messages[: len(held)]) == json.dumps(held)  # both sessions' conversation, unchanged
+    assert [m["content"] for m in messages if m["role"] == "user"].count(RESTARTED_MESSAGE) == 2
+    (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
+    (commit,) = git.Repo(repo).iter_commits(f"main..{task['branch']}")
+    assert sorted(commit.stats.files) == ["pkg/four.py", "pkg/one.py", "pkg/two.py", "three.txt"]
+
+
+def test_a_tool_call_cut_off_by_the_kill_is_reported_as_interrupted_and_never_run_again(tmp_path: Path) -> None:
+    script = [THREE_STEPS[0], Reply(tool_calls=[("bash", {"command": "sleep 300 && touch slept.txt"})])]
+    repo, run_dir, _ = killed_run(tmp_path, script, "Add one", until="sleep 300")
+
+    done, after = resume(tmp_path, run_dir, [FINISH])
+    assert done.returncode == 0, done.stdout
+    messages = after[0]["messages"]
+    cut_off = [m for m in messages if m["role"] == "tool" and m["content"] == CUT_OFF_RESULT]
+    assert len(cut_off) == 1 and messages[-1]["content"] == RESTARTED_MESSAGE
+    sleeps = [e for e in transcript_of(run_dir) if e["type"] == "tool_call" and "sleep 300" in e["arguments"]]
+    assert len(sleeps) == 1  # asked for once, run once (cut off), never again
+    (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
+    (commit,) = git.Repo(repo).iter_commits(f"main..{task['branch']}")
+    assert list(commit.stats.files) == ["pkg/one.py"]
+
+
+def test_a_finished_task_is_not_redone_and_the_next_one_goes_on(tmp_path: Path) -> None:
+    script = [THREE_STEPS[0], FINISH, THREE_STEPS[1], Hold()]
+    repo, run_dir, before_kill = killed_run(tmp_path, script, "first", "second")
+    assert len(before_kill) == 4
+    # As a kill between the first task's record and the deletion of its snapshots would leave it:
+    git.Repo(repo).git.update_ref(f"{WIP_REF_PREFIX}{run_dir.name}/1", "main")
+
+    done, after = resume(tmp_path, run_dir, [FINISH])
+    assert done.returncode == 0, done.stdout
+    assert len(after) == 1  # only the second task's next request: the first is not asked again
+    summary = json.loads((run_dir / "summary.json").read_text())
+    first, second = summary["tasks"]
+    assert (first["index"], first["status"], second["index"], second["status"]) == (1, "committed", 2, "committed")
+    starts = [e for e in transcript_of(run_dir) if e["type"] == "task_start"]
+    assert [(e["task"], e["resumed"]) for e in starts] == [(1, False), (2, False), (2, True)]
+    assert wip_refs(repo) == []
+    for task, files in ((first, ["pkg/one.py"]), (second, ["pkg/two.py"])):
+        (commit,) = git.Repo(repo).iter_commits(f"main..{task['branch']}")
+        assert list(commit.stats.files) == files
+
+
+def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(tmp_path: Path) -> None:
+    repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
+    # What a kill between the commit and the task's record leaves: the branch holds the task's commit.
+    branch = next(e["branch"] for e in transcript_of(run_dir) if e["type"] == "task_start")
+    user = git.Repo(repo)
+    tree = user.git.rev_parse(f"{next(iter(wip_refs(repo)))}^{{tree}}")
+    trailer = "Refactor-Agent-Verdict: verified"
+    commit = user.git.commit_tree(tree, "-p", "main", "-m", f"Add one\n\n{trailer}")
+    user.git.update_ref(f"refs/heads/{branch}", commit)
+
+    done, after = resume(tmp_path, run_dir, [FINISH])
+    assert done.returncode == 0, done.stdout
+    assert after == []  # the model is not asked again
+    (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
+    assert (task["status"], task["verdict"], task["commit"]) == ("committed", "verified", commit)
+    assert [c.hexsha for c in user.iter_commits(f"main..{branch}")] == [commit]
+    assert "+ONE = 1" in (run_dir / "patch.diff").read_text()  # its patch, which the kill came before
+
+
+def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    with ScriptedServer([FINISH]) as server:
+        process = start_cli(cli_command(repo, server, tmp_path / "runs", "x"), tmp_path / "scratch")
+        assert process.wait(timeout=600) == 0
+    (run_dir,) = run_directories(tmp_path / "runs")
+    done, _ = resume(tmp_path, run_dir, [])
+    assert (done.returncode, done.stdout) == (2, f"error: run {run_dir.name} is completed: nothing to resume\n")
+
+
+def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(tmp_path: Path) -> None:
+    repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
+    with ScriptedServer([FINISH]) as server:
+        command = [*cli_command(repo, server, run_dir.parent, "Add one"), "--resume"]
+        process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output.decode()
+    assert f"resuming run {run_dir.name}" in output.decode()
+    assert run_directories(run_dir.parent) == [run_dir]  # the same run, no new one
+    (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
+    assert task["status"] == "committed"
+
+
+def test_review_discard_drops_what_an_unfinished_run_kept_for_resume(tmp_path: Path) -> None:
+    repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
+    assert wip_refs(repo)
+    arguments = ["review", "discard", run_dir.name, "--yes", "--runs-dir", str(run_dir.parent)]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 0, result.output
+    assert wip_refs(repo) == []
