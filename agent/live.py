@@ -15,6 +15,7 @@ from agent.events import (
     Event,
     GateEvent,
     PrefillProgress,
+    PrefixCacheEvent,
     Repair,
     Response,
     Retry,
@@ -117,6 +118,8 @@ class RunView:
                 return f"task {outcome.index} {words}{where}: {outcome.reason}"
             case Retry():
                 return f"model: {event.message}"
+            case PrefixCacheEvent():
+                return f"prefix cache: {event.message}"
             case Baseline():
                 return f"baseline: {event.result}" + (" (cached)" if event.cached else "")
             case GateEvent():

@@ -41,6 +41,7 @@ from agent.metrics import (
     summarize,
 )
 from agent.report import GateEvidence, RunSummary, TaskSummary, now_iso
+from agent.server.kv_cache import PrefixCache, prefix_cached
 from agent.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
 from tools import ToolContext, default_registry
@@ -103,6 +104,8 @@ class Run:
         self.observe = observe
         self.registry = default_registry()
         self.server_api = LlamaServerAPI(server_url)
+        # Saved prefixes: a task whose repository prefix was prefilled before (tonight or another night) restores it.
+        self.prefix_cache = PrefixCache.for_server(self.server_api, settings=config.llm.effort, notify=self.emit)
         self.requests: list[RequestStats] = []
         self.baselines = BaselineCache(config.runs_dir)
         self.git_dir = Path(repo.git.rev_parse("--path-format=absolute", "--git-common-dir"))
@@ -271,7 +274,11 @@ class Run:
             finally:  # a stop signal must not wait for the suite: leaving the sandbox ends its command
                 pool.shutdown(wait=False, cancel_futures=True)
             loop = self.loop = AgentLoop(
-                self.model, self.registry, context, max_turns=self.config.max_turns, emit=self.emit
+                prefix_cached(self.model, self.prefix_cache),
+                self.registry,
+                context,
+                max_turns=self.config.max_turns,
+                emit=self.emit,
             )
             result = loop.run(system, task_prompt(task, test_command))
             return self._gate(gate, loop, result, workspace)

@@ -43,6 +43,9 @@ def test_a_model_that_answers_without_tool_calls_stops_with_no_changes(
     progress = [event for event in events if event["type"] == "prefill_progress"]
     assert 1 <= len(progress) <= 11 and progress[-1]["processed"] == progress[-1]["total"]
     assert task["metrics"]["prompt_tokens"] > 0 and task["metrics"]["generated_tokens"] > 0
+    # The launcher's server saves slots: the task's prefix is saved once, after its first request, for later tasks.
+    (saved,) = [event for event in events if event["type"] == "prefix_cache"]
+    assert saved["action"] == "saved" and saved["tokens"] >= response["stats"]["prompt_tokens"], saved
     assert checkout_fingerprint(repo) == before
 
 
