@@ -35,6 +35,12 @@ def planted(tmp_path: Path) -> Path:
     return make_planted_repo(tmp_path / "planted", tmp_path)
 
 
+def _head(repo: Path) -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, check=True, text=True
+    ).stdout.strip()
+
+
 def views(packed) -> dict[str, tuple[str, str | None]]:
     return {stat.path: (stat.view, stat.reason) for stat in packed.stats.files}
 
@@ -402,7 +408,9 @@ def test_cli_writes_text_and_stats(tmp_path: Path, cache_dir: Path, monkeypatch:
     arguments = ["pack", str(repo), "--format", "markdown", "--output", str(output), "--stats", str(stats)]
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.output
-    assert output.read_text().startswith("# Repository at commit ")
+    # The commit closes the text: at its top it would make every commit's prefix differ from the first line.
+    text = output.read_text()
+    assert text.startswith("# Repository\n") and text.endswith(f"Repository at commit {_head(repo)}.\n")
     assert "## File: pkg/geometry.py" in output.read_text()
     loaded = json.loads(stats.read_text())
     assert loaded["files_full"] == loaded["files_listed"] == 5
@@ -430,3 +438,71 @@ def test_worker_processes_do_not_change_the_pack(tmp_path: Path, monkeypatch: py
         assert packed.stats.files_outline > 0
         texts.append(packed.text)
     assert texts[0] == texts[1]
+
+
+def _churned_repo(path: Path) -> Path:
+    """b.py and z.py unchanged since the first commit, a.py edited in the second, m.py added in the third."""
+    path.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
+    for name in ("a", "b", "z"):
+        (path / f"{name}.py").write_text(f"def {name}():\n    return '{name}'\n")
+    commit_all(path, "first")
+    (path / "a.py").write_text("def a():\n    return 'a, edited'\n")
+    commit_all(path, "second")
+    (path / "m.py").write_text("def m():\n    return 'm'\n")
+    commit_all(path, "third")
+    return path
+
+
+def _file_order(text: str) -> list[str]:
+    return [line.split('"')[1] for line in text.splitlines() if line.startswith("<file path=")]
+
+
+def _common_prefix(first: str, second: str) -> int:
+    return next(
+        (at for at, (one, other) in enumerate(zip(first, second, strict=False)) if one != other),
+        min(len(first), len(second)),
+    )
+
+
+def test_files_unchanged_longest_come_first_deterministically(tmp_path: Path) -> None:
+    repo = _churned_repo(tmp_path / "repo")
+    cold = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache"))
+    assert _file_order(cold.text) == ["b.py", "z.py", "a.py", "m.py"]
+    warm = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache"))
+    elsewhere = pack_repository(repo, PackOptions(cache_dir=tmp_path / "other-cache"))
+    assert warm.text == cold.text == elsewhere.text
+    assert _file_order(pack_repository(repo, PackOptions(cache_dir=tmp_path / "c", order="path")).text) == [
+        "a.py",
+        "b.py",
+        "m.py",
+        "z.py",
+    ]
+
+
+def test_an_edit_to_a_churned_file_keeps_the_stable_prefix_byte_identical(tmp_path: Path) -> None:
+    repo = _churned_repo(tmp_path / "repo")
+    before = {
+        order: pack_repository(repo, PackOptions(cache_dir=tmp_path / order, order=order)).text
+        for order in ("churn", "path")
+    }
+    (repo / "a.py").write_text("def a():\n    return 'a, edited again'\n")
+    commit_all(repo, "fourth")
+    after = {
+        order: pack_repository(repo, PackOptions(cache_dir=tmp_path / order, order=order)).text
+        for order in ("churn", "path")
+    }
+    stable = after["churn"].index('<file path="a.py">')
+    # Churn order: b.py, z.py and m.py stay in front, unchanged; only the edited file (now last) and the commit differ.
+    assert _file_order(after["churn"]) == ["b.py", "z.py", "m.py", "a.py"]
+    assert _common_prefix(before["churn"], after["churn"]) >= after["churn"].index('<file path="m.py">')
+    assert after["churn"].index('<file path="m.py">') < stable
+    # Path order: a.py comes first, so the prefix differs from its first file on.
+    assert _common_prefix(before["path"], after["path"]) < after["path"].index('<file path="b.py">')
+
+
+def test_a_file_changed_in_the_work_tree_comes_last(tmp_path: Path) -> None:
+    repo = _churned_repo(tmp_path / "repo")
+    (repo / "b.py").write_text("def b():\n    return 'uncommitted'\n")
+    packed = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache"))
+    assert _file_order(packed.text) == ["z.py", "a.py", "m.py", "b.py"]

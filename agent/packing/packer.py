@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from agent.packing.budget import resolve_budget
+from agent.packing.churn import ChurnOrder, churn_key
 from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_text
 from agent.packing.inventory import take_inventory
 from agent.packing.languages import language_for
@@ -70,7 +71,7 @@ class PackedRepository:
     def write(self, stream: TextIO) -> None:
         with timed(self.stats, "render"):
             renderer = self._renderer
-            stream.write(renderer.header(self.stats.commit, partial=self._partial))
+            stream.write(renderer.header(partial=self._partial))
             for item in self._shown:
                 if item.view == "full":
                     stream.write(renderer.full(item.file.path, read_text(self._repo_dir, item.file)))
@@ -80,7 +81,7 @@ class PackedRepository:
                 stream.write(renderer.unshown_open())
                 stream.writelines(renderer.unshown_line(path) for path in self._unshown)
                 stream.write(renderer.unshown_close())
-            stream.write(renderer.footer())
+            stream.write(renderer.footer(self.stats.commit))
 
     @property
     def text(self) -> str:
@@ -151,6 +152,7 @@ class _Packer:
         self.counter = counter
         self.cache_dir = cache_dir
         self.renderer = renderer_for(options.format)
+        self.ages: dict[str, int] = {}  # commits since each file last changed; empty: shown in path order
         self.stats = PackStats(
             commit=None,
             format=options.format,
@@ -165,10 +167,17 @@ class _Packer:
         # Without a budget nothing is ever ranked, so symbols are not worth extracting while reading.
         collector = SymbolCollector() if budget is not None else None
         files, excluded = self._inventory(collector)
+        if self.options.order == "churn":
+            with timed(self.stats, "order"):
+                order = ChurnOrder(self.cache_dir)
+                try:
+                    self.ages = order.ages(self.repo_dir, self.stats.commit, [text_file.path for text_file in files])
+                finally:
+                    order.close()
         with timed(self.stats, "count"):
             full_costs = self._count_full(files)
-            header = self.counter.count_text(self.renderer.header(self.stats.commit, partial=False))
-            footer = self.counter.count_text(self.renderer.footer())
+            header = self.counter.count_text(self.renderer.header(partial=False))
+            footer = self.counter.count_text(self.renderer.footer(self.stats.commit))
         if budget is None or collector is None or header + footer + sum(full_costs) <= budget:
             whole = self._result(
                 files, excluded, dict.fromkeys(range(len(files)), "full"), full_costs, {}, {}, 0, False
@@ -258,7 +267,7 @@ class _Packer:
         with timed(self.stats, "count"):
             fixed = sum(
                 self.counter.count_text(piece)
-                for piece in (self.renderer.header(self.stats.commit, partial=True), self.renderer.footer())
+                for piece in (self.renderer.header(partial=True), self.renderer.footer(self.stats.commit))
             )
             list_wrapper = self.counter.count_text(self.renderer.unshown_open() + self.renderer.unshown_close())
         ratio = self.counter.tokens_per_byte * PATH_ESTIMATE_MARGIN
@@ -364,6 +373,8 @@ class _Packer:
                     tokens_rendered=rendered,
                 )
             )
+        if self.ages:
+            shown.sort(key=lambda item: churn_key(self.ages, item.file.path))
         file_stats.extend(FileStat(path=item.path, view="excluded", reason=item.reason) for item in excluded)
         file_stats.sort(key=lambda stat: stat.path)
         stats.files = file_stats
@@ -372,8 +383,8 @@ class _Packer:
         stats.files_outline = sum(1 for stat in file_stats if stat.view == "outline")
         stats.files_path_only = len(unshown)
         stats.files_excluded = sum(1 for stat in file_stats if stat.view == "excluded")
-        fixed = self.counter.count_text(self.renderer.header(stats.commit, partial=partial))
-        fixed += self.counter.count_text(self.renderer.footer())
+        fixed = self.counter.count_text(self.renderer.header(partial=partial))
+        fixed += self.counter.count_text(self.renderer.footer(stats.commit))
         stats.total_tokens = fixed + sum(stat.tokens_rendered for stat in file_stats) + unshown_cost
         return PackedRepository(
             repo_dir=self.repo_dir,
