@@ -311,6 +311,49 @@ def test_budget_is_never_exceeded_with_exact_counts(tmp_path: Path, cache_dir: P
     assert everything.stats.files_full == everything.stats.files_listed
 
 
+def _whole_file(text: str) -> bool:
+    """A file's whole rendering sent to /tokenize (not an outline, not the packed text)."""
+    first = text.split("\n", 1)[0]
+    return first.startswith("<file path=") and 'view="outline"' not in first
+
+
+def test_exact_counts_only_for_what_is_selected_never_over_budget_cold_equals_warm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Selection on estimates from a sample, exact counts for what it shows: a fraction of the repository goes
+    through /tokenize, the pack never exceeds the budget, and a warm run (or another cache) gives the same text."""
+    from agent.packing import full_costs
+
+    monkeypatch.setattr(full_costs, "SAMPLE_MIN_BYTES", 8 * 1024)
+    repo = make_module_repo(tmp_path / "proj", modules=60)
+    # Files whose tokens per byte the .py sample gets wrong (3-byte characters): the exact counts must correct it.
+    for number in range(8):
+        (repo / "proj" / f"wide{number}.py").write_text(f"名前{number} = '日本語のテキスト'\n" * 60)
+    commit_all(repo, "wide files")
+    files = len(list((repo / "proj").iterdir())) + 1  # and the README
+    with ScriptedServer() as server:
+        for budget in (1500, 4000, 9000):
+            packs = []
+            for cache in ("a", "a", "b"):
+                server.tokenized.clear()
+                options = PackOptions(
+                    cache_dir=tmp_path / cache / str(budget), server_url=server.url, budget_tokens=budget
+                )
+                packs.append(pack_repository(repo, options))
+                if cache == "b":  # cold: whole files counted are the sample and the selection, not every file
+                    whole_files = [text for text in server.tokenized if _whole_file(text)]
+                    assert 0 < len(whole_files) < files / 2, len(whole_files)
+            cold, warm, elsewhere = packs
+            assert cold.text == warm.text == elsewhere.text
+            assert cold.stats.files_full > 0 and cold.stats.files_path_only > 0
+            assert cold.stats.total_tokens <= budget and tokens_of(cold.text) <= budget
+            # What is shown whole was counted exactly.
+            for stat in cold.stats.files:
+                if stat.view == "full":
+                    rendered = f'<file path="{stat.path}">\n{(repo / stat.path).read_text()}</file>\n'
+                    assert stat.tokens_full == tokens_of(rendered), stat.path
+
+
 def test_selection_shrinks_until_the_whole_text_fits(
     tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

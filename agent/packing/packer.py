@@ -14,6 +14,7 @@ from typing import Literal, TextIO
 from agent.packing.budget import resolve_budget
 from agent.packing.churn import ChurnOrder, churn_key
 from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_text
+from agent.packing.full_costs import FullCosts
 from agent.packing.inventory import take_inventory
 from agent.packing.languages import language_for
 from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
@@ -26,7 +27,11 @@ from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece
 
 WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
 PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
-MAX_SELECTION_ROUNDS = 16
+# Rounds that correct a selection made on estimates share this limit with the rounds that absorb seams.
+MAX_SELECTION_ROUNDS = 24
+# Estimated to take at most this share of the budget, a repository is counted whole (exactly) before any ranking:
+# estimates err by a few percent, and a repository that fits should not be cut because of an estimate.
+LIKELY_FITS = 1.1
 # Outlines parsed, then counted, together: a batch keeps every core parsing and a few /tokenize requests in
 # flight, and costs little beyond the last outline the budget takes.
 OUTLINE_BATCH = 64
@@ -175,23 +180,35 @@ class _Packer:
                 finally:
                     order.close()
         with timed(self.stats, "count"):
-            full_costs = self._count_full(files)
+            costs = self._full_costs(files)
             header = self.counter.count_text(self.renderer.header(partial=False))
             footer = self.counter.count_text(self.renderer.footer(self.stats.commit))
-        if budget is None or collector is None or header + footer + sum(full_costs) <= budget:
+        if budget is None or collector is None or header + footer + costs.total() <= budget * LIKELY_FITS:
+            # Every file would be shown: count them all exactly, and see whether they really fit.
+            with timed(self.stats, "count"):
+                costs.count_exactly(range(len(files)))
+            full_costs = costs.values
             whole = self._result(
                 files, excluded, dict.fromkeys(range(len(files)), "full"), full_costs, {}, {}, 0, False
             )
-            if budget is None or collector is None or self._fits(whole, budget):
+            if (
+                budget is None
+                or collector is None
+                or (whole.stats.total_tokens <= budget and self._fits(whole, budget))
+            ):
                 return whole
         ranked = self._rank(files, collector)
         # Pieces are counted apart; inside the whole text their edges can tokenize together with their
         # neighbours'. With exact counts the whole is counted too, and the selection shrinks until it fits.
         seams = 0
         for _ in range(MAX_SELECTION_ROUNDS):
-            views, outlines, outline_costs, unshown_cost = self._select(files, ranked, full_costs, budget - seams)
-            packed = self._result(files, excluded, views, full_costs, outlines, outline_costs, unshown_cost, True)
+            views, outlines, outline_costs, unshown_cost = self._select(files, ranked, costs.values, budget - seams)
+            with timed(self.stats, "count"):
+                corrected = costs.count_exactly(index for index, view in views.items() if view == "full")
+            packed = self._result(files, excluded, views, costs.values, outlines, outline_costs, unshown_cost, True)
             pieces = packed.stats.total_tokens
+            if corrected and pieces > budget - seams:
+                continue  # chosen on estimates, and the exact counts of what it shows say it does not fit
             if self._fits(packed, budget):
                 return packed
             # The pieces of the next selection get at most what this one's seams left of the budget: this one no
@@ -226,7 +243,7 @@ class _Packer:
                 collector.keep(inventory.extracted)
             return inventory.files, inventory.excluded
 
-    def _count_full(self, files: list[TextFile]) -> list[int]:
+    def _full_costs(self, files: list[TextFile]) -> FullCosts:
         renderer, repo_dir, fmt = self.renderer, self.repo_dir, self.options.format
 
         def request(text_file: TextFile) -> CountRequest:
@@ -236,7 +253,7 @@ class _Packer:
                 size_hint=text_file.size + len(text_file.path) + WRAPPER_BYTES,
             )
 
-        return self.counter.count([request(text_file) for text_file in files])
+        return FullCosts(self.counter, files, [request(text_file) for text_file in files])
 
     def _rank(self, files: list[TextFile], collector: SymbolCollector) -> list[int]:
         """Indices of files, most relevant first; the same files and task were perhaps ranked before."""
