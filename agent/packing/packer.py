@@ -207,8 +207,10 @@ class _Packer:
                 corrected = costs.count_exactly(index for index, view in views.items() if view == "full")
             packed = self._result(files, excluded, views, costs.values, outlines, outline_costs, unshown_cost, True)
             pieces = packed.stats.total_tokens
-            if corrected and pieces > budget - seams:
-                continue  # chosen on estimates, and the exact counts of what it shows say it does not fit
+            if corrected:
+                # Chosen on estimates: select again with the exact counts of what it shows, which may not fit, or
+                # leave room for more. Done once a selection shows nothing whole that was not counted exactly.
+                continue
             if self._fits(packed, budget):
                 return packed
             # The pieces of the next selection get at most what this one's seams left of the budget: this one no
