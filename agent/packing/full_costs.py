@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from pathlib import PurePosixPath
 
 from agent.packing.classify import TextFile
 from agent.packing.tokens import CountRequest, TokenCounter
@@ -71,7 +70,10 @@ class FullCosts:
 
 
 def _suffix(text_file: TextFile) -> str:
-    return PurePosixPath(text_file.path).suffix.lower() or PurePosixPath(text_file.path).name
+    """`.py`, or the whole name when it has no suffix (`Makefile`)."""
+    name = text_file.path.rpartition("/")[2]
+    dot = name.rfind(".")
+    return name[dot:].lower() if dot > 0 else name
 
 
 def _suffix_ratios(measured: Iterable[tuple[str, int, int]]) -> dict[str, float]:

@@ -205,12 +205,12 @@ class _Packer:
             views, outlines, outline_costs, unshown_cost = self._select(files, ranked, costs.values, budget - seams)
             with timed(self.stats, "count"):
                 corrected = costs.count_exactly(index for index, view in views.items() if view == "full")
-            packed = self._result(files, excluded, views, costs.values, outlines, outline_costs, unshown_cost, True)
-            pieces = packed.stats.total_tokens
             if corrected:
                 # Chosen on estimates: select again with the exact counts of what it shows, which may not fit, or
                 # leave room for more. Done once a selection shows nothing whole that was not counted exactly.
                 continue
+            packed = self._result(files, excluded, views, costs.values, outlines, outline_costs, unshown_cost, True)
+            pieces = packed.stats.total_tokens
             if self._fits(packed, budget):
                 return packed
             # The pieces of the next selection get at most what this one's seams left of the budget: this one no
