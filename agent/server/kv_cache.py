@@ -241,6 +241,13 @@ class PrefixCache:
 
     def restore(self, key: PrefixKey) -> None:
         """Put the best saved prefix into the slot, unless what the slot holds already shares as much."""
+        try:
+            self._restore(key)
+        except OSError as error:  # the directory itself (gone, full, unreadable) costs a prefill, not the task
+            message = f"could not use the saved prefixes in {self.store.directory} ({error}); prefilling instead"
+            self.notify(PrefixCacheEvent(action="warning", message=message))
+
+    def _restore(self, key: PrefixKey) -> None:
         found = self.store.best(key)
         resident = self.resident.shared_with(key) if self.resident is not None else 0
         if found is None or found[1] <= resident:
@@ -254,8 +261,8 @@ class PrefixCache:
         except (ServerError, httpx.HTTPError) as error:
             self._restore_failed(entry, error)
             return
-        self.store.touch(entry)
         self.resident = entry.key
+        self.store.touch(entry)
         how = "the same prefix" if entry.key.digest == key.digest else f"a prefix sharing {shared} head chunks"
         self.notify(
             PrefixCacheEvent(
