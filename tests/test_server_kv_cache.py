@@ -203,3 +203,22 @@ def test_entries_ignore_metadata_without_its_file(tmp_path):
     entry = CacheEntry(key=key, tokens=1, bytes=1, sha256="0" * 64, last_used=1.0)
     (tmp_path / f"{key.digest}.json").write_text(entry.model_dump_json())
     assert store.entries() == [] and store.best(key) is None
+
+
+@pytest.mark.llama_server
+def test_a_restore_over_other_content_keeps_a_speculative_server_decoding(llama_server, llama_state_dir):
+    """Restoring over another prompt left the drafter's cache behind: every later request failed with HTTP 500
+    ("failed to process speculative batch") until the slot was cleared. The slot is now emptied first."""
+    system = "A speculative night.\n" + _system(30)
+    events: list[PrefixCacheEvent] = []
+    model = _model(llama_server.url)
+    with LlamaServerAPI(llama_server.url, timeout_s=120.0) as api:
+        first = PrefixCache.for_server(api, settings="max", notify=events.append, state_dir=llama_state_dir)
+        assert first is not None
+        first.wrap(model).complete(_messages(system, "First?"), [])
+        model.complete(_messages("Another repository entirely.", "Hi"), [])  # the slot now holds other content
+        later = PrefixCache.for_server(api, settings="max", notify=events.append, state_dir=llama_state_dir)
+        assert later is not None
+        reply = later.wrap(model).complete(_messages(system, "Second?"), [])
+    assert [event.action for event in events] == ["saved", "restored"], events
+    assert reply.stats.completion_tokens > 0 and reply.stats.prompt_tokens - reply.stats.cached_tokens < 30

@@ -257,6 +257,16 @@ class PrefixCache:
             self._restore_failed(entry, "the file changed since it was saved")
             return
         try:
+            # Restoring over other content leaves a drafter's own cache behind, and every speculative batch then
+            # fails (HTTP 500 until the slot is cleared): empty the slot first.
+            self.api.slot_action(self.slot, "erase")
+        except (ServerError, httpx.HTTPError) as error:
+            self.resident = None
+            message = f"could not empty the slot to restore a saved prefix ({error}); prefilling instead"
+            self.notify(PrefixCacheEvent(action="warning", message=message))
+            return
+        self.resident = None
+        try:
             answer = self.api.slot_action(self.slot, "restore", self.store.filename(entry.key.digest))
         except (ServerError, httpx.HTTPError) as error:
             self._restore_failed(entry, error)
