@@ -549,3 +549,17 @@ def test_a_file_changed_in_the_work_tree_comes_last(tmp_path: Path) -> None:
     (repo / "b.py").write_text("def b():\n    return 'uncommitted'\n")
     packed = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache"))
     assert _file_order(packed.text) == ["z.py", "a.py", "m.py", "b.py"]
+
+
+def test_cli_order_path_keeps_the_path_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.cli import app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    repo = _churned_repo(tmp_path / "repo")
+    by_churn = CliRunner().invoke(app, ["pack", str(repo)])
+    by_path = CliRunner().invoke(app, ["pack", str(repo), "--order", "path"])
+    assert by_churn.exit_code == by_path.exit_code == 0
+    assert _file_order(by_churn.stdout) == ["b.py", "z.py", "a.py", "m.py"]
+    assert _file_order(by_path.stdout) == ["a.py", "b.py", "m.py", "z.py"]
+    refused = CliRunner().invoke(app, ["pack", str(repo), "--order", "size"])
+    assert refused.exit_code == 2
