@@ -563,3 +563,19 @@ def test_cli_order_path_keeps_the_path_order(tmp_path: Path, monkeypatch: pytest
     assert _file_order(by_path.stdout) == ["a.py", "b.py", "m.py", "z.py"]
     refused = CliRunner().invoke(app, ["pack", str(repo), "--order", "size"])
     assert refused.exit_code == 2
+
+
+def test_a_selection_still_correcting_after_its_rounds_falls_back_to_counting_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent.packing import full_costs, packer
+
+    monkeypatch.setattr(full_costs, "SAMPLE_MIN_BYTES", 8 * 1024)
+    monkeypatch.setattr(packer, "MAX_CORRECTION_ROUNDS", 1)
+    repo = make_module_repo(tmp_path / "proj", modules=60)
+    with ScriptedServer() as server:
+        options = PackOptions(cache_dir=tmp_path / "cache", server_url=server.url, budget_tokens=4000)
+        packed = pack_repository(repo, options)
+    counted = {text.split("\n", 1)[0] for text in server.tokenized if _whole_file(text)}
+    assert len(counted) == packed.stats.files_listed == 61
+    assert packed.stats.files_path_only > 0 and tokens_of(packed.text) <= packed.stats.total_tokens <= 4000

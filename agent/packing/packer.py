@@ -29,6 +29,7 @@ WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for esti
 PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
 # Rounds that correct a selection made on estimates share this limit with the rounds that absorb seams.
 MAX_SELECTION_ROUNDS = 24
+MAX_CORRECTION_ROUNDS = 8  # Django takes 3
 # Estimated to take at most this share of the budget, a repository is counted whole (exactly) before any ranking:
 # estimates err by a few percent, and a repository that fits should not be cut because of an estimate.
 LIKELY_FITS = 1.1
@@ -200,14 +201,19 @@ class _Packer:
         ranked = self._rank(files, collector)
         # Pieces are counted apart; inside the whole text their edges can tokenize together with their
         # neighbours'. With exact counts the whole is counted too, and the selection shrinks until it fits.
-        seams = 0
+        seams = corrections = 0
         for _ in range(MAX_SELECTION_ROUNDS):
             views, outlines, outline_costs, unshown_cost = self._select(files, ranked, costs.values, budget - seams)
             with timed(self.stats, "count"):
                 corrected = costs.count_exactly(index for index, view in views.items() if view == "full")
             if corrected:
                 # Chosen on estimates: select again with the exact counts of what it shows, which may not fit, or
-                # leave room for more. Done once a selection shows nothing whole that was not counted exactly.
+                # leave room for more. Done once a selection shows nothing whole that was not counted exactly;
+                # should that take too long, every file is counted (what this packer did before estimating).
+                corrections += 1
+                if corrections >= MAX_CORRECTION_ROUNDS:
+                    with timed(self.stats, "count"):
+                        costs.count_exactly(range(len(files)))
                 continue
             packed = self._result(files, excluded, views, costs.values, outlines, outline_costs, unshown_cost, True)
             pieces = packed.stats.total_tokens
