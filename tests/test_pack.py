@@ -579,3 +579,28 @@ def test_a_selection_still_correcting_after_its_rounds_falls_back_to_counting_ev
     counted = {text.split("\n", 1)[0] for text in server.tokenized if _whole_file(text)}
     assert len(counted) == packed.stats.files_listed == 61
     assert packed.stats.files_path_only > 0 and tokens_of(packed.text) <= packed.stats.total_tokens <= 4000
+
+
+def test_a_partial_pack_orders_files_alike_for_every_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within an age, files follow a task-free ranking in bands: the hub every module imports comes first though its
+    path sorts last, and the files two tasks both show come in the same order."""
+    from agent.packing import churn
+
+    monkeypatch.setattr(churn, "RANK_BAND", 1)
+    files = {"proj/zhub.py": "def hub_function(value):\n    return value\n"}
+    for number in range(40):
+        body = [f"from proj.zhub import hub_function\n\n\nclass Widget{number:02d}:\n"]
+        body += [f"    def method_{line}(self):\n        return hub_function({line})\n\n" for line in range(12)]
+        files[f"proj/m{number:02d}.py"] = "".join(body)
+    repo = make_repo(tmp_path / "proj", files)
+    orders, views = [], []
+    for task in ("Rename Widget05", "Speed up Widget33"):
+        packed = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache", budget_tokens=4000, task=task))
+        assert packed.stats.files_outline > 0  # does not fit: the task steers which files stay whole
+        orders.append(_file_order(packed.text))
+        views.append({stat.path: stat.view for stat in packed.stats.files})
+    assert views[0] != views[1]
+    assert orders[0][0] == orders[1][0] == "proj/zhub.py"
+    common = set(orders[0]) & set(orders[1])
+    assert len(common) > 10
+    assert [path for path in orders[0] if path in common] == [path for path in orders[1] if path in common]

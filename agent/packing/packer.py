@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from agent.packing.budget import resolve_budget
-from agent.packing.churn import ChurnOrder, churn_key
+from agent.packing.churn import ChurnOrder, churn_key, rank_bands
 from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_text
 from agent.packing.full_costs import FullCosts
 from agent.packing.inventory import take_inventory
@@ -159,6 +159,7 @@ class _Packer:
         self.cache_dir = cache_dir
         self.renderer = renderer_for(options.format)
         self.ages: dict[str, int] = {}  # commits since each file last changed; empty: shown in path order
+        self.bands: dict[str, int] = {}  # rank bands, when the repository does not fit
         self.stats = PackStats(
             commit=None,
             format=options.format,
@@ -198,7 +199,13 @@ class _Packer:
                 or (whole.stats.total_tokens <= budget and self._fits(whole, budget))
             ):
                 return whole
-        ranked = self._rank(files, collector)
+        ranked = self._rank(files, collector, self.options.task)
+        if self.ages:
+            # Which files a selection shows changes from commit to commit at its margin (a file turns from whole to
+            # outline): the files the task-free ranking puts first come first within their age, the marginal ones
+            # after them. Task-free, so every task on a commit orders alike.
+            general = ranked if self.options.task is None else self._rank(files, collector, None)
+            self.bands = rank_bands([text_file.path for text_file in files], general)
         # Pieces are counted apart; inside the whole text their edges can tokenize together with their
         # neighbours'. With exact counts the whole is counted too, and the selection shrinks until it fits.
         seams = corrections = 0
@@ -263,12 +270,12 @@ class _Packer:
 
         return FullCosts(self.counter, files, [request(text_file) for text_file in files])
 
-    def _rank(self, files: list[TextFile], collector: SymbolCollector) -> list[int]:
+    def _rank(self, files: list[TextFile], collector: SymbolCollector, task: str | None) -> list[int]:
         """Indices of files, most relevant first; the same files and task were perhaps ranked before."""
         rankings = Rankings(self.cache_dir)
         try:
             with timed(self.stats, "rank"):
-                key = rankings.key(files, self.options.task)
+                key = rankings.key(files, task)
                 ranked = rankings.get(key)
             if ranked is not None:
                 return ranked
@@ -279,7 +286,7 @@ class _Packer:
             with timed(self.stats, "map"):
                 graph = reference_graph(self.repo_dir, files, self.cache_dir, collector)
             with timed(self.stats, "rank"):
-                ranked = rank_files([text_file.path for text_file in files], graph, self.options.task)
+                ranked = rank_files([text_file.path for text_file in files], graph, task)
             rankings.put(key, ranked)
             return ranked
         finally:
@@ -399,7 +406,7 @@ class _Packer:
                 )
             )
         if self.ages:
-            shown.sort(key=lambda item: churn_key(self.ages, item.file.path))
+            shown.sort(key=lambda item: churn_key(self.ages, self.bands, item.file.path))
         file_stats.extend(FileStat(path=item.path, view="excluded", reason=item.reason) for item in excluded)
         file_stats.sort(key=lambda stat: stat.path)
         stats.files = file_stats
