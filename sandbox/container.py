@@ -332,6 +332,8 @@ def sweep_leftovers(client: docker.DockerClient, *, older_than_run: str | None =
             removed += 1
         except docker.errors.NotFound:
             continue
+        except docker.errors.APIError as error:  # another run sweeping the same one (409: removal in progress)
+            log.warning("could not remove sandbox container %s: %s", container.name, one_line(error))
     return removed
 
 

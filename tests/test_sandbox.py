@@ -3,6 +3,7 @@
 import hashlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -25,6 +26,7 @@ from sandbox import (
     require_image,
     sweep_leftovers,
 )
+from sandbox.container import OWNER_LABEL
 from sandbox.disk import free_bytes
 from sandbox.output import OutputCapture
 from sandbox.owner import current_owner, owner_is_gone
@@ -453,3 +455,26 @@ def test_sweep_removes_containers_of_a_killed_run_only(client: docker.DockerClie
         assert sweep_leftovers(client, older_than_run="test-alive") >= 1
         assert not _container_exists(client, leftover_id)
         assert alive.container_id is not None and _container_exists(client, alive.container_id)
+
+
+def test_a_sweep_racing_another_sweep_does_not_fail() -> None:
+    """Two runs starting together both sweep a dead run's container: the second gets 409 "removal in progress"."""
+
+    class BeingRemoved:
+        name = "refactor-agent-dead-run-abc123"
+
+        @property
+        def labels(self) -> dict[str, str]:
+            return {LABEL: "dead-run", OWNER_LABEL: f"{socket.gethostname()}:999999999:0"}  # no such process
+
+        def remove(self, force: bool) -> None:
+            raise docker.errors.APIError("409 Client Error: Conflict (removal of container is already in progress)")
+
+    class Containers:
+        def list(self, **filters: object) -> list[BeingRemoved]:
+            return [BeingRemoved()]
+
+    class Client:
+        containers = Containers()
+
+    assert sweep_leftovers(Client()) == 0  # type: ignore[arg-type]
