@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, RunConfig, SamplingConfig, Switch
+from agent.config import DEFAULT_SERVER_URL, Effort, Executor, LLMConfig, RunConfig, SamplingConfig, Switch
 from agent.environment.cli import env_app
 from agent.environment.spec import EnvironmentFileError, load_environment_file
 from agent.eval.cli import eval_command
@@ -38,6 +38,8 @@ EXIT_USAGE = 2
 OPTION_OF_FIELD = {
     "tasks": "--task",
     "server_url": "--server",
+    "servers": "--server",
+    "ray_address": "--address",
     "command_timeout_s": "--command-timeout",
     "idle_timeout_s": "--idle-timeout",
     "max_file_bytes": "--max-file-size",
@@ -45,7 +47,7 @@ OPTION_OF_FIELD = {
 
 
 # `run`'s parameters that are not options every task shares (see run_option_names).
-NOT_RUN_OPTIONS = ("repo", "task", "task_file", "allow_dirty")
+NOT_RUN_OPTIONS = ("repo", "task", "task_file", "allow_dirty", "executor", "address")
 
 
 def _switch(enabled: bool) -> Switch:
@@ -111,8 +113,11 @@ def run(
     task: Annotated[list[str], typer.Option("--task", "-t", help="What to do; repeat for several tasks.")] = [],  # noqa: B006
     task_file: Annotated[Path | None, typer.Option(help="Tasks, one paragraph each (for cron).")] = None,
     server: Annotated[
-        str | None, typer.Option(help=f"OpenAI-compatible base URL [default: {DEFAULT_SERVER_URL}]")
-    ] = None,
+        list[str],
+        typer.Option(
+            help=f"OpenAI-compatible base URL [default: {DEFAULT_SERVER_URL}]; repeat for a fleet (tasks in parallel)"
+        ),
+    ] = [],  # noqa: B006
     model: Annotated[str, typer.Option(help="Model name sent to the server.")] = LLMConfig().model,
     effort: Annotated[Effort, typer.Option(help="Reasoning effort.")] = "max",
     image: Annotated[
@@ -155,6 +160,10 @@ def run(
     allow_dirty: Annotated[
         bool, typer.Option(help="Run although REPO has uncommitted changes (they are ignored).")
     ] = False,
+    executor: Annotated[
+        Executor, typer.Option(help="local: here; ray: each task on a Ray node labelled refactor-agent.")
+    ] = RunConfig.model_fields["executor"].default,
+    address: Annotated[str | None, typer.Option(help="The Ray cluster (--executor ray) [default: Ray's].")] = None,
 ) -> None:
     """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/."""
     given = locals()
@@ -165,6 +174,9 @@ def run(
     try:
         tasks = _read_tasks(task, task_file)
         config = run_config(repo.resolve(), tasks, **{name: given[name] for name in run_option_names()})
+        if address is not None and executor != "ray":
+            raise UsageProblem("--address: only with --executor ray")
+        config = RunConfig.model_validate({**config.model_dump(), "executor": executor, "ray_address": address})
     except (UsageProblem, EnvironmentFileError) as problem:
         typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
@@ -183,7 +195,7 @@ def run_config(
     repo: Path,
     tasks: list[str],
     *,
-    server: str | None,
+    server: list[str],
     model: str,
     effort: Effort,
     image: str | None,
@@ -213,8 +225,9 @@ def run_config(
         repo=repo,
         tasks=tasks,
         llm=LLMConfig(
-            server_url=server or DEFAULT_SERVER_URL,
-            server_explicit=server is not None,
+            server_url=server[0] if server else DEFAULT_SERVER_URL,
+            server_explicit=bool(server),
+            servers=server if len(server) > 1 else [],
             model=model,
             effort=effort,
             max_retries=max_retries,

@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator
 
 from agent.environment.spec import EnvironmentSpec
 from sandbox.models import DEFAULT_IMAGE
 
 Effort = Literal["low", "high", "max"]
+Executor = Literal["local", "ray"]
 Switch = Literal["on", "off"]  # a feature's command-line switch, e.g. --ledger on|off
 
 DEFAULT_SERVER_URL = "http://127.0.0.1:8080/v1"
 RETRY_BACKOFF_CAP_S = 60.0  # the longest wait between two retries of a failing server
+
+
+def http_url(url: str) -> str:
+    """Refused here, not deep in an HTTP client: an http(s) URL with a host and a valid port."""
+    try:
+        address = urlsplit(url)
+        address.port  # noqa: B018 - parsing the port is the check (":1" in "http://[::1" is not one)
+    except ValueError as error:
+        raise ValueError(f"not a URL ({error})") from None
+    if address.scheme not in ("http", "https") or not address.hostname:
+        raise ValueError("not an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1")
+    return url
 
 
 class SamplingConfig(BaseModel):
@@ -31,6 +44,9 @@ class SamplingConfig(BaseModel):
 class LLMConfig(BaseModel):
     server_url: str = DEFAULT_SERVER_URL
     server_explicit: bool = False
+    servers: list[Annotated[str, AfterValidator(http_url)]] = Field(
+        [], description="a fleet (--server repeated): every server, server_url first; empty: server_url alone"
+    )
     model: str = "deepseek-v4-flash"
     effort: Effort = "max"
     sampling: SamplingConfig = SamplingConfig()
@@ -48,15 +64,20 @@ class LLMConfig(BaseModel):
     @field_validator("server_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        """Refused here, not deep in an HTTP client: an http(s) URL with a host and a valid port."""
-        try:
-            address = urlsplit(url)
-            address.port  # noqa: B018 - parsing the port is the check (":1" in "http://[::1" is not one)
-        except ValueError as error:
-            raise ValueError(f"not a URL ({error})") from None
-        if address.scheme not in ("http", "https") or not address.hostname:
-            raise ValueError("not an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1")
-        return url
+        return http_url(url)
+
+    @field_validator("servers")
+    @classmethod
+    def _each_once(cls, urls: list[str]) -> list[str]:
+        twice = next((url for url in urls if urls.count(url) > 1), None)
+        if twice is not None:
+            raise ValueError(f"{twice} is named twice")
+        return urls
+
+    @property
+    def fleet(self) -> list[str]:
+        """Every server tasks may go to."""
+        return self.servers or [self.server_url]
 
 
 class RunConfig(BaseModel):
@@ -75,3 +96,5 @@ class RunConfig(BaseModel):
     tool_output_chars: int = Field(20_000, ge=1_000, description="tool output shown to the model, head and tail kept")
     symbol_tools: bool = Field(True, description="find_symbol, rename_symbol, move_symbol (--symbol-tools on|off)")
     ledger: bool = Field(True, description="the state ledger and plan tools (--ledger on|off)")
+    executor: Executor = Field("local", description="where tasks run: this machine, or the nodes of a Ray cluster")
+    ray_address: str | None = Field(None, description="the Ray cluster to join (--address); None: ray's default")

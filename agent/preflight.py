@@ -22,7 +22,7 @@ class PreflightError(Exception):
 @dataclass
 class Prepared:
     repo: git.Repo
-    docker: docker.DockerClient
+    docker: docker.DockerClient | None  # None on the head of a Ray run: Docker is the worker nodes' business
     server_url: str
 
 
@@ -39,6 +39,8 @@ def preflight(config: RunConfig, *, allow_dirty: bool, log: Callable[[str], None
         )
     if dirty:
         log(f"note: {config.repo} has uncommitted changes ({dirty}); the run works from HEAD and leaves them alone")
+    if config.executor == "ray":  # the workers check Docker, the image and their servers (agent/ray_executor.py)
+        return Prepared(repo=repo, docker=None, server_url=config.llm.server_url)
     try:
         client = docker_client()
         require_image(client, config.image)
@@ -46,6 +48,8 @@ def preflight(config: RunConfig, *, allow_dirty: bool, log: Callable[[str], None
         raise PreflightError(str(error)) from None
     try:
         server_url = ensure_server(config.llm, log=log)
+        for other in config.llm.fleet[1:]:  # a fleet's servers are the user's own: each must answer
+            ensure_server(config.llm.model_copy(update={"server_url": other, "server_explicit": True}), log=log)
     except ServerError as error:
         raise PreflightError(str(error)) from None
     return Prepared(repo=repo, docker=client, server_url=server_url)

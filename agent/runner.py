@@ -9,11 +9,13 @@ interrupted, and the run's containers and worktrees are removed.
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 import docker
 import git
@@ -63,6 +65,28 @@ Emit = Callable[[Event], None]
 INTERRUPTED_TRAILER = {"Refactor-Agent-Status": "interrupted"}
 
 
+class TaskDispatch(Protocol):
+    """How a run's tasks are executed: the narrow hook for a fleet of servers (agent/fleet_dispatch.py) and for
+    Ray (agent/ray_executor.py). `run_tasks` yields each task's outcome as it ends, in any order."""
+
+    def prepare(self, run: Run) -> EnvironmentRecord | None: ...
+
+    def run_tasks(self, run: Run, tasks: list[tuple[int, str]]) -> Iterator[TaskSummary]: ...
+
+
+class InOrder:
+    """The default: here, one task after the other, on the run's own model and server."""
+
+    def prepare(self, run: Run) -> EnvironmentRecord | None:
+        return run.prepare_environment()
+
+    def run_tasks(self, run: Run, tasks: list[tuple[int, str]]) -> Iterator[TaskSummary]:
+        for index, task in tasks:
+            yield run.run_task(index, task)
+            if run.stopped_by is not None:
+                return
+
+
 def _spec_counters(api: LlamaServerAPI | None) -> SpecCounters | None:
     """Metrics are for the report: a server that cannot give them must not fail the task."""
     if api is None:
@@ -103,13 +127,16 @@ class Run:
         config: RunConfig,
         *,
         repo: git.Repo,
-        docker_client: docker.DockerClient,
+        docker_client: docker.DockerClient | None,
         model: ChatModel,
         server_url: str | None,
         journal: RunJournal,
         observe: Emit,
+        dispatch: TaskDispatch | None = None,
     ) -> None:
+        """docker_client is None only where no task runs here (the head of a Ray run)."""
         self.config = config
+        self.dispatch = dispatch or InOrder()
         self.repo = repo
         self.docker = docker_client
         self.model = model
@@ -132,6 +159,15 @@ class Run:
         except (ServerError, httpx.HTTPError):
             self.speculation = False
 
+    def on_server(self, model: ChatModel, server_url: str | None) -> Run:
+        """This run as one task running in parallel with others sees it: its own model, server and task state
+        (current task, loop, stop), sharing everything else (journal, baselines, environment, the requests)."""
+        view = copy.copy(self)
+        view.model, view.server_url = model, server_url
+        view.server_api = None  # the server's counters mix every task it serves: the task's metrics are estimated
+        view.loop, view.current_task, view.stopped_by = None, None, None
+        return view
+
     def emit(self, event: Event) -> None:
         """Every event of a task carries its index, whoever made it (the loop, the gate, the model client)."""
         if event.task is None and self.current_task is not None:
@@ -152,11 +188,12 @@ class Run:
             self.emit(RunStart(run_id=self.journal.run_id, tasks=len(self.config.tasks)))
             self.journal.write_summary(summary)
             self.scratch = create_run_scratch(self.journal.run_id, self.git_dir)
-            summary.environment = self.environment = self._prepare_environment()
+            summary.environment = self.environment = self.dispatch.prepare(self)
             self.journal.write_summary(summary)
             counters_at_start = _spec_counters(self.server_api)
-            for index, task in enumerate(self.config.tasks, start=1):
-                summary.tasks.append(self.run_task(index, task))
+            for outcome in self.dispatch.run_tasks(self, list(enumerate(self.config.tasks, start=1))):
+                summary.tasks = sorted([*summary.tasks, outcome], key=lambda task: task.index)
+                summary.environment = self.environment  # Ray's workers report it with their tasks
                 run_delta = _delta(_spec_counters(self.server_api), counters_at_start)
                 _measure(summary, self.requests, run_delta, self.speculation)
                 summary.wall_time_s = round(time.monotonic() - started, 3)
@@ -172,7 +209,7 @@ class Run:
                 summary.status, summary.interrupted_by = "interrupted", self.stopped_by.signal_name
                 summary.wall_time_s = round(time.monotonic() - started, 3)
                 with contextlib.suppress(Exception):  # the signal may have landed while one was being made
-                    remove_run_containers(self.docker, self.journal.run_id)
+                    self.remove_containers()
             self.journal.write_summary(summary)
             if self.scratch is not None:
                 remove_run_scratch(self.scratch, self.git_dir)
@@ -250,11 +287,16 @@ class Run:
         with contextlib.suppress(Exception):  # after the commit, so a cut patch can name it
             self._save_patch(workspace, outcome)
 
+    def remove_containers(self) -> None:
+        if self.docker is not None:
+            remove_run_containers(self.docker, self.journal.run_id)
+
     def _trailers(self) -> dict[str, str]:
         return {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
 
-    def _prepare_environment(self) -> EnvironmentRecord:
+    def prepare_environment(self) -> EnvironmentRecord:
         """Once per run, before the tasks: the repository's environment image, reused or built."""
+        assert self.docker is not None, "tasks run where Docker is"
         record = prepare_environment(
             self.repo,
             client=self.docker,

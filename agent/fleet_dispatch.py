@@ -1,0 +1,54 @@
+"""A run's tasks over a fleet of servers: as many tasks at once as the fleet has servers, one thread each.
+
+Each task runs the runner's own stages (`Run.run_task`) on a view of the run with its own FleetModel, so its
+events carry its index and the server it was given (TaskServer); the pool decides which server (server/fleet.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+
+from agent.config import LLMConfig
+from agent.interrupt import Interrupted
+from agent.report import EnvironmentRecord, TaskSummary
+from agent.runner import Run
+from agent.server.fleet import FleetModel, ServerPool
+
+
+class FleetDispatch:
+    def __init__(self, llm: LLMConfig, pool: ServerPool | None = None) -> None:
+        self.llm = llm
+        self.pool = pool or ServerPool(llm.fleet)
+
+    def prepare(self, run: Run) -> EnvironmentRecord | None:
+        return run.prepare_environment()
+
+    def run_tasks(self, run: Run, tasks: list[tuple[int, str]]) -> Iterator[TaskSummary]:
+        threads = ThreadPoolExecutor(max_workers=self.pool.size, thread_name_prefix="task")
+        futures: list[Future[TaskSummary]] = [threads.submit(self._one, run, index, task) for index, task in tasks]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        except Interrupted:
+            # Signals land in this (main) thread: no new task starts, and removing the run's containers ends the
+            # sandboxes of the tasks in flight, which then settle as failed with what they did so far kept.
+            for future in futures:
+                future.cancel()
+            with contextlib.suppress(Exception):
+                run.remove_containers()
+            raise
+        finally:
+            threads.shutdown(wait=True, cancel_futures=True)
+
+    def _one(self, run: Run, index: int, task: str) -> TaskSummary:
+        live = self.pool.live()
+        # The repository's tokens are counted on a live server of the fleet (they share one model).
+        view = run.on_server(run.model, live[0] if live else run.server_url)
+        model = FleetModel(self.pool, self.llm, emit=view.emit)
+        view.model = model
+        try:
+            return view.run_task(index, task)
+        finally:
+            model.release()
