@@ -6,7 +6,6 @@ events carry its index and the server it was given (TaskServer); the pool decide
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
@@ -28,16 +27,21 @@ class FleetDispatch:
     def run_tasks(self, run: Run, tasks: list[tuple[int, str]]) -> Iterator[TaskSummary]:
         threads = ThreadPoolExecutor(max_workers=self.pool.size, thread_name_prefix="task")
         futures: list[Future[TaskSummary]] = [threads.submit(self._one, run, index, task) for index, task in tasks]
+        ended: set[int] = set()
         try:
             for future in as_completed(futures):
+                ended.add(id(future))
                 yield future.result()
-        except Interrupted:
-            # Signals land in this (main) thread: no new task starts, and removing the run's containers ends the
-            # sandboxes of the tasks in flight, which then settle as failed with what they did so far kept.
+        except Interrupted as stop:
+            # Signals land in this (main) thread. No task starts any more, and each task in flight raises
+            # Interrupted in its own thread at its next model request, settling as the runner settles an
+            # interrupted task (an interrupted commit, its patch); their outcomes still go into the summary.
+            self.pool.stop(stop.signum)
             for future in futures:
                 future.cancel()
-            with contextlib.suppress(Exception):
-                run.remove_containers()
+            for future in futures:
+                if id(future) not in ended and not future.cancelled():
+                    yield future.result()
             raise
         finally:
             threads.shutdown(wait=True, cancel_futures=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.config import LLMConfig
 from agent.events import Event, Retry, TaskServer
+from agent.interrupt import Interrupted
 from agent.llm import AssistantTurn, ModelUnavailable, OpenAIChatModel, RetriesExhausted
 
 TASKS_PER_SERVER = 1  # one slot each: a second task would evict the first one's prefix
@@ -53,6 +54,7 @@ class ServerPool:
         self._servers = [_Server(url) for url in urls]
         self._tasks_per_server = tasks_per_server
         self._changed = threading.Condition()
+        self._stop_signal: int | None = None
 
     @property
     def size(self) -> int:
@@ -70,6 +72,7 @@ class ServerPool:
         """A server for a task (blocks until one has a free slot) and why it was chosen."""
         with self._changed:
             while True:
+                self.check_stop()
                 live = [server for server in self._servers if server.down is None]
                 if not live:
                     failures = "; ".join(f"{server.url}: {server.down}" for server in self._servers)
@@ -82,6 +85,16 @@ class ServerPool:
                     chosen.prefix = digest
                     return chosen.url, "holds the task's prefix" if holder else "least loaded"
                 self._changed.wait()
+
+    def stop(self, signum: int) -> None:
+        """The run got a stop signal (in the main thread): every task raises Interrupted at its next request."""
+        with self._changed:
+            self._stop_signal = signum
+            self._changed.notify_all()
+
+    def check_stop(self) -> None:
+        if self._stop_signal is not None:
+            raise Interrupted(self._stop_signal)
 
     def release(self, url: str) -> None:
         with self._changed:
@@ -126,6 +139,7 @@ class FleetModel:
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
         moved_from: str | None = None
         while True:
+            self._pool.check_stop()
             if self._model is None:
                 self._bind(prefix_digest(messages, tools), moved_from)
             assert self._model is not None and self._url is not None
