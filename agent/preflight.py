@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +41,8 @@ def preflight(config: RunConfig, *, allow_dirty: bool, log: Callable[[str], None
     if dirty:
         log(f"note: {config.repo} has uncommitted changes ({dirty}); the run works from HEAD and leaves them alone")
     if config.executor == "ray":  # the workers check Docker, the image and their servers (agent/ray_executor.py)
+        if importlib.util.find_spec("ray") is None:
+            raise PreflightError("--executor ray: Ray is not installed here: pip install 'refactor-agent[ray]'")
         return Prepared(repo=repo, docker=None, server_url=config.llm.server_url)
     try:
         client = docker_client()

@@ -34,6 +34,7 @@ from agent.safe_git import GitError, SafeGit
 from agent.workspace import BRANCH_PREFIX, user_git
 
 NODE_RESOURCE = "refactor-agent"  # the custom resource a node offers to say it has Docker, the image and a server
+NODE_HINT = f"""start each worker with `ray start --address=HEAD:6379 --resources='{{"{NODE_RESOURCE}": 1}}'`"""
 
 
 class TaskRequest(BaseModel):
@@ -81,8 +82,12 @@ class RayDispatch:
         import ray  # the optional extra, loaded only for --executor ray
 
         owned = not ray.is_initialized()
-        if owned:
-            ray.init(address=self.address, logging_level="WARNING")
+        problem = _join(ray, self.address, connect=owned)
+        if problem is not None:  # every task says why; nothing waits forever for a node that never comes
+            if owned and ray.is_initialized():
+                ray.shutdown()
+            yield from (_failed(index, task, f"ray: {problem}") for index, task in tasks)
+            return
         try:
             with tempfile.TemporaryDirectory(prefix="refactor-agent-ray-") as scratch:
                 hooks = Path(scratch) / "no-hooks"
@@ -140,6 +145,19 @@ class RayDispatch:
                 outcome.status = outcome.verdict = "failed"
                 outcome.reason = f"{outcome.reason}; the branch could not be brought back: {error}"
         return outcome
+
+
+def _join(ray: Any, address: str | None, *, connect: bool) -> str | None:
+    """Join the cluster (unless this process already has); why its tasks cannot run, or None."""
+    try:
+        if connect:
+            ray.init(address=address, logging_level="WARNING")
+        nodes = ray.nodes()
+    except Exception as error:  # a bad --address, a cluster that is gone
+        return f"cannot join the cluster: {_last_line(error)}"
+    if not any(node["Resources"].get(NODE_RESOURCE, 0) for node in nodes if node["Alive"]):
+        return f"no node of the cluster offers the resource {NODE_RESOURCE!r}: {NODE_HINT}"
+    return None
 
 
 def _fetch_branch(user: SafeGit, scratch: Path, bundle: bytes, outcome: TaskSummary, run_id: str) -> None:

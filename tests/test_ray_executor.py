@@ -21,6 +21,7 @@ import pytest
 
 from agent.config import LLMConfig, RunConfig
 from agent.journal import RunJournal
+from agent.ray_executor import NODE_HINT
 from agent.report import RunSummary
 from agent.session import build_run
 from sandbox import docker_client
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.docker]
 TASKS = {"alpha": "Add the alpha module", "beta": "Document compute_area"}
 RUN_ID = "20261201-000000-abcd"
 CLONE_NEWNET = 0x40000000  # <sched.h>
+NO_NODE = f"no node of the cluster offers the resource 'refactor-agent': {NODE_HINT}"
 # What measures the machine rather than the work: wall time, latencies, and the commit id (its date).
 VOLATILE = {"wall_time_s", "metrics", "commit"}
 
@@ -89,8 +91,12 @@ def scenario(tmp: str) -> dict[str, Any]:
     results: dict[str, Any] = {}
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
-        cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1})
         ray.init(address=cluster.address, logging_level="WARNING")
+        git.Repo.clone_from(origin, base / "no-worker")
+        alone = one_run(base / "no-worker", base / "runs-no-worker", "http://127.0.0.1:9/v1", "ray", cluster.address)
+        results["without_worker"] = [(task.status, task.reason) for task in alone.tasks]
+        cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1})
+        cluster.wait_for_nodes()
         nodes = {node["NodeID"]: node["Resources"] for node in ray.nodes() if node["Alive"]}
         results["nodes_with_resource"] = sum(NODE_RESOURCE in resources for resources in nodes.values())
         for executor in ("local", "ray"):
@@ -137,6 +143,7 @@ def test_the_ray_executor_leaves_the_same_branches_and_report_rows_as_the_local_
     status, results = queue.get(timeout=540)
     child.join(60)
     assert status == "ok", results
+    assert results["without_worker"] == [("failed", f"ray: {NO_NODE}")] * 2, "no node for the tasks: no hang"
     assert results["nodes_with_resource"] == 1, "only the worker offers the resource: the tasks ran on it"
     local, remote = results["local"], results["ray"]
     assert local["rows"] and [row["verdict"] for row in local["rows"]] == ["verified", "verified"]
