@@ -1,4 +1,7 @@
-"""One run: tasks in order, each in its own worktree and container; side effects (commit, patch) after the loop.
+"""One run: its tasks, each in its own worktree and container; side effects (commit, patch) after the loop.
+
+The tasks go one after the other here (InOrder) unless a TaskDispatch says otherwise: in parallel over a fleet of
+servers (agent/fleet_dispatch.py) or as Ray tasks on other machines (agent/ray_executor.py).
 
 A task that fails for any reason is recorded and the next task still runs: a crash at 3 a.m. costs one task,
 not the night. Only a stop signal (SIGINT, SIGTERM, SIGHUP) ends the run early, and it ends it the same way:

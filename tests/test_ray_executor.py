@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import json
 import multiprocessing
+import os
+import signal
 import subprocess
 import traceback
 from pathlib import Path
@@ -126,6 +128,7 @@ def scenario(tmp: str) -> dict[str, Any]:
 
 def _in_loopback_namespace(tmp: str, queue: Any) -> None:
     try:
+        os.setsid()  # one process group with the Ray processes it starts, so the parent can end them all
         # os.unshare arrived in Python 3.12; the C call is the same.
         if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) != 0:
             raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed (it needs root)")
@@ -140,8 +143,12 @@ def test_the_ray_executor_leaves_the_same_branches_and_report_rows_as_the_local_
     queue = context.Queue()
     child = context.Process(target=_in_loopback_namespace, args=(str(tmp_path), queue))
     child.start()
-    status, results = queue.get(timeout=540)
-    child.join(60)
+    try:
+        status, results = queue.get(timeout=540)
+        child.join(60)
+    finally:
+        if child.is_alive():  # a hung scenario: end it with the Ray processes it started (its process group)
+            os.killpg(child.pid, signal.SIGKILL)
     assert status == "ok", results
     assert results["without_worker"] == [("failed", f"ray: {NO_NODE}")] * 2, "no node for the tasks: no hang"
     assert results["nodes_with_resource"] == 1, "only the worker offers the resource: the tasks ran on it"
