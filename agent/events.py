@@ -122,6 +122,16 @@ class PrefillProgress(_Event):
     cached: int = 0
 
 
+class PrefixCacheEvent(_Event):
+    """A saved KV cache of the task's prefix restored into the slot, or saved from it (agent.server.kv_cache)."""
+
+    type: Literal["prefix_cache"] = "prefix_cache"
+    action: Literal["restored", "saved", "warning"]
+    tokens: int = 0
+    ms: float | None = None
+    message: str
+
+
 class Baseline(_Event):
     type: Literal["baseline"] = "baseline"
     ran: bool
@@ -159,6 +169,7 @@ Event = Annotated[
     | PrefillProgress
     | EnvironmentProgress
     | EnvironmentReady
+    | PrefixCacheEvent
     | Baseline
     | GateEvent
     | Repair,

@@ -17,6 +17,7 @@ from agent.events import (
     Event,
     GateEvent,
     PrefillProgress,
+    PrefixCacheEvent,
     Repair,
     Response,
     Retry,
@@ -131,6 +132,8 @@ class RunView:
                     return f"environment FAILED (tasks run unverified): {record.error} (log: {record.log})"
                 counted = f", {record.tests_collected} tests collected" if record.tests_collected is not None else ""
                 return f"environment {record.status}: {record.image} ({record.source}){counted}"
+            case PrefixCacheEvent():
+                return f"prefix cache: {event.message}"
             case Baseline():
                 return f"baseline: {event.result}" + (" (cached)" if event.cached else "")
             case GateEvent():

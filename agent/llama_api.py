@@ -1,4 +1,4 @@
-"""llama-server's own (non-OpenAI) endpoints: /health, /props, /slots, /tokenize, /metrics.
+"""llama-server's own (non-OpenAI) endpoints: /health, /props, /slots (and their save/restore), /tokenize, /metrics.
 
 The OpenAI-compatible chat endpoint lives in agent.llm; this module is the thin HTTP layer for the
 introspection endpoints that the packer, the launcher and `doctor` share.
@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from agent.server.errors import ServerError, ServerLoading, ServerUnreachable
+from agent.server.errors import ServerError, ServerLoading, ServerUnreachable, SlotsUnsupported
 
 __all__ = ["LlamaServerAPI", "ServerError", "ServerLoading", "ServerUnreachable", "http_client", "server_root"]
 
@@ -78,6 +78,20 @@ class LlamaServerAPI:
         response = self._request("POST", "/tokenize", json={"content": content, "add_special": add_special})
         response.raise_for_status()
         return response.json()["tokens"]
+
+    def slot_action(self, slot: int, action: str, filename: str | None = None) -> dict[str, Any]:
+        """`POST /slots/{slot}?action=save|restore|erase`; the filename is relative to the server's
+        --slot-save-path. Raises ServerError with the server's own message when it refuses."""
+        body = {"filename": filename} if filename is not None else {}
+        response = self._request("POST", f"/slots/{slot}", params={"action": action}, json=body)
+        if response.status_code != 200:
+            try:
+                reason = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                reason = response.text[:200]
+            refused = SlotsUnsupported if response.status_code == 501 else ServerError
+            raise refused(f"slot {action} refused (HTTP {response.status_code}): {reason}")
+        return response.json()
 
     def context_size(self) -> int:
         """The per-slot context window the server was started with."""

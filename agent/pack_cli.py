@@ -11,6 +11,7 @@ import typer
 
 from agent.config import Effort
 from agent.packing import PackedRepository, PackError, PackOptions, pack_repository
+from agent.packing.options import FileOrder
 
 
 def _summary(packed: PackedRepository) -> str:
@@ -33,6 +34,9 @@ def pack(
     ] = None,
     task: Annotated[str | None, typer.Option(help="Biases the selection when the repository does not fit.")] = None,
     format: Annotated[Literal["xml", "markdown"], typer.Option("--format", help="Rendering.")] = "xml",
+    order: Annotated[
+        FileOrder, typer.Option(help="churn: files unchanged longest first (an edit keeps the prefix before it cached)")
+    ] = "churn",
     output: Annotated[Path | None, typer.Option(help="Write the text here instead of stdout.")] = None,
     stats: Annotated[Path | None, typer.Option(help="Write the stats JSON here.")] = None,
     include_untracked: Annotated[bool, typer.Option(help="Also untracked files that are not ignored.")] = False,
@@ -48,6 +52,7 @@ def pack(
         task=task,
         server_url=server,
         format=format,
+        order=order,
         include_untracked=include_untracked,
         include_generated=include_generated,
         include_secrets=include_secrets,

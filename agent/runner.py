@@ -66,6 +66,7 @@ from agent.morning_report import split_patch
 from agent.report import EnvironmentRecord, GateEvidence, RunSummary, TaskSummary, now_iso
 from agent.resume import RESTARTED_MESSAGE, RunProgress, TaskProgress
 from agent.safe_git import GitError, SafeGit
+from agent.server.kv_cache import PrefixCache, prefix_cached
 from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit
 from agent.workspace import Workspace, user_git, wip_ref
 from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
@@ -200,6 +201,12 @@ class Run:
             path: RepoState(repo, Path(repo.git.rev_parse("--path-format=absolute", "--git-common-dir")))
             for path, repo in repos.items()
         }
+        # Saved prefixes: a task whose repository prefix was prefilled before (tonight or another night) restores it.
+        self.prefix_cache = (
+            PrefixCache.for_server(self.server_api, settings=self.night.repos[0].llm.effort, notify=self.emit)
+            if self.server_api is not None
+            else None
+        )
         self.loop: AgentLoop | None = None  # the task's loop, so an interrupted task still reports its turns
         self.workspace: Workspace | None = None  # the task's, while its loop runs: snapshots after each tool call
         self.stopped_by: Interrupted | None = None
@@ -216,6 +223,9 @@ class Run:
         view = copy.copy(self)
         view.model, view.server_url = model, server_url
         view.server_api = None  # the server's counters mix every task it serves: the task's metrics are estimated
+        # The saved prefixes are the run's server's (its slot, its save directory); a task of the fleet may be on
+        # another server, and moves on failover: it prefills, and the pool's prefix affinity keeps reuse in a slot.
+        view.prefix_cache = None
         # Its own snapshots: the task's workspace, loop and index are never another task's.
         view.loop, view.workspace, view.current_task, view.stopped_by = None, None, None, None
         return view
@@ -540,7 +550,7 @@ class Run:
             finally:  # a stop signal must not wait for the suite: leaving the sandbox ends its command
                 pool.shutdown(wait=False, cancel_futures=True)
             loop = self.loop = AgentLoop(
-                self.model,
+                prefix_cached(self.model, self.prefix_cache),
                 default_registry(symbol_tools=config.symbol_tools, ledger=config.ledger),
                 context,
                 max_turns=config.max_turns,

@@ -66,8 +66,9 @@ def release_corpus(name: str) -> Path:
     downloads.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d", str(downloads)]
     run([*pip, RELEASES[name]])
-    distribution = RELEASES[name].split("==")[0].lower()
-    archive = next(path for path in sorted(downloads.glob("*.tar.gz")) if path.name.lower().startswith(distribution))
+    # Other releases of the same project may sit in downloads (bench/prefix_stability.py): take this one's.
+    wanted = RELEASES[name].replace("==", "-").lower() + ".tar.gz"
+    archive = next(path for path in sorted(downloads.glob("*.tar.gz")) if path.name.lower() == wanted)
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     with tarfile.open(archive) as tar:
@@ -128,7 +129,8 @@ def refactor_agent(corpus: str, repo: Path, server: str | None) -> list[Measurem
     shutil.rmtree(cache, ignore_errors=True)
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     output, stats_file = OUT / f"{corpus}.refactor-agent.xml", OUT / f"{corpus}.refactor-agent.stats.json"
-    command = [str(ROOT / ".venv" / "bin" / "refactor-agent"), "pack", str(repo), "--budget", str(BUDGET)]
+    # `python -m agent` from ROOT: the checkout being measured, whichever tree the venv was installed from.
+    command = [sys.executable, "-m", "agent", "pack", str(repo), "--budget", str(BUDGET)]
     command += ["--output", str(output), "--stats", str(stats_file)] + (["--server", server] if server else [])
     measurements = []
     for phase in ("cold", "warm"):
@@ -214,19 +216,21 @@ def main() -> None:
     parser.add_argument("--server", help="llama-server URL for exact counts (default: offline estimates only)")
     parser.add_argument("--corpus", action="append", choices=["django", "sqlalchemy", "stdlib"])
     parser.add_argument("--skip-peers", action="store_true", help="only refactor-agent")
+    parser.add_argument("--skip-gitingest", action="store_true", help="refactor-agent and repomix only")
     arguments = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     corpora = arguments.corpus or ["django", "sqlalchemy", "stdlib"]
     repomix_binary = None if arguments.skip_peers else ensure_repomix()
-    gitingest_binary = None if arguments.skip_peers else ensure_gitingest()
+    gitingest_binary = None if arguments.skip_peers or arguments.skip_gitingest else ensure_gitingest()
     measurements: list[Measurement] = []
     for corpus in corpora:
         repo = stdlib_corpus() if corpus == "stdlib" else release_corpus(corpus)
         measurements += refactor_agent(corpus, repo, None)
         if arguments.server:
             measurements += refactor_agent(corpus, repo, arguments.server)
-        if repomix_binary is not None and gitingest_binary is not None:
+        if repomix_binary is not None:
             measurements.append(repomix(corpus, repo, repomix_binary))
+        if gitingest_binary is not None:
             measurements.append(gitingest(corpus, repo, gitingest_binary))
         print(table([m for m in measurements if m.corpus == corpus]), flush=True)
     (OUT / "pack.json").write_text(json.dumps([m.model_dump() for m in measurements], indent=1) + "\n")

@@ -65,7 +65,8 @@ def restore_checkout(repo: Path) -> None:
 
 def checkout_fingerprint(repo: Path) -> dict[str, str]:
     """Everything of the user's checkout that a run must not touch: work tree bytes, index (bytes and mtime),
-    HEAD, config, every ref but the task branches (refactor-agent/*), the stash and the list of worktrees.
+    HEAD, config, every ref but the task branches (refactor-agent/*) and our private refs/refactor-agent/* (the
+    wip snapshots resume reads), the stash and the list of worktrees.
 
     Compare one taken before a run with one taken after it, failure cases included."""
     digest: dict[str, str] = {}
@@ -81,7 +82,8 @@ def checkout_fingerprint(repo: Path) -> dict[str, str]:
     digest["head-commit"] = read_only_git(repo, "rev-parse", "HEAD").strip()
     digest["branch"] = read_only_git(repo, "symbolic-ref", "-q", "HEAD").strip()
     refs = read_only_git(repo, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
-    digest["refs"] = "\n".join(ref for ref in refs if not ref.startswith("refs/heads/refactor-agent/"))
+    ours = ("refs/heads/refactor-agent/", "refs/refactor-agent/")
+    digest["refs"] = "\n".join(ref for ref in refs if not ref.startswith(ours))
     digest["worktrees"] = read_only_git(repo, "worktree", "list", "--porcelain")
     digest["stash"] = read_only_git(repo, "stash", "list")
     digest["status"] = read_only_git(repo, "status", "--porcelain", "--untracked-files=all")

@@ -113,6 +113,7 @@ class ScriptedServer:
         self.held = threading.Event()
         self._release = threading.Event()
         self.requests: list[dict[str, Any]] = []
+        self.tokenized: list[str] = []  # every text sent to /tokenize
         self.prompts: list[str] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -211,6 +212,7 @@ class ScriptedServer:
                 if server.still_loading():
                     self._json(503, LOADING)
                 elif self.path == "/tokenize":
+                    server.tokenized.append(body.get("content", ""))
                     self._json(200, {"tokens": list(range(tokens_of(body.get("content", ""))))})
                 elif self.path == "/v1/chat/completions":
                     self._chat(body)

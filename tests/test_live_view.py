@@ -6,7 +6,16 @@ import io
 
 from rich.console import Console
 
-from agent.events import PrefillProgress, Response, Retry, TaskEnd, TaskServer, TaskStart, ToolResultEvent
+from agent.events import (
+    PrefillProgress,
+    PrefixCacheEvent,
+    Response,
+    Retry,
+    TaskEnd,
+    TaskServer,
+    TaskStart,
+    ToolResultEvent,
+)
 from agent.live import RunView
 from agent.metrics import RequestStats
 from agent.report import TaskSummary
@@ -29,6 +38,7 @@ EVENTS = [
     ),
     ToolResultEvent(task=1, turn=1, id="call_1", name="bash", is_error=True, text="boom"),
     Retry(task=1, message="retry 1/6 in 2.0s after HTTP 503"),
+    PrefixCacheEvent(task=1, action="saved", tokens=7650, ms=44.0, message="saved 7650 prefix tokens (168 MiB)"),
     TaskEnd(
         task=1,
         outcome=TaskSummary(
@@ -52,6 +62,7 @@ def test_plain_lines_when_not_a_terminal() -> None:
         "turn 1: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
         "turn 1: bash (error)",
         "model: retry 1/6 in 2.0s after HTTP 503",
+        "prefix cache: saved 7650 prefix tokens (168 MiB)",
         "task 1 committed, verified: the model called finish",
     ]
 

@@ -43,6 +43,9 @@ def test_a_model_that_answers_without_tool_calls_stops_with_no_changes(
     progress = [event for event in events if event["type"] == "prefill_progress"]
     assert 1 <= len(progress) <= 11 and progress[-1]["processed"] == progress[-1]["total"]
     assert task["metrics"]["prompt_tokens"] > 0 and task["metrics"]["generated_tokens"] > 0
+    # The launcher's server saves slots: the task's prefix is saved once, after its first request, for later tasks.
+    (saved,) = [event for event in events if event["type"] == "prefix_cache"]
+    assert saved["action"] == "saved" and saved["tokens"] >= response["stats"]["prompt_tokens"], saved
     assert checkout_fingerprint(repo) == before
 
 
@@ -59,3 +62,28 @@ def test_garbage_tool_arguments_in_history_are_survived(llama_server: ServerStat
     ]
     turn = model.complete(messages, default_registry().schemas())
     assert turn.stats.prompt_tokens > 0 and turn.stats.completion_tokens > 0
+
+
+def test_a_later_run_on_the_same_commit_restores_the_saved_prefix(tmp_path: Path, llama_server: ServerState) -> None:
+    """The next night on an unchanged repository: the new run restores the prefix the first one saved, and its
+    first request prefills only the task message."""
+    repo = make_repo(tmp_path / "repo")
+
+    def run(runs: Path) -> tuple[list[dict], dict]:
+        arguments = ["run", str(repo), "--task", "Rename compute_area to area", "--server", llama_server.url]
+        options = ["--runs-dir", str(runs), "--max-tokens", "8", "--seed", "1", "--max-turns", "1"]
+        result = CliRunner().invoke(app, [*arguments, *options, "--model", "smollm2"])
+        assert result.exit_code == 0, result.output
+        (run_dir,) = run_directories(runs)
+        events = [json.loads(line) for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
+        (response,) = [event for event in events if event["type"] == "response"]
+        return [event for event in events if event["type"] == "prefix_cache"], response["stats"]
+
+    _, first = run(tmp_path / "night-1")
+    # Another prompt in between takes the slot, as a task on another repository would.
+    OpenAIChatModel(LLMConfig(server_url=llama_server.url, sampling=SamplingConfig(max_tokens=2))).complete(
+        [{"role": "system", "content": "Another repository entirely."}, {"role": "user", "content": "Hi"}], []
+    )
+    second_cache, second = run(tmp_path / "night-2")
+    assert [event["action"] for event in second_cache] == ["restored"], second_cache
+    assert second["prompt_tokens"] - second["cached_tokens"] < first["prompt_tokens"] / 4, (first, second)

@@ -8,6 +8,10 @@ from typer.testing import CliRunner
 
 from agent.server.cli import doctor
 from agent.server.doctor import CheckResult, DoctorOptions, failed, run_doctor
+from agent.server.launcher import start_server, stop_server
+from agent.server.presets import PresetRequest, build_preset
+
+from llama_fixtures import READY_TIMEOUT_S, free_port
 
 pytestmark = pytest.mark.llama_server
 
@@ -31,9 +35,20 @@ def test_doctor_passes_on_a_well_configured_server(llama_server):
     checks = run_doctor(DoctorOptions(server_url=llama_server.url, check_docker=False))
     assert not failed(checks)
     results = _by_name(checks)
-    assert list(results) == ["server", "build", "context", "template", "speculation", "acceptance", "prompt-cache"]
-    for name in ("server", "speculation", "acceptance", "prompt-cache"):
+    assert list(results) == [
+        "server",
+        "build",
+        "context",
+        "template",
+        "speculation",
+        "acceptance",
+        "prompt-cache",
+        "slot-save",
+    ]
+    for name in ("server", "speculation", "acceptance", "prompt-cache", "slot-save"):
         assert results[name][0] == "ok", results[name]
+    # The probe's saved slot does not stay behind in the directory of saved prefixes.
+    assert llama_server.slot_save_path is not None and not list(llama_server.slot_save_path.glob("*doctor*"))
     # The PyPI build reports no build number: a warning, not a pass and not a failure.
     assert results["build"][0] == "warn"
 
@@ -66,8 +81,21 @@ def test_doctor_cli_prints_one_line_per_check(llama_server):
         "speculation",
         "acceptance",
         "prompt-cache",
+        "slot-save",
         "docker",
     ]
     # The missing image is the one failure, and it alone makes the exit code 1.
     assert lines[-1].startswith("[FAIL] docker")
     assert result.exit_code == 1
+
+
+def test_doctor_warns_that_a_server_without_a_slot_save_path_prefills_every_task(llama_binary, llama_state_dir):
+    preset = build_preset(PresetRequest(ctx_size=1024, port=free_port(), extra_args=["--threads", "1"]))
+    preset = preset.model_copy(update={"slot_save_path": None})
+    state = start_server(preset, binary=llama_binary, state_dir=llama_state_dir, ready_timeout_s=READY_TIMEOUT_S)
+    try:
+        results = _by_name(run_doctor(DoctorOptions(server_url=state.url, check_docker=False)))
+    finally:
+        stop_server(state.port, state_dir=llama_state_dir)
+    status, message = results["slot-save"]
+    assert status == "warn" and "--slot-save-path" in message, message

@@ -35,6 +35,12 @@ def planted(tmp_path: Path) -> Path:
     return make_planted_repo(tmp_path / "planted", tmp_path)
 
 
+def _head(repo: Path) -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, check=True, text=True
+    ).stdout.strip()
+
+
 def views(packed) -> dict[str, tuple[str, str | None]]:
     return {stat.path: (stat.view, stat.reason) for stat in packed.stats.files}
 
@@ -305,6 +311,49 @@ def test_budget_is_never_exceeded_with_exact_counts(tmp_path: Path, cache_dir: P
     assert everything.stats.files_full == everything.stats.files_listed
 
 
+def _whole_file(text: str) -> bool:
+    """A file's whole rendering sent to /tokenize (not an outline, not the packed text)."""
+    first = text.split("\n", 1)[0]
+    return first.startswith("<file path=") and 'view="outline"' not in first
+
+
+def test_exact_counts_only_for_what_is_selected_never_over_budget_cold_equals_warm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Selection on estimates from a sample, exact counts for what it shows: a fraction of the repository goes
+    through /tokenize, the pack never exceeds the budget, and a warm run (or another cache) gives the same text."""
+    from agent.packing import full_costs
+
+    monkeypatch.setattr(full_costs, "SAMPLE_MIN_BYTES", 8 * 1024)
+    repo = make_module_repo(tmp_path / "proj", modules=60)
+    # Files whose tokens per byte the .py sample gets wrong (3-byte characters): the exact counts must correct it.
+    for number in range(8):
+        (repo / "proj" / f"wide{number}.py").write_text(f"名前{number} = '日本語のテキスト'\n" * 60)
+    commit_all(repo, "wide files")
+    files = len(list((repo / "proj").iterdir())) + 1  # and the README
+    with ScriptedServer() as server:
+        for budget in (1500, 4000, 9000):
+            packs = []
+            for cache in ("a", "a", "b"):
+                server.tokenized.clear()
+                options = PackOptions(
+                    cache_dir=tmp_path / cache / str(budget), server_url=server.url, budget_tokens=budget
+                )
+                packs.append(pack_repository(repo, options))
+                if cache == "b":  # cold: whole files counted are the sample and the selection, not every file
+                    whole_files = [text for text in server.tokenized if _whole_file(text)]
+                    assert 0 < len(whole_files) < files / 2, len(whole_files)
+            cold, warm, elsewhere = packs
+            assert cold.text == warm.text == elsewhere.text
+            assert cold.stats.files_full > 0 and cold.stats.files_path_only > 0
+            assert cold.stats.total_tokens <= budget and tokens_of(cold.text) <= budget
+            # What is shown whole was counted exactly.
+            for stat in cold.stats.files:
+                if stat.view == "full":
+                    rendered = f'<file path="{stat.path}">\n{(repo / stat.path).read_text()}</file>\n'
+                    assert stat.tokens_full == tokens_of(rendered), stat.path
+
+
 def test_selection_shrinks_until_the_whole_text_fits(
     tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -402,7 +451,9 @@ def test_cli_writes_text_and_stats(tmp_path: Path, cache_dir: Path, monkeypatch:
     arguments = ["pack", str(repo), "--format", "markdown", "--output", str(output), "--stats", str(stats)]
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.output
-    assert output.read_text().startswith("# Repository at commit ")
+    # The commit closes the text: at its top it would make every commit's prefix differ from the first line.
+    text = output.read_text()
+    assert text.startswith("# Repository\n") and text.endswith(f"Repository at commit {_head(repo)}.\n")
     assert "## File: pkg/geometry.py" in output.read_text()
     loaded = json.loads(stats.read_text())
     assert loaded["files_full"] == loaded["files_listed"] == 5
@@ -430,3 +481,126 @@ def test_worker_processes_do_not_change_the_pack(tmp_path: Path, monkeypatch: py
         assert packed.stats.files_outline > 0
         texts.append(packed.text)
     assert texts[0] == texts[1]
+
+
+def _churned_repo(path: Path) -> Path:
+    """b.py and z.py unchanged since the first commit, a.py edited in the second, m.py added in the third."""
+    path.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
+    for name in ("a", "b", "z"):
+        (path / f"{name}.py").write_text(f"def {name}():\n    return '{name}'\n")
+    commit_all(path, "first")
+    (path / "a.py").write_text("def a():\n    return 'a, edited'\n")
+    commit_all(path, "second")
+    (path / "m.py").write_text("def m():\n    return 'm'\n")
+    commit_all(path, "third")
+    return path
+
+
+def _file_order(text: str) -> list[str]:
+    return [line.split('"')[1] for line in text.splitlines() if line.startswith("<file path=")]
+
+
+def _common_prefix(first: str, second: str) -> int:
+    return next(
+        (at for at, (one, other) in enumerate(zip(first, second, strict=False)) if one != other),
+        min(len(first), len(second)),
+    )
+
+
+def test_files_unchanged_longest_come_first_deterministically(tmp_path: Path) -> None:
+    repo = _churned_repo(tmp_path / "repo")
+    cold = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache"))
+    assert _file_order(cold.text) == ["b.py", "z.py", "a.py", "m.py"]
+    warm = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache"))
+    elsewhere = pack_repository(repo, PackOptions(cache_dir=tmp_path / "other-cache"))
+    assert warm.text == cold.text == elsewhere.text
+    assert _file_order(pack_repository(repo, PackOptions(cache_dir=tmp_path / "c", order="path")).text) == [
+        "a.py",
+        "b.py",
+        "m.py",
+        "z.py",
+    ]
+
+
+def test_an_edit_to_a_churned_file_keeps_the_stable_prefix_byte_identical(tmp_path: Path) -> None:
+    repo = _churned_repo(tmp_path / "repo")
+    before = {
+        order: pack_repository(repo, PackOptions(cache_dir=tmp_path / order, order=order)).text
+        for order in ("churn", "path")
+    }
+    (repo / "a.py").write_text("def a():\n    return 'a, edited again'\n")
+    commit_all(repo, "fourth")
+    after = {
+        order: pack_repository(repo, PackOptions(cache_dir=tmp_path / order, order=order)).text
+        for order in ("churn", "path")
+    }
+    stable = after["churn"].index('<file path="a.py">')
+    # Churn order: b.py, z.py and m.py stay in front, unchanged; only the edited file (now last) and the commit differ.
+    assert _file_order(after["churn"]) == ["b.py", "z.py", "m.py", "a.py"]
+    assert _common_prefix(before["churn"], after["churn"]) >= after["churn"].index('<file path="m.py">')
+    assert after["churn"].index('<file path="m.py">') < stable
+    # Path order: a.py comes first, so the prefix differs from its first file on.
+    assert _common_prefix(before["path"], after["path"]) < after["path"].index('<file path="b.py">')
+
+
+def test_a_file_changed_in_the_work_tree_comes_last(tmp_path: Path) -> None:
+    repo = _churned_repo(tmp_path / "repo")
+    (repo / "b.py").write_text("def b():\n    return 'uncommitted'\n")
+    packed = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache"))
+    assert _file_order(packed.text) == ["z.py", "a.py", "m.py", "b.py"]
+
+
+def test_cli_order_path_keeps_the_path_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.cli import app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    repo = _churned_repo(tmp_path / "repo")
+    by_churn = CliRunner().invoke(app, ["pack", str(repo)])
+    by_path = CliRunner().invoke(app, ["pack", str(repo), "--order", "path"])
+    assert by_churn.exit_code == by_path.exit_code == 0
+    assert _file_order(by_churn.stdout) == ["b.py", "z.py", "a.py", "m.py"]
+    assert _file_order(by_path.stdout) == ["a.py", "b.py", "m.py", "z.py"]
+    refused = CliRunner().invoke(app, ["pack", str(repo), "--order", "size"])
+    assert refused.exit_code == 2
+
+
+def test_a_selection_still_correcting_after_its_rounds_falls_back_to_counting_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent.packing import full_costs, packer
+
+    monkeypatch.setattr(full_costs, "SAMPLE_MIN_BYTES", 8 * 1024)
+    monkeypatch.setattr(packer, "MAX_CORRECTION_ROUNDS", 1)
+    repo = make_module_repo(tmp_path / "proj", modules=60)
+    with ScriptedServer() as server:
+        options = PackOptions(cache_dir=tmp_path / "cache", server_url=server.url, budget_tokens=4000)
+        packed = pack_repository(repo, options)
+    counted = {text.split("\n", 1)[0] for text in server.tokenized if _whole_file(text)}
+    assert len(counted) == packed.stats.files_listed == 61
+    assert packed.stats.files_path_only > 0 and tokens_of(packed.text) <= packed.stats.total_tokens <= 4000
+
+
+def test_a_partial_pack_orders_files_alike_for_every_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within an age, files follow a task-free ranking in bands: the hub every module imports comes first though its
+    path sorts last, and the files two tasks both show come in the same order."""
+    from agent.packing import churn
+
+    monkeypatch.setattr(churn, "RANK_BAND", 1)
+    files = {"proj/zhub.py": "def hub_function(value):\n    return value\n"}
+    for number in range(40):
+        body = [f"from proj.zhub import hub_function\n\n\nclass Widget{number:02d}:\n"]
+        body += [f"    def method_{line}(self):\n        return hub_function({line})\n\n" for line in range(12)]
+        files[f"proj/m{number:02d}.py"] = "".join(body)
+    repo = make_repo(tmp_path / "proj", files)
+    orders, views = [], []
+    for task in ("Rename Widget05", "Speed up Widget33"):
+        packed = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache", budget_tokens=4000, task=task))
+        assert packed.stats.files_outline > 0  # does not fit: the task steers which files stay whole
+        orders.append(_file_order(packed.text))
+        views.append({stat.path: stat.view for stat in packed.stats.files})
+    assert views[0] != views[1]
+    assert orders[0][0] == orders[1][0] == "proj/zhub.py"
+    common = set(orders[0]) & set(orders[1])
+    assert len(common) > 10
+    assert [path for path in orders[0] if path in common] == [path for path in orders[1] if path in common]

@@ -104,3 +104,15 @@ def test_extra_arguments_come_last_so_they_override():
     preset = build_preset(PresetRequest(self_draft=True, extra_args=["--spec-synth-rates", "0.8,0.6,0.4,0.2,0.1"]))
     assert preset.arguments()[-2:] == ["--spec-synth-rates", "0.8,0.6,0.4,0.2,0.1"]
     assert preset.command(Path("/opt/llama-server"))[0] == "/opt/llama-server"
+
+
+@pytest.mark.parametrize("preset", ["dspark", "embedded"])
+def test_presets_save_slots_under_the_state_directory(ggufs, tmp_path, monkeypatch, preset):
+    """Saved prefixes outlive the server: both presets name a --slot-save-path the agent manages."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    model, draft = ggufs
+    files = {"model": model, "draft": draft} if preset == "dspark" else {}
+    pairs = _pairs(build_preset(PresetRequest(preset=preset, **files)).arguments())
+    assert pairs["--slot-save-path"] == str(tmp_path / "state" / "refactor-agent" / "kv-cache")
+    chosen = build_preset(PresetRequest(preset=preset, slot_save_path=tmp_path / "mine", **files))
+    assert _pairs(chosen.arguments())["--slot-save-path"] == str(tmp_path / "mine")

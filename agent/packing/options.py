@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from agent.config import Effort
 
 PackFormat = Literal["xml", "markdown"]
+FileOrder = Literal["churn", "path"]
 
 
 class PackError(Exception):
@@ -22,6 +23,9 @@ class PackOptions(BaseModel):
     task: str | None = Field(None, description="biases the ranking when the repository does not fit")
     server_url: str | None = Field(None, description="llama-server for exact counts; None: offline estimate")
     format: PackFormat = "xml"
+    order: FileOrder = Field(
+        "churn", description="churn: files unchanged longest first, so an edit keeps the prefix before it cached"
+    )
     include_untracked: bool = False
     include_generated: bool = Field(False, description="vendored, minified, generated, lock files and LFS pointers")
     include_secrets: bool = False

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from agent.packing.budget import resolve_budget
+from agent.packing.churn import ChurnOrder, churn_key, rank_bands
 from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_text
+from agent.packing.full_costs import FullCosts
 from agent.packing.inventory import take_inventory
 from agent.packing.languages import language_for
 from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
@@ -25,7 +27,12 @@ from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece
 
 WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
 PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
-MAX_SELECTION_ROUNDS = 16
+# Rounds that correct a selection made on estimates share this limit with the rounds that absorb seams.
+MAX_SELECTION_ROUNDS = 24
+MAX_CORRECTION_ROUNDS = 8  # Django takes 3
+# Estimated to take at most this share of the budget, a repository is counted whole (exactly) before any ranking:
+# estimates err by a few percent, and a repository that fits should not be cut because of an estimate.
+LIKELY_FITS = 1.1
 # Outlines parsed, then counted, together: a batch keeps every core parsing and a few /tokenize requests in
 # flight, and costs little beyond the last outline the budget takes.
 OUTLINE_BATCH = 64
@@ -70,7 +77,7 @@ class PackedRepository:
     def write(self, stream: TextIO) -> None:
         with timed(self.stats, "render"):
             renderer = self._renderer
-            stream.write(renderer.header(self.stats.commit, partial=self._partial))
+            stream.write(renderer.header(partial=self._partial))
             for item in self._shown:
                 if item.view == "full":
                     stream.write(renderer.full(item.file.path, read_text(self._repo_dir, item.file)))
@@ -80,7 +87,7 @@ class PackedRepository:
                 stream.write(renderer.unshown_open())
                 stream.writelines(renderer.unshown_line(path) for path in self._unshown)
                 stream.write(renderer.unshown_close())
-            stream.write(renderer.footer())
+            stream.write(renderer.footer(self.stats.commit))
 
     @property
     def text(self) -> str:
@@ -151,6 +158,8 @@ class _Packer:
         self.counter = counter
         self.cache_dir = cache_dir
         self.renderer = renderer_for(options.format)
+        self.ages: dict[str, int] = {}  # commits since each file last changed; empty: shown in path order
+        self.bands: dict[str, int] = {}  # rank bands, when the repository does not fit
         self.stats = PackStats(
             commit=None,
             format=options.format,
@@ -165,23 +174,55 @@ class _Packer:
         # Without a budget nothing is ever ranked, so symbols are not worth extracting while reading.
         collector = SymbolCollector() if budget is not None else None
         files, excluded = self._inventory(collector)
+        if self.options.order == "churn":
+            with timed(self.stats, "order"):
+                order = ChurnOrder(self.cache_dir)
+                try:
+                    self.ages = order.ages(self.repo_dir, self.stats.commit, [text_file.path for text_file in files])
+                finally:
+                    order.close()
         with timed(self.stats, "count"):
-            full_costs = self._count_full(files)
-            header = self.counter.count_text(self.renderer.header(self.stats.commit, partial=False))
-            footer = self.counter.count_text(self.renderer.footer())
-        if budget is None or collector is None or header + footer + sum(full_costs) <= budget:
+            costs = self._full_costs(files)
+            header = self.counter.count_text(self.renderer.header(partial=False))
+            footer = self.counter.count_text(self.renderer.footer(self.stats.commit))
+        if budget is None or collector is None or header + footer + costs.total() <= budget * LIKELY_FITS:
+            # Every file would be shown: count them all exactly, and see whether they really fit.
+            with timed(self.stats, "count"):
+                costs.count_exactly(range(len(files)))
+            full_costs = costs.values
             whole = self._result(
                 files, excluded, dict.fromkeys(range(len(files)), "full"), full_costs, {}, {}, 0, False
             )
-            if budget is None or collector is None or self._fits(whole, budget):
+            if (
+                budget is None
+                or collector is None
+                or (whole.stats.total_tokens <= budget and self._fits(whole, budget))
+            ):
                 return whole
-        ranked = self._rank(files, collector)
+        ranked = self._rank(files, collector, self.options.task)
+        if self.ages:
+            # Which files a selection shows changes from commit to commit at its margin (a file turns from whole to
+            # outline): the files the task-free ranking puts first come first within their age, the marginal ones
+            # after them. Task-free, so every task on a commit orders alike.
+            general = ranked if self.options.task is None else self._rank(files, collector, None)
+            self.bands = rank_bands([text_file.path for text_file in files], general)
         # Pieces are counted apart; inside the whole text their edges can tokenize together with their
         # neighbours'. With exact counts the whole is counted too, and the selection shrinks until it fits.
-        seams = 0
+        seams = corrections = 0
         for _ in range(MAX_SELECTION_ROUNDS):
-            views, outlines, outline_costs, unshown_cost = self._select(files, ranked, full_costs, budget - seams)
-            packed = self._result(files, excluded, views, full_costs, outlines, outline_costs, unshown_cost, True)
+            views, outlines, outline_costs, unshown_cost = self._select(files, ranked, costs.values, budget - seams)
+            with timed(self.stats, "count"):
+                corrected = costs.count_exactly(index for index, view in views.items() if view == "full")
+            if corrected:
+                # Chosen on estimates: select again with the exact counts of what it shows, which may not fit, or
+                # leave room for more. Done once a selection shows nothing whole that was not counted exactly;
+                # should that take too long, every file is counted (what this packer did before estimating).
+                corrections += 1
+                if corrections >= MAX_CORRECTION_ROUNDS:
+                    with timed(self.stats, "count"):
+                        costs.count_exactly(range(len(files)))
+                continue
+            packed = self._result(files, excluded, views, costs.values, outlines, outline_costs, unshown_cost, True)
             pieces = packed.stats.total_tokens
             if self._fits(packed, budget):
                 return packed
@@ -217,7 +258,7 @@ class _Packer:
                 collector.keep(inventory.extracted)
             return inventory.files, inventory.excluded
 
-    def _count_full(self, files: list[TextFile]) -> list[int]:
+    def _full_costs(self, files: list[TextFile]) -> FullCosts:
         renderer, repo_dir, fmt = self.renderer, self.repo_dir, self.options.format
 
         def request(text_file: TextFile) -> CountRequest:
@@ -227,14 +268,14 @@ class _Packer:
                 size_hint=text_file.size + len(text_file.path) + WRAPPER_BYTES,
             )
 
-        return self.counter.count([request(text_file) for text_file in files])
+        return FullCosts(self.counter, files, [request(text_file) for text_file in files])
 
-    def _rank(self, files: list[TextFile], collector: SymbolCollector) -> list[int]:
+    def _rank(self, files: list[TextFile], collector: SymbolCollector, task: str | None) -> list[int]:
         """Indices of files, most relevant first; the same files and task were perhaps ranked before."""
         rankings = Rankings(self.cache_dir)
         try:
             with timed(self.stats, "rank"):
-                key = rankings.key(files, self.options.task)
+                key = rankings.key(files, task)
                 ranked = rankings.get(key)
             if ranked is not None:
                 return ranked
@@ -245,7 +286,7 @@ class _Packer:
             with timed(self.stats, "map"):
                 graph = reference_graph(self.repo_dir, files, self.cache_dir, collector)
             with timed(self.stats, "rank"):
-                ranked = rank_files([text_file.path for text_file in files], graph, self.options.task)
+                ranked = rank_files([text_file.path for text_file in files], graph, task)
             rankings.put(key, ranked)
             return ranked
         finally:
@@ -258,7 +299,7 @@ class _Packer:
         with timed(self.stats, "count"):
             fixed = sum(
                 self.counter.count_text(piece)
-                for piece in (self.renderer.header(self.stats.commit, partial=True), self.renderer.footer())
+                for piece in (self.renderer.header(partial=True), self.renderer.footer(self.stats.commit))
             )
             list_wrapper = self.counter.count_text(self.renderer.unshown_open() + self.renderer.unshown_close())
         ratio = self.counter.tokens_per_byte * PATH_ESTIMATE_MARGIN
@@ -364,6 +405,8 @@ class _Packer:
                     tokens_rendered=rendered,
                 )
             )
+        if self.ages:
+            shown.sort(key=lambda item: churn_key(self.ages, self.bands, item.file.path))
         file_stats.extend(FileStat(path=item.path, view="excluded", reason=item.reason) for item in excluded)
         file_stats.sort(key=lambda stat: stat.path)
         stats.files = file_stats
@@ -372,8 +415,8 @@ class _Packer:
         stats.files_outline = sum(1 for stat in file_stats if stat.view == "outline")
         stats.files_path_only = len(unshown)
         stats.files_excluded = sum(1 for stat in file_stats if stat.view == "excluded")
-        fixed = self.counter.count_text(self.renderer.header(stats.commit, partial=partial))
-        fixed += self.counter.count_text(self.renderer.footer())
+        fixed = self.counter.count_text(self.renderer.header(partial=partial))
+        fixed += self.counter.count_text(self.renderer.footer(stats.commit))
         stats.total_tokens = fixed + sum(stat.tokens_rendered for stat in file_stats) + unshown_cost
         return PackedRepository(
             repo_dir=self.repo_dir,

@@ -1,7 +1,8 @@
 """The text the model sees. Every piece is a pure function of its inputs, so counts of pieces are cacheable.
 
 The repository comes first and nothing task-specific is rendered here: two tasks on one commit whose
-repository fits share the whole rendered prefix, and llama-server reuses its KV cache across them.
+repository fits share the whole rendered prefix, and llama-server reuses its KV cache across them. The commit id
+is rendered last, not in the header: at the top it would make every commit's prefix differ from its first line.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ BACKTICK_RUN = re.compile(r"`{3,}")
 
 
 class Renderer(Protocol):
-    def header(self, commit: str | None, *, partial: bool) -> str: ...
+    def header(self, *, partial: bool) -> str: ...
     def full(self, path: str, text: str) -> str: ...
     def outline(self, path: str, outline: str) -> str: ...
     def unshown_open(self) -> str: ...
     def unshown_line(self, path: str) -> str: ...
     def unshown_close(self) -> str: ...
-    def footer(self) -> str: ...
+    def footer(self, commit: str | None) -> str: ...
 
 
 def _with_final_newline(text: str) -> str:
@@ -35,9 +36,8 @@ def _xml_attribute(value: str) -> str:
 
 
 class XmlRenderer:
-    def header(self, commit: str | None, *, partial: bool) -> str:
-        opening = f'<repository commit="{commit}">\n' if commit else "<repository>\n"
-        return opening + (f"<note>{PARTIAL_NOTE}</note>\n" if partial else "")
+    def header(self, *, partial: bool) -> str:
+        return "<repository>\n" + (f"<note>{PARTIAL_NOTE}</note>\n" if partial else "")
 
     def full(self, path: str, text: str) -> str:
         return f'<file path="{_xml_attribute(path)}">\n{_with_final_newline(text)}</file>\n'
@@ -54,8 +54,8 @@ class XmlRenderer:
     def unshown_close(self) -> str:
         return "</files_not_shown>\n"
 
-    def footer(self) -> str:
-        return "</repository>\n"
+    def footer(self, commit: str | None) -> str:
+        return (f"<commit>{commit}</commit>\n" if commit else "") + "</repository>\n"
 
 
 def _fence(text: str) -> str:
@@ -65,9 +65,8 @@ def _fence(text: str) -> str:
 
 
 class MarkdownRenderer:
-    def header(self, commit: str | None, *, partial: bool) -> str:
-        title = f"# Repository at commit {commit}\n\n" if commit else "# Repository (no commits yet)\n\n"
-        return title + (f"{PARTIAL_NOTE}\n\n" if partial else "")
+    def header(self, *, partial: bool) -> str:
+        return "# Repository\n\n" + (f"{PARTIAL_NOTE}\n\n" if partial else "")
 
     def full(self, path: str, text: str) -> str:
         fence = _fence(text)
@@ -86,8 +85,8 @@ class MarkdownRenderer:
     def unshown_close(self) -> str:
         return "\n"
 
-    def footer(self) -> str:
-        return ""
+    def footer(self, commit: str | None) -> str:
+        return f"Repository at commit {commit}.\n" if commit else "Repository with no commits yet.\n"
 
 
 def renderer_for(format_name: str) -> Renderer:

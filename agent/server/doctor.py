@@ -2,7 +2,7 @@
 
 The checks encode what goes wrong in practice with a healthy-looking server: a drafter that makes no drafts
 (HTTP still answers 200), acceptance that does not pay for the verification passes, a prompt cache that does
-not hold, an unpinned or pre-DSpark build.
+not hold, a slot that cannot be saved and restored, an unpinned or pre-DSpark build.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from agent.llama_api import LlamaServerAPI, ServerError, ServerUnreachable
 from agent.metrics import spec_counters_from_text, speculation_configured
 from agent.packing.budget import context_budget
 from agent.packing.tokens import DEFAULT_TOKENS_PER_BYTE
-from agent.server.launcher import find_state
+from agent.server.errors import SlotsUnsupported
+from agent.server.launcher import ServerState, find_state
 
 Status = Literal["ok", "warn", "fail", "skip"]
 
@@ -34,6 +35,8 @@ PROBE_SYSTEM = "You are a terse assistant used for a health check of a local inf
     for number in range(1, 25)
 )
 PROBE_USER = "Count from 1 to 60, separated by commas."
+# Overwritten by every doctor run, and removed when the save directory is known.
+PROBE_SLOT_FILE = "refactor-agent-doctor-probe.bin"
 
 
 class CheckResult(BaseModel):
@@ -158,10 +161,15 @@ def check_template(props: dict[str, Any]) -> CheckResult:
     )
 
 
+def _launched_state(url: str) -> ServerState | None:
+    """The state file of the server at `url`, when refactor-agent started it."""
+    port = urlsplit(url).port
+    return find_state(port) if port is not None else None
+
+
 def _launched_with_draft(url: str) -> bool:
     """Whether refactor-agent started the server at `url` with a drafter (its state file knows the command)."""
-    port = urlsplit(url).port
-    state = find_state(port) if port is not None else None
+    state = _launched_state(url)
     return state is not None and state.drafting
 
 
@@ -234,6 +242,37 @@ def check_prompt_cache(repeat: _Probe, floor: float) -> CheckResult:
     return CheckResult(name="prompt-cache", status="ok", message=message)
 
 
+def check_slot_save(api: LlamaServerAPI, save_dir: Path | None) -> CheckResult:
+    """Save the probe's slot and restore it: what lets a task restore a prefix prefilled by an earlier one."""
+    try:
+        saved = api.slot_action(0, "save", PROBE_SLOT_FILE)
+        restored = api.slot_action(0, "restore", PROBE_SLOT_FILE)
+    except SlotsUnsupported:
+        return CheckResult(
+            name="slot-save",
+            status="warn",
+            message="the server cannot save slots (no --slot-save-path): every task and every night prefills the "
+            "repository again; start it with `refactor-agent server start`, whose presets set it",
+        )
+    except ServerError as error:
+        return CheckResult(name="slot-save", status="fail", message=f"saving or restoring the probe's slot: {error}")
+    finally:
+        if save_dir is not None:
+            (save_dir / PROBE_SLOT_FILE).unlink(missing_ok=True)
+    tokens, written = int(saved.get("n_saved", 0)), int(saved.get("n_written", 0))
+    if int(restored.get("n_restored", -1)) != tokens or tokens == 0:
+        return CheckResult(
+            name="slot-save",
+            status="fail",
+            message=f"saved {tokens} tokens of the probe but restored {restored.get('n_restored')}",
+        )
+    per_token = f"{written / tokens / 1024:.0f} KB per token"
+    managed = f", saved prefixes in {save_dir}" if save_dir is not None else ", directory not managed by refactor-agent"
+    return CheckResult(
+        name="slot-save", status="ok", message=f"saved and restored the probe's {tokens} tokens ({per_token}){managed}"
+    )
+
+
 def check_docker(image: str) -> CheckResult:
     from sandbox import SandboxError, docker_client, require_image  # docker loads only when checked
 
@@ -285,6 +324,8 @@ def _server_checks(options: DoctorOptions) -> list[CheckResult]:
         results.append(check_speculation(first, configured, _launched_with_draft(options.server_url)))
         results.append(check_acceptance(api.metrics_text(), configured, options.min_accepted_per_pass))
         results.append(check_prompt_cache(_probe(api, 1), options.min_cache_ratio))
+        state = _launched_state(options.server_url)
+        results.append(check_slot_save(api, state.slot_save_path if state is not None else None))
     return results
 
 

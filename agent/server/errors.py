@@ -13,6 +13,10 @@ class ServerLoading(ServerError):
     pass
 
 
+class SlotsUnsupported(ServerError):
+    """The server was started without --slot-save-path: it cannot save or restore a slot."""
+
+
 class LaunchError(ServerError):
     """llama-server could not be found, started or stopped."""
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from agent.llama_api import LlamaServerAPI, ServerLoading, ServerUnreachable
 from agent.server.binary import help_text, supported_flags
 from agent.server.errors import LaunchError
+from agent.server.paths import default_state_dir
 from agent.server.presets import DEFAULT_READY_TIMEOUT_S, ServerPreset
 
 Log = Callable[[str], None]
@@ -40,18 +41,13 @@ class ServerState(BaseModel):
     log_file: Path
     started_at: datetime
     drafting: bool
+    slot_save_path: Path | None = None  # where the server saves slots (None: state files from older versions)
 
 
 class ServerStatus(BaseModel):
     state: ServerState
     running: bool
     health: str
-
-
-def default_state_dir() -> Path:
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "refactor-agent"
 
 
 def _state_file(state_dir: Path, port: int) -> Path:
@@ -99,6 +95,8 @@ def start_server(
             raise LaunchError(f"port {preset.port} is taken: a server already answers at {api.root}")
     directory = state_dir or default_state_dir()
     directory.mkdir(parents=True, exist_ok=True)
+    if preset.slot_save_path is not None:
+        preset.slot_save_path.mkdir(parents=True, exist_ok=True)
     log_file = directory / f"server-{preset.port}.log"
     command = preset.command(binary)
     log(f"starting llama-server (preset {preset.name}): {shlex.join(command)}")
@@ -118,6 +116,7 @@ def start_server(
         log_file=log_file,
         started_at=datetime.now(UTC),
         drafting=preset.drafting,
+        slot_save_path=preset.slot_save_path,
     )
     _state_file(directory, preset.port).write_text(state.model_dump_json(indent=2))
     try:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from agent.server.binary import find_embedded_model
 from agent.server.errors import LaunchError
+from agent.server.paths import default_kv_cache_dir
 
 PresetName = Literal["dspark", "embedded"]
 
@@ -48,6 +49,7 @@ class ServerPreset(BaseModel):
     cache_idle_slots: bool = False
     cache_ram_mib: int | None = None
     repack: bool = True
+    slot_save_path: Path | None = Field(None, description="--slot-save-path: lets the agent save and restore prefixes")
     temperature: float = 1.0
     top_p: float = 0.95
     min_p: float = 0.0
@@ -85,6 +87,8 @@ class ServerPreset(BaseModel):
             arguments += ["--cache-ram", str(self.cache_ram_mib)]
         if not self.repack:
             arguments.append("--no-repack")
+        if self.slot_save_path is not None:
+            arguments += ["--slot-save-path", str(self.slot_save_path)]
         arguments += ["--temp", str(self.temperature), "--top-p", str(self.top_p), "--min-p", str(self.min_p)]
         arguments += ["--host", self.host, "--port", str(self.port)]
         return arguments + self.extra_args
@@ -104,6 +108,7 @@ class PresetRequest(BaseModel):
     self_draft: bool = False
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
+    slot_save_path: Path | None = None  # None: the launcher's default_kv_cache_dir()
     extra_args: list[str] = []
 
 
@@ -130,6 +135,7 @@ def dspark_preset(request: PresetRequest) -> ServerPreset:
         fit=False,
         flash_attn="on",
         cache_ram_mib=0,
+        slot_save_path=request.slot_save_path or default_kv_cache_dir(),
         host=request.host,
         port=request.port,
         extra_args=request.extra_args,
@@ -154,6 +160,7 @@ def embedded_preset(request: PresetRequest) -> ServerPreset:
         # Repacked weights run AMX kernels that die with SIGILL on VMs advertising AMX without enabling it
         # (Firecracker); a 135M Q4_1 model gains nothing measurable from repacking.
         repack=False,
+        slot_save_path=request.slot_save_path or default_kv_cache_dir(),
         host=request.host,
         port=request.port,
         extra_args=request.extra_args,
