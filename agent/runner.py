@@ -265,8 +265,8 @@ class Run:
             self.emit(RunStart(run_id=self.journal.run_id, tasks=len(self.night.tasks())))
             self.journal.write_summary(summary)
             counters_at_start = _spec_counters(self.server_api)
-            left = [(index, config, task) for index, (config, task) in enumerate(self.night.tasks(), start=1)]
-            for outcome in self.dispatch.run_tasks(self, [entry for entry in left if entry[0] not in done]):
+            numbered = [(index, config, task) for index, (config, task) in enumerate(self.night.tasks(), start=1)]
+            for outcome in self.dispatch.run_tasks(self, [entry for entry in numbered if entry[0] not in done]):
                 summary.tasks = sorted([*summary.tasks, outcome], key=lambda task: task.index)
                 run_delta = _delta(_spec_counters(self.server_api), counters_at_start)
                 _measure(summary, self.requests, run_delta, self.speculation)
