@@ -110,7 +110,9 @@ def scenario(tmp: str) -> dict[str, Any]:
             user = git.Repo(repo)
             directory = base / f"runs-{executor}" / RUN_ID
             results[executor] = {
-                "rows": [task.model_dump(mode="json", exclude=VOLATILE) for task in summary.tasks],
+                # Each run has its own clone: the rows must name it, the head's repository, not a worker's copy.
+                "rows": [task.model_dump(mode="json", exclude={*VOLATILE, "repo"}) for task in summary.tasks],
+                "repos_named": [task.repo == str(repo) for task in summary.tasks],
                 "trees": {task.branch: user.commit(task.branch).tree.hexsha for task in summary.tasks if task.commit},
                 "branches": sorted(head.name for head in user.heads if head.name.startswith("refactor-agent/")),
                 "events": [
@@ -156,6 +158,7 @@ def test_the_ray_executor_leaves_the_same_branches_and_report_rows_as_the_local_
     local, remote = results["local"], results["ray"]
     assert local["rows"] and [row["verdict"] for row in local["rows"]] == ["verified", "verified"]
     assert remote["rows"] == local["rows"]
+    assert remote["repos_named"] == local["repos_named"] == [True, True]
     assert remote["trees"] == local["trees"] and len(local["trees"]) == 2
     assert remote["branches"] == local["branches"]
     assert sorted(remote["events"]) == sorted(local["events"]), "one transcript: every task's events came back"
