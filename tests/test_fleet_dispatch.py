@@ -13,7 +13,7 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.config import LLMConfig, RunConfig
+from agent.config import LLMConfig, NightConfig, RunConfig
 from agent.fleet_dispatch import FleetDispatch
 from agent.interrupt import stop_signals
 from agent.journal import RunJournal
@@ -130,3 +130,32 @@ def test_a_stop_signal_settles_every_task_in_flight_as_interrupted(tmp_path: Pat
         commit = user.commit(task.branch)
         assert commit.tree[f"pkg/{key}.py"].data_stream.read() == f"NAME = {key!r}\n".encode()
         assert "Refactor-Agent-Status: interrupted" in commit.message
+
+
+def test_a_night_of_two_repositories_over_two_servers_prepares_each_repository_once(tmp_path: Path) -> None:
+    repos = {key: make_repo(tmp_path / key, SAMPLE_FILES) for key in TASKS}
+    scripts = {text: [create(key), finish(key)] for key, text in TASKS.items()}
+    with ScriptedServer(scripts=scripts) as first, ScriptedServer(scripts=scripts) as second:
+        llm = LLMConfig(servers=[first.url, second.url])
+        night = NightConfig(
+            repos=[RunConfig(repo=repos[key], tasks=[text], max_turns=10, llm=llm) for key, text in TASKS.items()],
+            runs_dir=tmp_path / "runs",
+        )
+        events: list = []
+        run = Run(
+            night,
+            repos={path: git.Repo(path) for path in repos.values()},
+            docker_client=docker_client(),
+            model=ScriptedModel([]),
+            server_url=first.url,
+            journal=RunJournal(night.runs_dir, "fleet-night"),
+            observe=events.append,
+            dispatch=FleetDispatch(llm),
+        )
+        summary = run.execute()
+        run.journal.close()
+    assert [(task.repo, task.status) for task in summary.tasks] == [(str(repos[key]), "committed") for key in TASKS]
+    assert sorted(record.repo for record in summary.environments) == sorted(str(path) for path in repos.values())
+    assert len([event for event in events if event.type == "environment"]) == 2, "one environment per repository"
+    for task, key in zip(summary.tasks, TASKS, strict=True):
+        assert git.Repo(repos[key]).commit(task.branch).tree[f"pkg/{key}.py"].data_stream.read()
