@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from agent.config import DEFAULT_SERVER_URL, Effort, LLMConfig, NightConfig, RunConfig, SamplingConfig, Switch
+from agent.config import DEFAULT_SERVER_URL, Effort, Executor, LLMConfig, NightConfig, RunConfig, SamplingConfig, Switch
 from agent.environment.cli import env_app
 from agent.environment.spec import EnvironmentFileError
 from agent.eval.cli import eval_command
@@ -26,6 +26,7 @@ from agent.settings import (
     Options,
     SettingsError,
     Source,
+    check_dispatch,
     config_file_layers,
     night_config,
     options_from,
@@ -60,6 +61,8 @@ NOT_RUN_OPTIONS = (
     "deadline",
     "min_task_time",
     "on_finish",
+    "executor",
+    "address",
 )
 
 
@@ -145,7 +148,16 @@ def _pick_resume(night: NightConfig, wanted: bool) -> str | None:
     return unfinished_run(night) if wanted else None
 
 
-ServerOption = Annotated[str | None, typer.Option(help=f"OpenAI-compatible base URL [default: {DEFAULT_SERVER_URL}]")]
+ServerOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help=f"OpenAI-compatible base URL (default: {DEFAULT_SERVER_URL}); repeat for a fleet: tasks in parallel."
+    ),
+]
+ExecutorOption = Annotated[
+    Executor | None, typer.Option(help="local: here (default); ray: each task on a Ray node labelled refactor-agent.")
+]
+AddressOption = Annotated[str | None, typer.Option(help="The Ray cluster to join (--executor ray; default: Ray's).")]
 RunsDirOption = Annotated[Path, typer.Option(help="Where run records go.")]
 UntilOption = Annotated[
     str | None, typer.Option(help="End time: HH:MM (its next occurrence, local time) or a date and time.")
@@ -220,6 +232,8 @@ def run(
         bool, typer.Option(help="Run although REPO has uncommitted changes (they are ignored).")
     ] = False,
     resume: ResumeOption = False,
+    executor: ExecutorOption = None,
+    address: AddressOption = None,
 ) -> None:
     """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/.
 
@@ -246,6 +260,8 @@ def night(
     min_task_time: MinTaskTimeOption = None,
     on_finish: OnFinishOption = None,
     resume: ResumeOption = False,
+    executor: ExecutorOption = None,
+    address: AddressOption = None,
 ) -> None:
     """Run every task of every repository in NIGHT_FILE, in order, in one run directory with one report."""
     with _usage_errors():
@@ -275,9 +291,10 @@ def resume_run(
         given = _given(context)
         if given.values.keys() & {"until", "deadline"}:
             night.deadline_at = night_config([], [given]).deadline_at
+        check_dispatch(night)
         if server is not None:  # checked as `run` checks it (one line naming --server), then used for every task
             run_config(night.repos[0].repo, ["-"], [given])
-            llm = {"server_url": server, "server_explicit": True}
+            llm = {"server_url": server, "server_explicit": True, "servers": []}
             night.repos = [
                 config.model_copy(update={"llm": config.llm.model_copy(update=llm)}) for config in night.repos
             ]

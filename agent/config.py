@@ -4,19 +4,32 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 
 from agent.environment.spec import EnvironmentSpec
 from sandbox.models import DEFAULT_IMAGE
 
 Effort = Literal["low", "high", "max"]
+Executor = Literal["local", "ray"]
 Switch = Literal["on", "off"]  # a feature's command-line switch, e.g. --ledger on|off
 
 DEFAULT_SERVER_URL = "http://127.0.0.1:8080/v1"
 RETRY_BACKOFF_CAP_S = 60.0  # the longest wait between two retries of a failing server
+
+
+def http_url(url: str) -> str:
+    """Refused here, not deep in an HTTP client: an http(s) URL with a host and a valid port."""
+    try:
+        address = urlsplit(url)
+        address.port  # noqa: B018 - parsing the port is the check (":1" in "http://[::1" is not one)
+    except ValueError as error:
+        raise ValueError(f"not a URL ({error})") from None
+    if address.scheme not in ("http", "https") or not address.hostname:
+        raise ValueError("not an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1")
+    return url
 
 
 class SamplingConfig(BaseModel):
@@ -32,6 +45,9 @@ class SamplingConfig(BaseModel):
 class LLMConfig(BaseModel):
     server_url: str = DEFAULT_SERVER_URL
     server_explicit: bool = False
+    servers: list[Annotated[str, AfterValidator(http_url)]] = Field(
+        [], description="--server, repeated for a fleet: every server, the first is server_url; empty: server_url"
+    )
     model: str = "deepseek-v4-flash"
     effort: Effort = "max"
     sampling: SamplingConfig = SamplingConfig()
@@ -49,15 +65,27 @@ class LLMConfig(BaseModel):
     @field_validator("server_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        """Refused here, not deep in an HTTP client: an http(s) URL with a host and a valid port."""
-        try:
-            address = urlsplit(url)
-            address.port  # noqa: B018 - parsing the port is the check (":1" in "http://[::1" is not one)
-        except ValueError as error:
-            raise ValueError(f"not a URL ({error})") from None
-        if address.scheme not in ("http", "https") or not address.hostname:
-            raise ValueError("not an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1")
-        return url
+        return http_url(url)
+
+    @field_validator("servers")
+    @classmethod
+    def _each_once(cls, urls: list[str]) -> list[str]:
+        twice = next((url for url in urls if urls.count(url) > 1), None)
+        if twice is not None:
+            raise ValueError(f"{twice} is named twice")
+        return urls
+
+    @model_validator(mode="after")
+    def _first_server(self) -> LLMConfig:
+        """The first server of a fleet is the run's server (preflight, token counts)."""
+        if self.servers:
+            self.server_url = self.servers[0]
+        return self
+
+    @property
+    def fleet(self) -> list[str]:
+        """Every server tasks may go to."""
+        return self.servers or [self.server_url]
 
 
 class RunConfig(BaseModel):
@@ -93,6 +121,8 @@ class NightConfig(BaseModel):
     on_finish: str | None = None
     night_file: Path | None = None
     allow_dirty: bool = False
+    executor: Executor = Field("local", description="where tasks run: this machine, or the nodes of a Ray cluster")
+    ray_address: str | None = Field(None, description="the Ray cluster to join (--address); None: ray's default")
 
     def tasks(self) -> list[tuple[RunConfig, str]]:
         """(settings, task) pairs in order; the task index is the position + 1."""

@@ -62,6 +62,15 @@ class TaskStart(_Event):
     resumed: bool = False  # the task goes on after a restart of the process
 
 
+class TaskServer(_Event):
+    """Which server of a fleet a task's requests go to, and why: it holds the task's prefix, it is the least
+    loaded, or the previous one stopped answering (the conversation continues on this one)."""
+
+    type: Literal["task_server"] = "task_server"
+    server: str
+    reason: str
+
+
 class TaskEnd(_Event):
     type: Literal["task_end"] = "task_end"
     outcome: TaskSummary
@@ -150,6 +159,7 @@ Event = Annotated[
     RunStart
     | RunEnd
     | TaskStart
+    | TaskServer
     | TaskEnd
     | Request
     | Response

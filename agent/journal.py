@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -69,6 +70,7 @@ class RunJournal:
         else:
             self.directory.mkdir(parents=True, exist_ok=False)
         self._transcript: TextIO = (self.directory / "transcript.jsonl").open("a", encoding="utf-8")
+        self._lock = threading.Lock()  # tasks in parallel (a fleet) write whole lines and whole diffs, never halves
 
     def write_config(self, config: BaseModel) -> None:
         self.write_json("config.json", config)
@@ -77,9 +79,11 @@ class RunJournal:
         _write_json_file(self.directory / name, record.model_dump(mode="json"))
 
     def record(self, event: Event) -> None:
-        self._transcript.write(event.model_dump_json() + "\n")
-        self._transcript.flush()
-        os.fsync(self._transcript.fileno())
+        line = event.model_dump_json() + "\n"
+        with self._lock:
+            self._transcript.write(line)
+            self._transcript.flush()
+            os.fsync(self._transcript.fileno())
 
     def append_patch(self, header: str, diff: bytes, *, total_bytes: int, full_change: str | None) -> None:
         """One file for all tasks; `git apply` skips the header lines between diffs.
@@ -91,8 +95,12 @@ class RunJournal:
         if total_bytes > len(diff):
             where = f"the whole change is {full_change}" if full_change else "the rest is not kept (no commit)"
             lines.append(f"# cut: the first {len(diff)} of {total_bytes} bytes of this diff are below; {where}")
-        with (self.directory / "patch.diff").open("ab") as patch:
-            patch.write("\n".join(lines).encode("utf-8") + b"\n" + (diff + b"\n" if diff else b""))
+        self.append_patch_records("\n".join(lines).encode("utf-8") + b"\n" + (diff + b"\n" if diff else b""))
+
+    def append_patch_records(self, records: bytes) -> None:
+        """patch.diff's entries as written, e.g. a Ray worker's for its task."""
+        with self._lock, (self.directory / "patch.diff").open("ab") as patch:
+            patch.write(records)
 
     def write_summary(self, summary: RunSummary) -> None:
         """summary.json and the morning reports beside it, always together."""

@@ -22,6 +22,7 @@ from agent.events import (
     Response,
     Retry,
     TaskEnd,
+    TaskServer,
     TaskStart,
     ToolResultEvent,
 )
@@ -120,6 +121,8 @@ class RunView:
                 return f"task {outcome.index} {words}{where}: {outcome.reason}"
             case Retry():
                 return f"model: {event.message}"
+            case TaskServer():
+                return f"task {event.task} on {event.server}: {event.reason}"
             case EnvironmentProgress():
                 state["status"] = f"environment: {event.message[:100]}"
                 return f"environment: {event.message}"

@@ -37,6 +37,11 @@ class MalformedOutput(LLMError):
     pass
 
 
+class RetriesExhausted(ModelUnavailable):
+    """The server kept failing transiently (connection errors, 5xx, idle timeouts) past the retry policy: a fleet
+    takes such a server out of rotation (agent/server/fleet.py)."""
+
+
 class ToolCall(BaseModel):
     id: str
     name: str
@@ -122,7 +127,7 @@ class RetryPolicy:
                 if reason is None:
                     raise
                 if retries >= self.config.max_retries:
-                    raise ModelUnavailable(f"model server failed {retries + 1} times, last: {reason}") from error
+                    raise RetriesExhausted(f"model server failed {retries + 1} times, last: {reason}") from error
                 delay = self.delay(retries)
                 self._on_retry(f"retry {retries + 1}/{self.config.max_retries} in {delay:.1f}s after {reason}")
                 self._sleep(delay)

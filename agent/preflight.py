@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ class PreflightError(Exception):
 @dataclass
 class Prepared:
     repos: dict[Path, git.Repo]  # every repository of the night, by its path
-    docker: docker.DockerClient
+    docker: docker.DockerClient | None  # None on the head of a Ray run: Docker is the worker nodes' business
     server_url: str
 
     @property
@@ -52,6 +53,10 @@ def preflight(night: NightConfig | RunConfig, *, allow_dirty: bool, log: Callabl
     configs = night.repos if isinstance(night, NightConfig) else [night]
     repos = {path: _open(path, allow_dirty=allow_dirty, log=log) for path in dict.fromkeys(c.repo for c in configs)}
     config = configs[0]
+    if isinstance(night, NightConfig) and night.executor == "ray":  # the workers check Docker, images, servers
+        if importlib.util.find_spec("ray") is None:
+            raise PreflightError("--executor ray: Ray is not installed here: pip install 'refactor-agent[ray]'")
+        return Prepared(repos=repos, docker=None, server_url=config.llm.server_url)
     try:
         client = docker_client()
         for image in dict.fromkeys(each.image for each in configs):
@@ -60,6 +65,8 @@ def preflight(night: NightConfig | RunConfig, *, allow_dirty: bool, log: Callabl
         raise PreflightError(str(error)) from None
     try:
         server_url = ensure_server(config.llm, log=log)
+        for other in config.llm.fleet[1:]:  # a fleet's servers are the user's own: each must answer
+            ensure_server(config.llm.model_copy(update={"server_url": other, "server_explicit": True}), log=log)
     except ServerError as error:
         raise PreflightError(str(error)) from None
     return Prepared(repos=repos, docker=client, server_url=server_url)

@@ -47,7 +47,8 @@ class TaskProgress:
 @dataclass
 class RunProgress:
     finished: list[TaskSummary]
-    in_flight: TaskProgress | None
+    # Started and not finished, by task index: one when tasks run one at a time, several with a fleet.
+    in_flight: dict[int, TaskProgress] = field(default_factory=dict)
     requests: list[RequestStats] = field(default_factory=list)  # of the finished tasks, for the run's metrics
 
 
@@ -71,10 +72,17 @@ def read_progress(transcript: Path) -> RunProgress:
     finished = {event.outcome.index: event.outcome for event in events if isinstance(event, TaskEnd)}
     done = sorted(finished.values(), key=lambda task: task.index)
     requests = [event.stats for event in events if isinstance(event, Response) and event.task in finished]
-    started = [event for event in events if isinstance(event, TaskStart) and event.task not in finished]
-    if not started:
-        return RunProgress(done, None, requests)
-    progress = TaskProgress(index=started[0].task or 0, start=started[0])
+    first_starts: dict[int, TaskStart] = {}  # a task resumed before has a start per session: its first counts
+    for event in events:
+        if isinstance(event, TaskStart) and event.task not in finished:
+            first_starts.setdefault(event.task or 0, event)
+    in_flight = {index: _task_progress(events, start) for index, start in first_starts.items()}
+    return RunProgress(done, in_flight, requests)
+
+
+def _task_progress(events: list[Any], start: TaskStart) -> TaskProgress:
+    """Where a task that was not finished stood: its conversation so far, tool results the kill cut off marked."""
+    progress = TaskProgress(index=start.task or 0, start=start)
     response: dict[str, Any] | None = None
     results: dict[str, str] = {}
     for event in events:
@@ -97,4 +105,4 @@ def read_progress(transcript: Path) -> RunProgress:
                 progress.cut_off_calls += 1
             content = CUT_OFF_RESULT if text is None else text
             progress.messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
-    return RunProgress(done, progress, requests)
+    return progress

@@ -1,5 +1,8 @@
-"""One run: the night's tasks in order (of one repository, or several), each in its own worktree and container;
-side effects (commit, patch) after the loop.
+"""One run: the night's tasks (of one repository, or several), each in its own worktree and container; side
+effects (commit, patch) after the loop.
+
+The tasks go one after the other here (InOrder) unless a TaskDispatch says otherwise: in parallel over a fleet of
+servers (agent/fleet_dispatch.py) or as Ray tasks on other machines (agent/ray_executor.py).
 
 A task that fails for any reason is recorded and the next task still runs: a crash at 3 a.m. costs one task,
 not the night. A stop signal (SIGINT, SIGTERM, SIGHUP) ends the run early, and the deadline ends the task in
@@ -12,12 +15,14 @@ resumed: finished tasks are skipped, the task in flight goes on from its last co
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 import docker
 import git
@@ -71,6 +76,24 @@ from tools.symbols import sandbox_mounts
 from tools.test_command import detect_test_command
 
 Emit = Callable[[Event], None]
+
+
+class TaskDispatch(Protocol):
+    """How a run's tasks are executed: the narrow hook for a fleet of servers (agent/fleet_dispatch.py) and for
+    Ray (agent/ray_executor.py). `run_tasks` gets the tasks still to do as (index, settings, task) and yields each
+    task's outcome as it ends, in any order; each repository is prepared (`Run.prepare_repository`) before its
+    first task runs here."""
+
+    def run_tasks(self, run: Run, tasks: list[tuple[int, RunConfig, str]]) -> Iterator[TaskSummary]: ...
+
+
+class InOrder:
+    """The default: here, one task after the other, on the run's own model and server."""
+
+    def run_tasks(self, run: Run, tasks: list[tuple[int, RunConfig, str]]) -> Iterator[TaskSummary]:
+        for index, config, task in tasks:
+            run.prepare_repository(config)
+            yield run.run_task(index, config, task)
 
 
 def _spec_counters(api: LlamaServerAPI | None) -> SpecCounters | None:
@@ -150,15 +173,18 @@ class Run:
         night: NightConfig | RunConfig,
         *,
         repos: dict[Path, git.Repo],
-        docker_client: docker.DockerClient,
+        docker_client: docker.DockerClient | None,
         model: ChatModel,
         server_url: str | None,
         journal: RunJournal,
         observe: Emit,
         progress: RunProgress | None = None,
         previous: RunSummary | None = None,
+        dispatch: TaskDispatch | None = None,
     ) -> None:
+        """docker_client is None only where no task runs here (the head of a Ray run)."""
         self.night = night if isinstance(night, NightConfig) else NightConfig(repos=[night], runs_dir=night.runs_dir)
+        self.dispatch = dispatch or InOrder()
         self.docker = docker_client
         self.model = model
         self.server_url = server_url
@@ -185,10 +211,24 @@ class Run:
         self.workspace: Workspace | None = None  # the task's, while its loop runs: snapshots after each tool call
         self.stopped_by: Interrupted | None = None
         self.current_task: int | None = None
+        self.summary: RunSummary | None = None  # while execute runs: environments are recorded in it
         try:
             self.speculation = self.server_api is not None and speculation_configured(self.server_api)
         except (ServerError, httpx.HTTPError):
             self.speculation = False
+
+    def on_server(self, model: ChatModel, server_url: str | None) -> Run:
+        """This run as one task running in parallel with others sees it: its own model, server and task state
+        (current task, loop, stop), sharing everything else (journal, baselines, environment, the requests)."""
+        view = copy.copy(self)
+        view.model, view.server_url = model, server_url
+        view.server_api = None  # the server's counters mix every task it serves: the task's metrics are estimated
+        # The saved prefixes are the run's server's (its slot, its save directory); a task of the fleet may be on
+        # another server, and moves on failover: it prefills, and the pool's prefix affinity keeps reuse in a slot.
+        view.prefix_cache = None
+        # Its own snapshots: the task's workspace, loop and index are never another task's.
+        view.loop, view.workspace, view.current_task, view.stopped_by = None, None, None, None
+        return view
 
     def emit(self, event: Event) -> None:
         """Every event of a task carries its index, whoever made it (the loop, the gate, the model client)."""
@@ -213,7 +253,7 @@ class Run:
 
     def execute(self) -> RunSummary:
         started = time.monotonic()
-        summary = self.previous or self._new_summary()
+        summary = self.summary = self.previous or self._new_summary()
         already = summary.wall_time_s
         if self.progress is not None:  # the transcript is the record of what finished
             summary.tasks = list(self.progress.finished)
@@ -225,13 +265,9 @@ class Run:
             self.emit(RunStart(run_id=self.journal.run_id, tasks=len(self.night.tasks())))
             self.journal.write_summary(summary)
             counters_at_start = _spec_counters(self.server_api)
-            for index, (config, task) in enumerate(self.night.tasks(), start=1):
-                if index in done:
-                    continue
-                state = self.repos[config.repo]
-                if state.environment is None and self._skip_reason() is None:
-                    self._prepare_environment(config, state, summary)
-                summary.tasks.append(self.run_task(index, config, task))
+            numbered = [(index, config, task) for index, (config, task) in enumerate(self.night.tasks(), start=1)]
+            for outcome in self.dispatch.run_tasks(self, [entry for entry in numbered if entry[0] not in done]):
+                summary.tasks = sorted([*summary.tasks, outcome], key=lambda task: task.index)
                 run_delta = _delta(_spec_counters(self.server_api), counters_at_start)
                 _measure(summary, self.requests, run_delta, self.speculation)
                 summary.wall_time_s = round(already + time.monotonic() - started, 3)
@@ -248,11 +284,9 @@ class Run:
             if self.stopped_by is not None:
                 summary.status, summary.interrupted_by = "interrupted", self.stopped_by.signal_name
                 with contextlib.suppress(Exception):  # the signal may have landed while one was being made
-                    remove_run_containers(self.docker, self.journal.run_id)
+                    self.remove_containers()
             self.journal.write_summary(summary)
-            for state in self.repos.values():
-                if state.scratch is not None:
-                    remove_run_scratch(state.scratch, state.git_dir)
+            self.remove_scratch()
             if self.server_api is not None:
                 self.server_api.close()
             self.current_task = None
@@ -296,8 +330,14 @@ class Run:
             )
         return None
 
-    def _prepare_environment(self, config: RunConfig, state: RepoState, summary: RunSummary) -> None:
-        """Once per repository, before its first task: its environment image, reused or built."""
+    def prepare_repository(self, config: RunConfig) -> None:
+        """Before a repository's first task here: its scratch directory, and its environment image (reused or
+        built) unless the deadline leaves no task to start."""
+        state = self.repos[config.repo]
+        if state.scratch is None:
+            state.scratch = create_run_scratch(self.journal.run_id, state.git_dir)
+        if state.environment is not None or self._skip_reason() is not None:
+            return
         single = len(self.repos) == 1
         log_name = ENV_BUILD_LOG if single else f"env-build-{config.repo.name}.log"
         record = prepare_environment(
@@ -310,17 +350,22 @@ class Run:
             log_path=self.journal.directory / log_name,
             progress=lambda message: self.emit(EnvironmentProgress(message=message)),
         )
+        self.record_environment(config, record)
+
+    def record_environment(self, config: RunConfig, record: EnvironmentRecord) -> None:
+        """A repository's environment, prepared here or (Ray) on the node that ran its first task."""
+        state = self.repos[config.repo]
         state.environment = record.model_copy(update={"repo": str(config.repo)})
-        earlier = [record for record in summary.environments if record.repo != state.environment.repo]
-        summary.environments = [*earlier, state.environment]
         self.emit(EnvironmentReady(record=state.environment))
-        self.journal.write_summary(summary)
+        if self.summary is not None:
+            earlier = [each for each in self.summary.environments if each.repo != state.environment.repo]
+            self.summary.environments = [*earlier, state.environment]
+            self.journal.write_summary(self.summary)
 
     def _workspace(self, index: int, config: RunConfig, task: str, state: RepoState) -> Workspace:
-        if state.scratch is None:
-            state.scratch = create_run_scratch(self.journal.run_id, state.git_dir)
-        resumed = self.progress.in_flight if self.progress is not None else None
-        if resumed is not None and resumed.index == index and resumed.start.base_commit is not None:
+        assert state.scratch is not None, "prepare_repository comes first"
+        resumed = self.progress.in_flight.get(index) if self.progress is not None else None
+        if resumed is not None and resumed.start.base_commit is not None:
             ref = wip_ref(self.journal.run_id, index)
             try:
                 restore = state_git(state).run("rev-parse", "--verify", "-q", ref).strip().decode()
@@ -355,8 +400,7 @@ class Run:
             return outcome
         state = self.repos[config.repo]
         workspace = self._workspace(index, config, task, state)
-        resumed = self.progress.in_flight if self.progress is not None else None
-        resumed = resumed if resumed is not None and resumed.index == index else None
+        resumed = self.progress.in_flight.get(index) if self.progress is not None else None
         self.emit(
             TaskStart(
                 text=task,
@@ -441,6 +485,17 @@ class Run:
             )
         with contextlib.suppress(Exception):  # after the commit, so a cut patch can name it
             self._save_patch(workspace, outcome)
+
+    def remove_scratch(self) -> None:
+        """The run's worktrees (its branches are kept)."""
+        for state in self.repos.values():
+            if state.scratch is not None:
+                remove_run_scratch(state.scratch, state.git_dir)
+                state.scratch = None
+
+    def remove_containers(self) -> None:
+        if self.docker is not None:
+            remove_run_containers(self.docker, self.journal.run_id)
 
     def _trailers(self) -> dict[str, str]:
         return {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+
+import docker
+import git
 
 from agent.config import NightConfig
 from agent.events import Event, Retry
@@ -16,8 +20,8 @@ from agent.llm import OpenAIChatModel
 from agent.preflight import PreflightError, Prepared, preflight
 from agent.repo_lock import LockHeld, RepoLock
 from agent.report import RunSummary
-from agent.resume import read_progress
-from agent.runner import Run
+from agent.resume import RunProgress, read_progress
+from agent.runner import InOrder, Run, TaskDispatch
 from sandbox import sweep_leftovers
 
 EXIT_PREFLIGHT = 2
@@ -98,7 +102,7 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None) -> int:
 
 
 def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunView, resume: bool) -> int:
-    swept = sweep_leftovers(prepared.docker)
+    swept = sweep_leftovers(prepared.docker) if prepared.docker is not None else 0
     if swept:
         view.log(f"removed {swept} sandbox container(s) left behind by earlier runs that did not finish")
     swept = sweep_run_scratch()
@@ -116,19 +120,10 @@ def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunVie
     else:
         journal.write_config(night.repos[0])
         journal.write_json(NIGHT_RECORD, night)
-    run: Run | None = None
-
-    def on_event(event: Event) -> None:
-        if run is not None:
-            run.emit(event)
-
-    llm = night.repos[0].llm
-    model = OpenAIChatModel(llm, on_retry=lambda message: on_event(Retry(message=message)), on_progress=on_event)
-    run = Run(
+    run = build_run(
         night,
         repos=prepared.repos,
         docker_client=prepared.docker,
-        model=model,
         server_url=prepared.server_url,
         journal=journal,
         observe=view.handle,
@@ -164,6 +159,56 @@ def _on_finish(command: str, journal: RunJournal, summary: RunSummary, view: Run
         return
     if done.returncode != 0:
         view.log(f"warning: --on-finish {command!r} exited {done.returncode}")
+
+
+def build_run(
+    night: NightConfig,
+    *,
+    repos: dict[Path, git.Repo],
+    docker_client: docker.DockerClient | None,
+    server_url: str,
+    journal: RunJournal,
+    observe: Callable[[Event], None],
+    progress: RunProgress | None = None,
+    previous: RunSummary | None = None,
+) -> Run:
+    """The run with its model, whose retries and prefill progress become the run's events, and its dispatch."""
+    run: Run | None = None
+
+    def on_event(event: Event) -> None:
+        if run is not None:
+            run.emit(event)
+
+    llm = night.repos[0].llm
+    model = OpenAIChatModel(llm, on_retry=lambda message: on_event(Retry(message=message)), on_progress=on_event)
+    run = Run(
+        night,
+        repos=repos,
+        docker_client=docker_client,
+        model=model,
+        server_url=server_url,
+        journal=journal,
+        observe=observe,
+        progress=progress,
+        previous=previous,
+        dispatch=task_dispatch(night),
+    )
+    return run
+
+
+def task_dispatch(night: NightConfig) -> TaskDispatch:
+    """Where the tasks run: Ray's nodes, this machine over a fleet of servers, or this machine one by one. Ray
+    and the fleet load only when asked for."""
+    if night.executor == "ray":
+        from agent.ray_executor import RayDispatch
+
+        return RayDispatch(night.ray_address)
+    llm = night.repos[0].llm  # the night's servers are night-wide settings
+    if len(llm.fleet) > 1:
+        from agent.fleet_dispatch import FleetDispatch
+
+        return FleetDispatch(llm)
+    return InOrder()
 
 
 def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from agent.config import Effort, NightConfig, RunConfig, Switch
+from agent.config import Effort, Executor, NightConfig, RunConfig, Switch
 from agent.durations import parse_duration, parse_until
 from agent.environment.spec import load_environment_file
 
@@ -32,7 +32,9 @@ class Options(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    server: str | None = None
+    server: list[str] | None = None  # several: a fleet, tasks in parallel (agent/fleet_dispatch.py)
+    executor: Executor | None = None
+    address: str | None = None
     model: str | None = None
     effort: Effort | None = None
     temperature: float | None = None
@@ -60,6 +62,15 @@ class Options(BaseModel):
     on_finish: str | None = None
     allow_dirty: bool | None = None
 
+    @field_validator("server", mode="before")
+    @classmethod
+    def _servers(cls, value: str | list[str] | None) -> list[str] | None:
+        """`server = "URL"` or, for a fleet, `server = ["URL", "URL"]` (the command line: --server repeated)."""
+        servers = [value] if isinstance(value, str) else value
+        if servers is not None and not servers:
+            raise ValueError("give at least one URL")
+        return servers
+
     @field_validator("task_timeout", "deadline", "min_task_time", mode="before")
     @classmethod
     def _duration(cls, value: str | float | None) -> str | float | None:
@@ -75,10 +86,12 @@ class Options(BaseModel):
         return value
 
 
-# Settings of the whole night (one server, one end time, one run directory): not per repository or task.
+# Settings of the whole night (one set of servers, one end time, one run directory): not per repository or task.
 NIGHT_WIDE = frozenset(
     {
         "server",
+        "executor",
+        "address",
         "model",
         "effort",
         "temperature",
@@ -104,7 +117,7 @@ def _identity(value: Any) -> Any:
 
 # Where each per-repository option goes in RunConfig, and how its value is converted (one table, read both ways).
 RUN_FIELDS: dict[str, tuple[tuple[str, ...], Callable[[Any], Any]]] = {
-    "server": (("llm", "server_url"), _identity),
+    "server": (("llm", "servers"), _identity),
     "model": (("llm", "model"), _identity),
     "effort": (("llm", "effort"), _identity),
     "temperature": (("llm", "sampling", "temperature"), _identity),
@@ -132,6 +145,8 @@ NIGHT_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "min_task_time": ("min_task_time_s", parse_duration),
     "on_finish": ("on_finish", _identity),
     "allow_dirty": ("allow_dirty", _identity),
+    "executor": ("executor", _identity),
+    "address": ("ray_address", _identity),
 }
 
 
@@ -326,7 +341,23 @@ def night_config(
             seconds=parse_duration(values["deadline"])
         )
     fields["repos"] = [run_config(repo, tasks, own) for repo, tasks, own in entries]
-    return NightConfig.model_validate(fields)
+    night = NightConfig.model_validate(fields)
+    check_dispatch(night)
+    return night
+
+
+def check_dispatch(night: NightConfig) -> None:
+    """What the way tasks are run allows. The deadline and --task-timeout end a task with SIGALRM, which reaches
+    only the main thread: with several servers (tasks in threads) or Ray (tasks on other nodes) they are refused."""
+    if night.ray_address is not None and night.executor != "ray":
+        raise SettingsError("--address: only with --executor ray")
+    parallel = night.executor == "ray" or any(len(config.llm.fleet) > 1 for config in night.repos)
+    timed = night.deadline_at is not None or any(config.task_timeout_s is not None for config in night.repos)
+    if parallel and timed:
+        raise SettingsError(
+            "--until, --deadline and --task-timeout work only with tasks run one at a time here: "
+            "not with several servers or --executor ray"
+        )
 
 
 def describe_settings(defaults: dict[str, Any], layers: list[Layer]) -> list[str]:
@@ -340,6 +371,7 @@ def describe_settings(defaults: dict[str, Any], layers: list[Layer]) -> list[str
             value, where = defaults.get(option), "default"
             if value is None and option in NIGHT_FIELDS:
                 value = NightConfig.model_fields[NIGHT_FIELDS[option][0]].default
-        rows.append((option, "-" if value is None else str(value), where))
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)  # a fleet's servers
+        rows.append((option, "-" if value is None else shown, where))
     width = [max(len(row[column]) for row in rows) for column in range(2)]
     return [f"{name:<{width[0]}}  {value:<{width[1]}}  {where}".rstrip() for name, value, where in rows]

@@ -59,7 +59,13 @@ class Stall:
     seconds: float = 3600.0
 
 
-Step = Reply | Fail | StreamError | Stall | Hold
+@dataclass
+class Die:
+    """The server goes away: this request is dropped unanswered and the server stops listening (later connections
+    are refused), as when its machine or process dies."""
+
+
+Step = Reply | Fail | StreamError | Stall | Hold | Die
 
 LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
@@ -93,10 +99,14 @@ class ScriptedServer:
         loading_requests: int = 0,
         port: int = 0,
         speculative: bool = False,
+        scripts: dict[str, list[Step]] | None = None,
     ) -> None:
         """loading_requests: answer that many requests, of any endpoint, with 503 "Loading model" first, as
-        llama-server does while it loads. port: 0 picks a free one. speculative: /slots reports a drafter."""
+        llama-server does while it loads. port: 0 picks a free one. speculative: /slots reports a drafter.
+        scripts: a script per task, for tasks that run in parallel: a request plays the script whose key occurs
+        in its first user message, else `script`."""
         self.script: list[Step] = list(script or [])
+        self.scripts = {key: list(steps) for key, steps in (scripts or {}).items()}
         self.n_ctx = n_ctx
         self.loading_requests = loading_requests
         self.speculative = speculative
@@ -135,8 +145,21 @@ class ScriptedServer:
             prompt = rendered_prompt(body)
             previous = self.prompts[-1] if self.prompts else ""
             self.prompts.append(prompt)
-            step = self.script.pop(0) if self.script else Reply(content="Nothing more to do.")
+            script = self._script_for(body)
+            step = script.pop(0) if script else Reply(content="Nothing more to do.")
         return step, tokens_of(prompt), tokens_of(prompt[: common_prefix(prompt, previous)])
+
+    def _script_for(self, body: dict[str, Any]) -> list[Step]:
+        first_user = next((m for m in body.get("messages", []) if m.get("role") == "user"), {})
+        content = str(first_user.get("content", ""))
+        return next((steps for key, steps in self.scripts.items() if key in content), self.script)
+
+    def die(self) -> None:
+        """Stop listening now (the socket closes at once: later connections are refused, not queued)."""
+        self._closing.set()
+        self._release.set()
+        threading.Thread(target=self._httpd.shutdown, daemon=True).start()
+        self._httpd.socket.close()
 
     def still_loading(self) -> bool:
         with self._lock:
@@ -210,6 +233,10 @@ class ScriptedServer:
                     return
                 if isinstance(step, Fail):
                     self._json(step.status, step.body)
+                    return
+                if isinstance(step, Die):
+                    server.die()
+                    self.close_connection = True
                     return
                 if isinstance(step, Hold):
                     server.held.set()

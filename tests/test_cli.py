@@ -58,6 +58,8 @@ def _refused(tmp_path: Path, options: list[str]) -> str:
             ["--server", "localhost:8080"],
             "--server localhost:8080: not an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1",
         ),
+        (["--server", DEAD_SERVER], f"--server {[DEAD_SERVER, DEAD_SERVER]}: {DEAD_SERVER} is named twice"),
+        (["--address", "127.0.0.1:6379"], "--address: only with --executor ray"),
     ],
 )
 def test_an_out_of_range_value_is_one_line_naming_the_option(tmp_path: Path, options: list[str], line: str) -> None:

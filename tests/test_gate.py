@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,17 @@ def test_baselines_are_cached_per_commit_command_and_image(tmp_path: Path) -> No
     assert cache.get(baseline_key("c0ffee", "pytest", "sha256:1")) is None
     (tmp_path / ".baselines" / f"{key}.json").write_text("{not json")
     assert cache.get(key) is None
+
+
+def test_tasks_in_parallel_may_store_the_same_baseline_at_once(tmp_path: Path) -> None:
+    cache = BaselineCache(tmp_path)
+    key = baseline_key("c0ffee", "pytest -q", "sha256:1")
+    suite = _suite({f"test_{n}": "passed" for n in range(200)})
+    with ThreadPoolExecutor(max_workers=4) as threads:
+        for stored in [threads.submit(cache.put, key, suite) for _ in range(400)]:
+            stored.result()  # each one ends, none finds its file gone
+    assert cache.get(key) == suite
+    assert [path.name for path in (tmp_path / ".baselines").iterdir()] == [f"{key}.json"]
 
 
 @pytest.fixture

@@ -6,7 +6,16 @@ import io
 
 from rich.console import Console
 
-from agent.events import PrefillProgress, PrefixCacheEvent, Response, Retry, TaskEnd, TaskStart, ToolResultEvent
+from agent.events import (
+    PrefillProgress,
+    PrefixCacheEvent,
+    Response,
+    Retry,
+    TaskEnd,
+    TaskServer,
+    TaskStart,
+    ToolResultEvent,
+)
 from agent.live import RunView
 from agent.metrics import RequestStats
 from agent.report import TaskSummary
@@ -118,3 +127,10 @@ def test_output_to_a_closed_pipe_goes_on_in_the_log_file(tmp_path) -> None:
         "task 1 committed, verified: the model called finish",
         "error: the sandbox image is missing",
     ]
+
+
+def test_plain_output_says_which_server_of_a_fleet_a_task_went_to() -> None:
+    output = io.StringIO()
+    with RunView(Console(file=output, force_terminal=False, width=200)) as view:
+        view.handle(TaskServer(task=2, server="http://gpu2:8080/v1", reason="failover: http://gpu1:8080/v1 died"))
+    assert "task 2 on http://gpu2:8080/v1: failover: http://gpu1:8080/v1 died" in output.getvalue()

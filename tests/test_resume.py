@@ -14,8 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
+from agent.events import Request, TaskStart
 from agent.journal import run_directories
-from agent.resume import CUT_OFF_RESULT, RESTARTED_MESSAGE
+from agent.resume import CUT_OFF_RESULT, RESTARTED_MESSAGE, read_progress
 from agent.workspace import WIP_REF_PREFIX
 
 from cli_runs import cli_command, run_containers, start_cli, transcript_of, wait_for
@@ -219,3 +220,21 @@ def test_review_discard_drops_what_an_unfinished_run_kept_for_resume(tmp_path: P
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.output
     assert wip_refs(repo) == []
+
+
+def test_every_task_a_fleet_had_in_flight_goes_on_from_its_own_conversation(tmp_path: Path) -> None:
+    # A fleet runs tasks in parallel: a kill leaves several started and not finished, each resumed from its own
+    # steps (the first of them alone would send the second back to an empty conversation on an existing branch).
+    transcript = tmp_path / "transcript.jsonl"
+    events = [
+        TaskStart(task=1, text="one", branch="refactor-agent/r/1-one", base_commit="a" * 40),
+        TaskStart(task=2, text="two", branch="refactor-agent/r/2-two", base_commit="a" * 40),
+        Request(task=2, turn=1, message_count=2, new_messages=[{"role": "user", "content": "two"}]),
+        Request(task=1, turn=1, message_count=2, new_messages=[{"role": "user", "content": "one"}]),
+    ]
+    transcript.write_text("".join(event.model_dump_json() + "\n" for event in events))
+    progress = read_progress(transcript)
+    assert {index: task.messages for index, task in progress.in_flight.items()} == {
+        1: [{"role": "user", "content": "one"}],
+        2: [{"role": "user", "content": "two"}],
+    }

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.durations import format_duration, parse_duration, parse_until
+from agent.night import load_night
 from agent.settings import Layer, SettingsError, Source, config_file_layers, key_line, night_config
 
 NIGHT = """# a night
@@ -106,3 +107,47 @@ def test_a_bad_user_config_file_is_one_line_and_nothing_runs(tmp_path: Path, mon
     _write(user_file, "[defaults]\nmax_turns = 3\n")
     with pytest.raises(SettingsError, match=r"config.toml:1: defaults: unknown key"):
         config_file_layers(tmp_path)
+
+
+def test_a_night_file_names_a_fleet_and_the_ray_executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    night_file = _write(
+        tmp_path / "night.toml",
+        '[defaults]\nserver = ["http://gpu1:8080/v1", "http://gpu2:8080/v1"]\nexecutor = "ray"\naddress = "h:6379"\n'
+        '[[repo]]\npath = "."\ntasks = ["t"]\n',
+    )
+    night = load_night(night_file, [], Layer(Source("command line"), {}))
+    llm = night.repos[0].llm
+    assert (llm.fleet, llm.server_url, llm.server_explicit) == (
+        ["http://gpu1:8080/v1", "http://gpu2:8080/v1"],
+        "http://gpu1:8080/v1",
+        True,
+    )
+    assert (night.executor, night.ray_address) == ("ray", "h:6379")
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        (
+            ["--server", "http://127.0.0.1:9/v1", "--server", "http://127.0.0.1:10/v1", "--deadline", "5h"],
+            "error: --until, --deadline and --task-timeout work only with tasks run one at a time here: "
+            "not with several servers or --executor ray\n",
+        ),
+        (
+            ["--executor", "ray", "--task-timeout", "90m"],
+            "error: --until, --deadline and --task-timeout work only with tasks run one at a time here: "
+            "not with several servers or --executor ray\n",
+        ),
+        (["--address", "h:6379"], "error: --address: only with --executor ray\n"),
+    ],
+)
+def test_what_tasks_in_parallel_cannot_honour_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: list[str], error: str
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["run", str(tmp_path), "--task", "x", "--runs-dir", str(runs), *options])
+    assert (result.exit_code, result.stderr) == (2, error)
+    assert not runs.exists()

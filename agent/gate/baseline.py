@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import docker
@@ -47,6 +48,8 @@ class BaselineCache:
 
     def put(self, key: str, suite: SuiteRun) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        partial = self._path(key).with_suffix(".partial")
-        partial.write_text(suite.model_dump_json(), encoding="utf-8")
+        # A partial file of its own: tasks running in parallel (a fleet) may store the same baseline at once.
+        descriptor, partial = tempfile.mkstemp(dir=self.directory, prefix=f"{key}.", suffix=".partial")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(suite.model_dump_json())
         os.replace(partial, self._path(key))

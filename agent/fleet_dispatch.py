@@ -1,0 +1,64 @@
+"""A run's tasks over a fleet of servers: as many tasks at once as the fleet has servers, one thread each.
+
+Each task runs the runner's own stages (`Run.run_task`) on a view of the run with its own FleetModel, so its
+events carry its index and the server it was given (TaskServer); the pool decides which server (server/fleet.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+
+from agent.config import LLMConfig, RunConfig
+from agent.interrupt import Interrupted
+from agent.report import TaskSummary
+from agent.runner import Run
+from agent.server.fleet import FleetModel, ServerPool
+
+
+class FleetDispatch:
+    def __init__(self, llm: LLMConfig, pool: ServerPool | None = None) -> None:
+        self.llm = llm
+        self.pool = pool or ServerPool(llm.fleet)
+
+    def run_tasks(self, run: Run, tasks: list[tuple[int, RunConfig, str]]) -> Iterator[TaskSummary]:
+        # Here, in the main thread, before any task starts: each repository's scratch and environment are made
+        # once, not by two tasks at the same time.
+        first: dict[object, RunConfig] = {}
+        for _index, config, _task in tasks:
+            first.setdefault(config.repo, config)
+        for config in first.values():
+            run.prepare_repository(config)
+        threads = ThreadPoolExecutor(max_workers=self.pool.size, thread_name_prefix="task")
+        futures: list[Future[TaskSummary]] = [
+            threads.submit(self._one, run, index, config, task) for index, config, task in tasks
+        ]
+        ended: set[int] = set()
+        try:
+            for future in as_completed(futures):
+                ended.add(id(future))
+                yield future.result()
+        except Interrupted as stop:
+            # Signals land in this (main) thread. No task starts any more, and each task in flight raises
+            # Interrupted in its own thread at its next model request, settling as the runner settles an
+            # interrupted task (an interrupted commit, its patch); their outcomes still go into the summary.
+            self.pool.stop(stop.signum)
+            for future in futures:
+                future.cancel()
+            for future in futures:
+                if id(future) not in ended and not future.cancelled():
+                    yield future.result()
+            raise
+        finally:
+            threads.shutdown(wait=True, cancel_futures=True)
+
+    def _one(self, run: Run, index: int, config: RunConfig, task: str) -> TaskSummary:
+        live = self.pool.live()
+        # The repository's tokens are counted on a live server of the fleet (they share one model).
+        view = run.on_server(run.model, live[0] if live else run.server_url)
+        model = FleetModel(self.pool, self.llm, emit=view.emit)
+        view.model = model
+        try:
+            return view.run_task(index, config, task)
+        finally:
+            model.release()

@@ -1,0 +1,161 @@
+"""A run over a fleet of two scripted servers (real Docker sandbox, real git): tasks in parallel, one per server,
+and the task of a server that dies mid-run moves to the other one and still ends committed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import git
+import pytest
+
+from agent.config import LLMConfig, NightConfig, RunConfig
+from agent.fleet_dispatch import FleetDispatch
+from agent.interrupt import stop_signals
+from agent.journal import RunJournal
+from agent.runner import Run
+from sandbox import docker_client
+
+from repos import SAMPLE_FILES, make_repo
+from scripted_model import ScriptedModel
+from scripted_server import Die, Reply, ScriptedServer
+
+pytestmark = pytest.mark.docker
+
+TASKS = {"alpha": "Add the alpha module", "beta": "Add the beta module"}
+
+
+def create(key: str) -> Reply:
+    return Reply(tool_calls=[("create_file", {"path": f"pkg/{key}.py", "content": f"NAME = {key!r}\n"})])
+
+
+def look() -> Reply:
+    return Reply(tool_calls=[("view_file", {"path": "pkg/geometry.py"})])
+
+
+def finish(key: str) -> Reply:
+    return Reply(tool_calls=[("finish", {"summary": f"Add pkg/{key}.py"})])
+
+
+def fleet_run(tmp_path: Path, repo: Path, urls: list[str], events: list, **llm: object) -> tuple[Run, FleetDispatch]:
+    config_llm = LLMConfig(server_url=urls[0], servers=urls, **llm)
+    config = RunConfig(repo=repo, tasks=list(TASKS.values()), runs_dir=tmp_path / "runs", max_turns=40, llm=config_llm)
+    dispatch = FleetDispatch(config_llm)
+    run = Run(
+        config,
+        repos={repo: git.Repo(repo)},
+        docker_client=docker_client(),
+        model=ScriptedModel([]),  # each task gets its own model on the fleet
+        server_url=urls[0],
+        journal=RunJournal(config.runs_dir, "fleet-run"),
+        observe=events.append,
+        dispatch=dispatch,
+    )
+    return run, dispatch
+
+
+def test_the_task_of_a_server_that_dies_moves_to_the_other_server(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+    # Whichever task lands on the dying server does two turns there; any task's conversation on the healthy one
+    # (from its start, or continued after the move) ends after re-creating its file, which is idempotent.
+    dying_scripts = {text: [create(key), look(), Die()] for key, text in TASKS.items()}
+    healthy_scripts = {text: [create(key), finish(key)] for key, text in TASKS.items()}
+    with ScriptedServer(scripts=dying_scripts) as dying, ScriptedServer(scripts=healthy_scripts) as healthy:
+        events: list = []
+        run, dispatch = fleet_run(
+            tmp_path,
+            repo,
+            [dying.url, healthy.url],
+            events,
+            max_retries=1,
+            retry_backoff_s=0.2,
+            idle_timeout_s=20,
+        )
+        summary = run.execute()
+        run.journal.close()
+    assert [(task.index, task.status, task.verdict) for task in summary.tasks] == [
+        (1, "committed", "verified"),
+        (2, "committed", "verified"),
+    ]
+    user = git.Repo(repo)
+    for task, key in zip(summary.tasks, TASKS, strict=True):
+        assert user.commit(task.branch).tree[f"pkg/{key}.py"].data_stream.read() == f"NAME = {key!r}\n".encode()
+    assert dispatch.pool.live() == [healthy.url] and dying.url in dispatch.pool.taken_out()
+    placements = [(event.task, event.server, event.reason) for event in events if event.type == "task_server"]
+    first_on_dying = [task for task, server, _ in placements if server == dying.url]
+    assert len(first_on_dying) == 1, "one task at a time per server: the two tasks started on different servers"
+    moved = first_on_dying[0]
+    assert [server for task, server, _ in placements if task == moved] == [dying.url, healthy.url]
+    assert next(reason for task, server, reason in placements if task == moved and server == healthy.url).startswith(
+        f"failover: {dying.url} stopped answering"
+    )
+    transcript = tmp_path / "runs" / "fleet-run" / "transcript.jsonl"
+    lines = [json.loads(line) for line in transcript.read_text().splitlines()]
+    starts = [line["task"] for line in lines if line["type"] == "task_start"]
+    assert sorted(starts) == [1, 2]
+    served = [line for line in lines if line["type"] == "task_server"]
+    assert len(served) == 3, "each placement is in the journal, with its task"
+    assert all(line["task"] in (1, 2) for line in lines if line["type"] in ("request", "response", "tool_call"))
+    assert summary.exit_code == 0
+
+
+def test_a_stop_signal_settles_every_task_in_flight_as_interrupted(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+    slow_look = Reply(tool_calls=[("view_file", {"path": "pkg/geometry.py"})], prefill_chunks=3, prefill_interval_s=0.1)
+    scripts = {text: [create(key)] + [slow_look] * 30 for key, text in TASKS.items()}
+    with ScriptedServer(scripts=scripts) as first, ScriptedServer(scripts=scripts) as second:
+        events: list = []
+        run, _ = fleet_run(tmp_path, repo, [first.url, second.url], events)
+
+        def stop_when_both_work() -> None:
+            deadline = time.monotonic() + 120
+            while min(len(first.requests), len(second.requests)) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=stop_when_both_work, daemon=True).start()
+        with stop_signals():
+            summary = run.execute()
+        run.journal.close()
+        asked = len(first.requests) + len(second.requests)
+    assert (summary.status, summary.interrupted_by) == ("interrupted", "SIGTERM")
+    assert [(task.index, task.status) for task in summary.tasks] == [(1, "interrupted"), (2, "interrupted")]
+    assert asked < 20, "the tasks stopped at their next request instead of running their scripts out"
+    user = git.Repo(repo)
+    for task, key in zip(summary.tasks, TASKS, strict=True):
+        commit = user.commit(task.branch)
+        assert commit.tree[f"pkg/{key}.py"].data_stream.read() == f"NAME = {key!r}\n".encode()
+        assert "Refactor-Agent-Status: interrupted" in commit.message
+
+
+def test_a_night_of_two_repositories_over_two_servers_prepares_each_repository_once(tmp_path: Path) -> None:
+    repos = {key: make_repo(tmp_path / key, SAMPLE_FILES) for key in TASKS}
+    scripts = {text: [create(key), finish(key)] for key, text in TASKS.items()}
+    with ScriptedServer(scripts=scripts) as first, ScriptedServer(scripts=scripts) as second:
+        llm = LLMConfig(servers=[first.url, second.url])
+        night = NightConfig(
+            repos=[RunConfig(repo=repos[key], tasks=[text], max_turns=10, llm=llm) for key, text in TASKS.items()],
+            runs_dir=tmp_path / "runs",
+        )
+        events: list = []
+        run = Run(
+            night,
+            repos={path: git.Repo(path) for path in repos.values()},
+            docker_client=docker_client(),
+            model=ScriptedModel([]),
+            server_url=first.url,
+            journal=RunJournal(night.runs_dir, "fleet-night"),
+            observe=events.append,
+            dispatch=FleetDispatch(llm),
+        )
+        summary = run.execute()
+        run.journal.close()
+    assert [(task.repo, task.status) for task in summary.tasks] == [(str(repos[key]), "committed") for key in TASKS]
+    assert sorted(record.repo for record in summary.environments) == sorted(str(path) for path in repos.values())
+    assert len([event for event in events if event.type == "environment"]) == 2, "one environment per repository"
+    for task, key in zip(summary.tasks, TASKS, strict=True):
+        assert git.Repo(repos[key]).commit(task.branch).tree[f"pkg/{key}.py"].data_stream.read()
