@@ -111,15 +111,27 @@ def test_a_stop_signal_settles_every_task_in_flight_as_interrupted(tmp_path: Pat
         events: list = []
         run, _ = fleet_run(tmp_path, repo, [first.url, second.url], events)
 
+        done = threading.Event()
+
+        def both_work() -> bool:
+            return min(len(first.requests), len(second.requests)) >= 3
+
         def stop_when_both_work() -> None:
             deadline = time.monotonic() + 120
-            while min(len(first.requests), len(second.requests)) < 3 and time.monotonic() < deadline:
+            while not both_work() and not done.is_set() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            os.kill(os.getpid(), signal.SIGTERM)
+            # Never after the run: outside stop_signals() the signal would end the test process itself.
+            if both_work() and not done.is_set():
+                os.kill(os.getpid(), signal.SIGTERM)
 
-        threading.Thread(target=stop_when_both_work, daemon=True).start()
+        stopper = threading.Thread(target=stop_when_both_work, daemon=True)
         with stop_signals():
-            summary = run.execute()
+            stopper.start()
+            try:
+                summary = run.execute()
+            finally:
+                done.set()
+                stopper.join()
         run.journal.close()
         asked = len(first.requests) + len(second.requests)
     assert (summary.status, summary.interrupted_by) == ("interrupted", "SIGTERM")
