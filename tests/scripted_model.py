@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
-from agent.llm import AssistantTurn, LLMError, ToolCall
-from agent.metrics import RequestStats
+import git
 
-from scripted_server import Reply, common_prefix, rendered_prompt, tokens_of
+from agent.config import RunConfig
+from agent.events import Event
+from agent.journal import RunJournal
+from agent.llm import AssistantTurn, ChatModel, LLMError, ToolCall
+from agent.metrics import RequestStats
+from agent.report import RunSummary
+from agent.runner import Run
+from sandbox import docker_client
+
+from scripted_server import Reply, ScriptedServer, common_prefix, rendered_prompt, tokens_of
 
 
 class ScriptedModel:
@@ -52,3 +61,29 @@ class ScriptedModel:
         return AssistantTurn(
             content=step.content, reasoning_content=step.reasoning or None, tool_calls=calls, stats=stats
         )
+
+
+def run_in_process(
+    config: RunConfig,
+    model: ChatModel,
+    *,
+    run_id: str = "run-under-test",
+    observe: Callable[[Event], None] = lambda event: None,
+) -> RunSummary:
+    """The runner with a scripted model, the real Docker sandbox and real git; a scripted server stands in only
+    for the packer's token counts and the metrics probes."""
+    with ScriptedServer([]) as server:
+        journal = RunJournal(config.runs_dir, run_id)
+        journal.write_config(config)
+        try:
+            return Run(
+                config,
+                repos={config.repo: git.Repo(config.repo)},
+                docker_client=docker_client(),
+                model=model,
+                server_url=server.url,
+                journal=journal,
+                observe=observe,
+            ).execute()
+        finally:
+            journal.close()

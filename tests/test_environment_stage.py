@@ -21,16 +21,14 @@ from agent.config import RunConfig
 from agent.environment.plan import ENV_REPOSITORY
 from agent.environment.spec import EnvironmentSpec
 from agent.environment.stage import prepare_environment
-from agent.journal import RunJournal
 from agent.report import EnvironmentRecord, RunSummary
-from agent.runner import Run
 from agent.server.doctor import check_environment
 from sandbox import DEFAULT_IMAGE, docker_client
 
 from repos import git as run_git
 from repos import make_repo
-from scripted_model import ScriptedModel
-from scripted_server import Reply, ScriptedServer
+from scripted_model import ScriptedModel, run_in_process
+from scripted_server import Reply
 
 pytestmark = pytest.mark.docker
 
@@ -90,19 +88,7 @@ def project(path: Path, name: str, dependencies: list[str], extra: dict[str, str
 def run_once(tmp_path: Path, repo: Path, run_id: str, spec: EnvironmentSpec | None = None) -> tuple[RunSummary, list]:
     config = RunConfig(repo=repo, tasks=["Add notes"], runs_dir=tmp_path / "runs", max_turns=5, environment=spec)
     events: list = []
-    with ScriptedServer([]) as server:
-        journal = RunJournal(config.runs_dir, run_id)
-        runner = Run(
-            config,
-            repos={repo: git.Repo(repo)},
-            docker_client=docker_client(),
-            model=ScriptedModel([TOUCH, FINISH]),
-            server_url=server.url,
-            journal=journal,
-            observe=events.append,
-        )
-        summary = runner.execute()
-        journal.close()
+    summary = run_in_process(config, ScriptedModel([TOUCH, FINISH]), run_id=run_id, observe=events.append)
     return summary, events
 
 

@@ -13,22 +13,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import git
 import pytest
 from typer.testing import CliRunner
 
 import agent
 from agent.cli import app
 from agent.config import RunConfig
-from agent.journal import RunJournal
 from agent.llm import LLMError
 from agent.report import RunSummary
-from agent.runner import Run
-from sandbox import docker_client
 
 from repos import SAMPLE_FILES, checkout_fingerprint, make_repo
-from scripted_model import ScriptedModel
-from scripted_server import Reply, ScriptedServer
+from scripted_model import ScriptedModel, run_in_process
+from scripted_server import Reply
 
 pytestmark = pytest.mark.docker
 
@@ -94,19 +90,7 @@ NIGHT_SCRIPT = [
 
 def _run(repo: Path, runs_dir: Path, run_id: str, tasks: list[str], script: list) -> None:
     config = RunConfig(repo=repo, tasks=tasks, runs_dir=runs_dir, max_turns=10, max_file_bytes=1000)
-    with ScriptedServer([]) as server:  # only for the packer's token counts and the metrics probes
-        journal = RunJournal(runs_dir, run_id)
-        journal.write_config(config)
-        Run(
-            config,
-            repos={repo: git.Repo(repo)},
-            docker_client=docker_client(),
-            model=ScriptedModel(script),
-            server_url=server.url,
-            journal=journal,
-            observe=lambda event: None,
-        ).execute()
-        journal.close()
+    run_in_process(config, ScriptedModel(script), run_id=run_id)
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,11 @@ import git
 import pytest
 
 from agent.config import RunConfig
-from agent.journal import RunJournal
 from agent.report import RunSummary
-from agent.runner import Run
-from sandbox import docker_client
 
 from repos import SAMPLE_FILES, make_repo
-from scripted_model import ScriptedModel
-from scripted_server import Reply, ScriptedServer
+from scripted_model import ScriptedModel, run_in_process
+from scripted_server import Reply
 
 pytestmark = pytest.mark.docker
 
@@ -50,19 +47,7 @@ def run(
     model = ScriptedModel(script)
     config = RunConfig(repo=repo, tasks=tasks or ["Add perimeter"], runs_dir=tmp_path / "runs", max_turns=10)
     events: list = []
-    with ScriptedServer([]) as server:  # only for the packer's token counts and the metrics probes
-        journal = RunJournal(config.runs_dir, "run-under-test")
-        runner = Run(
-            config,
-            repos={repo: git.Repo(repo)},
-            docker_client=docker_client(),
-            model=model,
-            server_url=server.url,
-            journal=journal,
-            observe=events.append,
-        )
-        summary = runner.execute()
-        journal.close()
+    summary = run_in_process(config, model, observe=events.append)
     return summary, events, model
 
 

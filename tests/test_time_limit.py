@@ -12,14 +12,12 @@ import git
 import pytest
 
 from agent.config import RunConfig
-from agent.journal import RunJournal, run_directories
-from agent.runner import Run
+from agent.journal import run_directories
 from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit
-from sandbox import docker_client
 
 from cli_runs import cli_command, start_cli
 from repos import make_repo
-from scripted_model import ScriptedModel
+from scripted_model import ScriptedModel, run_in_process
 from scripted_server import Hold, Reply, ScriptedServer
 
 
@@ -78,18 +76,7 @@ def test_a_task_over_its_time_limit_is_timed_out_and_the_next_one_runs(tmp_path:
         Reply(tool_calls=[("create_file", {"path": "pkg/quick.py", "content": "QUICK = 1\n"})]),
         Reply(tool_calls=[("finish", {"summary": "Add quick"})]),
     ]
-    with ScriptedServer([]) as server:  # only for the packer's token counts and the metrics probes
-        journal = RunJournal(config.runs_dir, "run-under-test")
-        summary = Run(
-            config,
-            repos={repo: git.Repo(repo)},
-            docker_client=docker_client(),
-            model=ScriptedModel(script),
-            server_url=server.url,
-            journal=journal,
-            observe=lambda event: None,
-        ).execute()
-        journal.close()
+    summary = run_in_process(config, ScriptedModel(script))
     slow, quick = summary.tasks
     assert (slow.status, quick.status) == ("timed_out", "committed")
     assert slow.reason.startswith("--task-timeout 15s: stopped at ")
