@@ -61,6 +61,7 @@ NOT_RUN_OPTIONS = (
     "deadline",
     "min_task_time",
     "on_finish",
+    "parallel",
     "executor",
     "address",
 )
@@ -157,6 +158,10 @@ ServerOption = Annotated[
 ExecutorOption = Annotated[
     Executor | None, typer.Option(help="local: here (default); ray: each task on a Ray node labelled refactor-agent.")
 ]
+ParallelOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Tasks at once on each server, each in a slot of its own (server start --parallel N)."),
+]
 AddressOption = Annotated[str | None, typer.Option(help="The Ray cluster to join (--executor ray; default: Ray's).")]
 RunsDirOption = Annotated[Path, typer.Option(help="Where run records go.")]
 UntilOption = Annotated[
@@ -232,6 +237,7 @@ def run(
         bool, typer.Option(help="Run although REPO has uncommitted changes (they are ignored).")
     ] = False,
     resume: ResumeOption = False,
+    parallel: ParallelOption = None,
     executor: ExecutorOption = None,
     address: AddressOption = None,
 ) -> None:
@@ -260,6 +266,7 @@ def night(
     min_task_time: MinTaskTimeOption = None,
     on_finish: OnFinishOption = None,
     resume: ResumeOption = False,
+    parallel: ParallelOption = None,
     executor: ExecutorOption = None,
     address: AddressOption = None,
 ) -> None:

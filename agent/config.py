@@ -122,6 +122,7 @@ class NightConfig(BaseModel):
     night_file: Path | None = None
     allow_dirty: bool = False
     executor: Executor = Field("local", description="where tasks run: this machine, or the nodes of a Ray cluster")
+    parallel: int = Field(1, ge=1, description="tasks at once on each server, each pinned to a slot of its own")
     ray_address: str | None = Field(None, description="the Ray cluster to join (--address); None: ray's default")
 
     def tasks(self) -> list[tuple[RunConfig, str]]:

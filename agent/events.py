@@ -63,11 +63,13 @@ class TaskStart(_Event):
 
 
 class TaskServer(_Event):
-    """Which server of a fleet a task's requests go to, and why: it holds the task's prefix, it is the least
-    loaded, or the previous one stopped answering (the conversation continues on this one)."""
+    """Which server of a fleet (and which of its slots, with --parallel) a task's requests go to, and why: it holds
+    the task's prefix, it is the least loaded, or the previous one stopped answering (the conversation continues
+    on this one)."""
 
     type: Literal["task_server"] = "task_server"
     server: str
+    slot: int | None = None
     reason: str
 
 
@@ -126,7 +128,7 @@ class PrefixCacheEvent(_Event):
     """A saved KV cache of the task's prefix restored into the slot, or saved from it (agent.server.kv_cache)."""
 
     type: Literal["prefix_cache"] = "prefix_cache"
-    action: Literal["restored", "saved", "warning"]
+    action: Literal["restored", "saved", "waiting", "warning"]
     tokens: int = 0
     ms: float | None = None
     message: str

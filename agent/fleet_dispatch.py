@@ -1,7 +1,10 @@
-"""A run's tasks over a fleet of servers: as many tasks at once as the fleet has servers, one thread each.
+"""A run's tasks over a fleet of servers and their slots (--parallel): as many tasks at once as the fleet has
+seats, one thread each.
 
 Each task runs the runner's own stages (`Run.run_task`) on a view of the run with its own FleetModel, so its
-events carry its index and the server it was given (TaskServer); the pool decides which server (server/fleet.py).
+events carry its index and the server and slot it was given (TaskServer); the pool decides which seat
+(server/fleet.py). Each seat of a server the launcher started keeps its own saved-prefix cache over the server's
+one save directory, so tasks on one commit prefill their repository once (agent/server/kv_cache.py).
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
 from agent.config import LLMConfig, RunConfig
 from agent.interrupt import Interrupted
+from agent.llama_api import LlamaServerAPI
 from agent.report import TaskSummary
 from agent.runner import Run
 from agent.server.fleet import FleetModel, ServerPool
+from agent.server.kv_cache import PrefixCache
 
 
 class FleetDispatch:
     def __init__(self, llm: LLMConfig, pool: ServerPool | None = None) -> None:
         self.llm = llm
         self.pool = pool or ServerPool(llm.fleet)
+        self.caches: dict[tuple[str, int], PrefixCache] = {}
 
     def run_tasks(self, run: Run, tasks: list[tuple[int, RunConfig, str]]) -> Iterator[TaskSummary]:
         # Here, in the main thread, before any task starts: each repository's scratch and environment are made
@@ -29,6 +35,7 @@ class FleetDispatch:
             first.setdefault(config.repo, config)
         for config in first.values():
             run.prepare_repository(config)
+        self.caches = self._seat_caches(run)
         threads = ThreadPoolExecutor(max_workers=self.pool.size, thread_name_prefix="task")
         futures: list[Future[TaskSummary]] = [
             threads.submit(self._one, run, index, config, task) for index, config, task in tasks
@@ -52,11 +59,26 @@ class FleetDispatch:
         finally:
             threads.shutdown(wait=True, cancel_futures=True)
 
+    def _seat_caches(self, run: Run) -> dict[tuple[str, int], PrefixCache]:
+        """A saved-prefix cache per seat of each server that has one (the run's own server: the run's cache)."""
+        caches = {}
+        for url in self.pool.live():
+            if url == run.server_url:
+                server = run.prefix_cache
+            else:  # None unless the launcher started it here with --slot-save-path
+                server = PrefixCache.for_server(LlamaServerAPI(url), settings=self.llm.effort, notify=run.emit)
+            if server is None:
+                continue
+            for seat in self.pool.seats():
+                if seat.url == url:
+                    caches[(url, seat.slot)] = server.for_slot(seat.slot, check=self.pool.check_stop)
+        return caches
+
     def _one(self, run: Run, index: int, config: RunConfig, task: str) -> TaskSummary:
         live = self.pool.live()
         # The repository's tokens are counted on a live server of the fleet (they share one model).
         view = run.on_server(run.model, live[0] if live else run.server_url)
-        model = FleetModel(self.pool, self.llm, emit=view.emit)
+        model = FleetModel(self.pool, self.llm, emit=view.emit, caches=self.caches)
         view.model = model
         try:
             return view.run_task(index, config, task)

@@ -122,7 +122,8 @@ class RunView:
             case Retry():
                 return f"model: {event.message}"
             case TaskServer():
-                return f"task {event.task} on {event.server}: {event.reason}"
+                slot = f" slot {event.slot}" if event.slot is not None else ""
+                return f"task {event.task} on {event.server}{slot}: {event.reason}"
             case EnvironmentProgress():
                 state["status"] = f"environment: {event.message[:100]}"
                 return f"environment: {event.message}"

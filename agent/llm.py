@@ -163,9 +163,13 @@ class OpenAIChatModel:
         on_retry: RetryListener | None = None,
         on_progress: EventListener | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        slot: int | None = None,
     ) -> None:
+        """slot: the server slot every request is pinned to (`id_slot`), the one whose KV cache the task reuses
+        and saves; None lets the server choose."""
         self.config = config
         self.name = config.model
+        self.slot = slot
         self._on_retry = on_retry or (lambda _message: None)
         self._retry = RetryPolicy(config, on_retry=self._on_retry, sleep=sleep)
         self._on_progress = on_progress or (lambda _event: None)
@@ -179,6 +183,8 @@ class OpenAIChatModel:
         sampling = self.config.sampling
         # return_progress: llama-server streams prompt_progress chunks while it processes the prompt.
         extra_body: dict[str, Any] = {"min_p": sampling.min_p, "return_progress": True}
+        if self.slot is not None:
+            extra_body["id_slot"] = self.slot
         arguments: dict[str, Any] = {
             "model": self.config.model,
             "messages": messages,

@@ -63,10 +63,12 @@ def preflight(night: NightConfig | RunConfig, *, allow_dirty: bool, log: Callabl
             require_image(client, image)
     except SandboxError as error:
         raise PreflightError(str(error)) from None
+    slots = night.parallel if isinstance(night, NightConfig) else 1  # each server serves --parallel tasks at once
     try:
-        server_url = ensure_server(config.llm, log=log)
+        server_url = ensure_server(config.llm, log=log, slots=slots)
         for other in config.llm.fleet[1:]:  # a fleet's servers are the user's own: each must answer
-            ensure_server(config.llm.model_copy(update={"server_url": other, "server_explicit": True}), log=log)
+            other_llm = config.llm.model_copy(update={"server_url": other, "server_explicit": True})
+            ensure_server(other_llm, log=log, slots=slots)
     except ServerError as error:
         raise PreflightError(str(error)) from None
     return Prepared(repos=repos, docker=client, server_url=server_url)

@@ -180,7 +180,10 @@ def build_run(
             run.emit(event)
 
     llm = night.repos[0].llm
-    model = OpenAIChatModel(llm, on_retry=lambda message: on_event(Retry(message=message)), on_progress=on_event)
+    # Pinned to slot 0, the slot whose KV cache the run saves and restores (agent/server/kv_cache.py).
+    model = OpenAIChatModel(
+        llm, on_retry=lambda message: on_event(Retry(message=message)), on_progress=on_event, slot=0
+    )
     run = Run(
         night,
         repos=repos,
@@ -197,17 +200,18 @@ def build_run(
 
 
 def task_dispatch(night: NightConfig) -> TaskDispatch:
-    """Where the tasks run: Ray's nodes, this machine over a fleet of servers, or this machine one by one. Ray
-    and the fleet load only when asked for."""
+    """Where the tasks run: Ray's nodes, this machine over a fleet of servers and their slots (--parallel), or
+    this machine one by one. Ray and the fleet load only when asked for."""
     if night.executor == "ray":
         from agent.ray_executor import RayDispatch
 
         return RayDispatch(night.ray_address)
     llm = night.repos[0].llm  # the night's servers are night-wide settings
-    if len(llm.fleet) > 1:
+    if len(llm.fleet) > 1 or night.parallel > 1:
         from agent.fleet_dispatch import FleetDispatch
+        from agent.server.fleet import ServerPool
 
-        return FleetDispatch(llm)
+        return FleetDispatch(llm, ServerPool(llm.fleet, slots_per_server=night.parallel))
     return InOrder()
 
 

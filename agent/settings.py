@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.config import Effort, Executor, NightConfig, RunConfig, Switch
 from agent.durations import parse_duration, parse_until
@@ -35,6 +35,7 @@ class Options(BaseModel):
     server: list[str] | None = None  # several: a fleet, tasks in parallel (agent/fleet_dispatch.py)
     executor: Executor | None = None
     address: str | None = None
+    parallel: int | None = Field(None, ge=1)
     model: str | None = None
     effort: Effort | None = None
     temperature: float | None = None
@@ -92,6 +93,7 @@ NIGHT_WIDE = frozenset(
         "server",
         "executor",
         "address",
+        "parallel",
         "model",
         "effort",
         "temperature",
@@ -147,6 +149,7 @@ NIGHT_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "allow_dirty": ("allow_dirty", _identity),
     "executor": ("executor", _identity),
     "address": ("ray_address", _identity),
+    "parallel": ("parallel", _identity),
 }
 
 

@@ -100,16 +100,19 @@ class ScriptedServer:
         port: int = 0,
         speculative: bool = False,
         scripts: dict[str, list[Step]] | None = None,
+        slots: int = 1,
     ) -> None:
         """loading_requests: answer that many requests, of any endpoint, with 503 "Loading model" first, as
         llama-server does while it loads. port: 0 picks a free one. speculative: /slots reports a drafter.
         scripts: a script per task, for tasks that run in parallel: a request plays the script whose key occurs
-        in its first user message, else `script`."""
+        in its first user message, else `script`. slots: what /props and /slots report (the server answers any
+        number of requests at once whatever it says)."""
         self.script: list[Step] = list(script or [])
         self.scripts = {key: list(steps) for key, steps in (scripts or {}).items()}
         self.n_ctx = n_ctx
         self.loading_requests = loading_requests
         self.speculative = speculative
+        self.slots = slots
         self.held = threading.Event()
         self._release = threading.Event()
         self.requests: list[dict[str, Any]] = []
@@ -195,13 +198,17 @@ class ScriptedServer:
                         200,
                         {
                             "default_generation_settings": {"n_ctx": server.n_ctx},
-                            "total_slots": 1,
+                            "total_slots": server.slots,
                             "build_info": "scripted",
                             "chat_template_caps": {"supports_tools": True, "supports_reasoning_effort": True},
                         },
                     )
                 elif self.path == "/slots":
-                    self._json(200, [{"id": 0, "n_ctx": server.n_ctx, "speculative": server.speculative}])
+                    slots = [
+                        {"id": slot, "n_ctx": server.n_ctx, "speculative": server.speculative}
+                        for slot in range(server.slots)
+                    ]
+                    self._json(200, slots)
                 elif self.path == "/v1/models":
                     self._json(200, {"data": [{"id": "scripted", "meta": {"n_ctx": server.n_ctx}}]})
                 else:

@@ -1,5 +1,6 @@
 """A run over a fleet of two scripted servers (real Docker sandbox, real git): tasks in parallel, one per server,
-and the task of a server that dies mid-run moves to the other one and still ends committed."""
+and the task of a server that dies mid-run moves to the other one and still ends committed; and a run of tasks in
+parallel on the slots of one server (--parallel)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import git
 import pytest
+from typer.testing import CliRunner
 
+from agent.cli import app
 from agent.config import LLMConfig, NightConfig, RunConfig
 from agent.fleet_dispatch import FleetDispatch
 from agent.interrupt import stop_signals
@@ -20,6 +23,7 @@ from agent.journal import RunJournal
 from agent.runner import Run
 from sandbox import docker_client
 
+from cli_runs import read_run
 from repos import SAMPLE_FILES, make_repo
 from scripted_model import ScriptedModel
 from scripted_server import Die, Reply, ScriptedServer
@@ -171,3 +175,30 @@ def test_a_night_of_two_repositories_over_two_servers_prepares_each_repository_o
     assert len([event for event in events if event.type == "environment"]) == 2, "one environment per repository"
     for task, key in zip(summary.tasks, TASKS, strict=True):
         assert git.Repo(repos[key]).commit(task.branch).tree[f"pkg/{key}.py"].data_stream.read()
+
+
+def test_parallel_tasks_on_one_server_each_in_a_slot_of_its_own(tmp_path: Path) -> None:
+    """`run --parallel 2`: both tasks in flight at once on one server, each pinned to its own slot throughout."""
+    repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+    together = threading.Barrier(2, timeout=120)  # each task's first reply waits for the other task's first request
+
+    def meet() -> None:
+        together.wait()
+
+    first = {key: Reply(tool_calls=create(key).tool_calls, before=meet) for key in TASKS}
+    scripts = {text: [first[key], look(), finish(key)] for key, text in TASKS.items()}
+    with ScriptedServer(scripts=scripts, slots=2) as server:
+        command = ["run", str(repo), *[part for text in TASKS.values() for part in ("--task", text)]]
+        runs = tmp_path / "runs"
+        result = CliRunner().invoke(app, [*command, "--server", server.url, "--parallel", "2", "--runs-dir", str(runs)])
+        requests = list(server.requests)
+    assert result.exit_code == 0, result.output
+    _run_dir, summary, lines = read_run(runs)
+    assert [(task["index"], task["status"]) for task in summary["tasks"]] == [(1, "committed"), (2, "committed")]
+    slot_of = {}
+    for request in requests:
+        task = next(text for text in TASKS.values() if text in json.dumps(request["messages"]))
+        slot_of.setdefault(task, set()).add(request["id_slot"])
+    assert sorted(slot_of.values(), key=sorted) == [{0}, {1}], "each task's every request in its own slot"
+    placed = {line["task"]: line["slot"] for line in lines if line["type"] == "task_server"}
+    assert sorted(placed.values()) == [0, 1] and sorted(placed) == [1, 2]

@@ -72,6 +72,18 @@ def test_every_server_of_a_fleet_must_answer(tmp_path: Path, dead_first: bool) -
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.docker
+def test_parallel_beyond_the_servers_slots_is_one_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    with ScriptedServer() as server:
+        code, output = run_cli(
+            str(repo), "--task", "x", "--server", server.url, "--parallel", "2", "--runs-dir", str(tmp_path / "runs")
+        )
+    assert code == 2
+    assert output.startswith(f"error: --parallel 2 needs 2 slots, but the llama-server at {server.root} has 1")
+    assert len(output.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
 def test_docker_daemon_unreachable(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     code, output = run_cli(

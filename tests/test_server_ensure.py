@@ -1,4 +1,5 @@
-"""The preflight's server check: a server still loading its model is waited for, up to a limit."""
+"""The preflight's server check: a server still loading its model is waited for, up to a limit; a server with
+fewer slots than --parallel asks for is refused."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from agent.config import LLMConfig
 from agent.llama_api import ServerLoading
-from agent.server.ensure import ensure_server
+from agent.server.ensure import TooFewSlots, ensure_server
 
 from scripted_server import ScriptedServer
 
@@ -27,3 +28,15 @@ def test_a_server_that_keeps_loading_ends_the_wait_with_one_line() -> None:
             ensure_server(llm, log=lambda _line: None, load_wait_s=0.5, poll_s=0.05)
     message = str(raised.value)
     assert message == f"llama-server at {server.root} still loading after 0.5s"
+
+
+def test_parallel_tasks_need_a_slot_each() -> None:
+    with ScriptedServer(slots=2) as server:
+        llm = LLMConfig(server_url=server.url, server_explicit=True)
+        assert ensure_server(llm, log=lambda _line: None, slots=2) == server.url
+        with pytest.raises(TooFewSlots) as raised:
+            ensure_server(llm, log=lambda _line: None, slots=3)
+    assert str(raised.value) == (
+        f"--parallel 3 needs 3 slots, but the llama-server at {server.root} has 2: start it with "
+        "`refactor-agent server start --parallel 3` (or llama-server --parallel 3)"
+    )

@@ -18,33 +18,50 @@ A, B, C = "http://a:1/v1", "http://b:1/v1", "http://c:1/v1"
 SYSTEM = [{"role": "system", "content": "instructions + repository"}]
 
 
+def _take(pool: ServerPool, digest: str | None) -> tuple[str, int, str]:
+    seat, why = pool.acquire(digest)
+    return seat.url, seat.slot, why
+
+
 def test_a_task_goes_to_the_free_server_that_holds_its_prefix_else_to_the_least_loaded() -> None:
     pool = ServerPool([A, B, C])
-    assert pool.acquire("commit-1") == (A, "least loaded")
-    assert pool.acquire("commit-2") == (B, "least loaded")
-    pool.release(A)
-    pool.release(B)
-    assert pool.acquire("commit-2") == (B, "holds the task's prefix")
-    assert pool.acquire("commit-1") == (A, "holds the task's prefix")
-    assert pool.acquire("commit-1") == (C, "least loaded"), "the holder is busy: an idle server beats waiting"
+    first, _ = pool.acquire("commit-1")
+    second, _ = pool.acquire("commit-2")
+    assert (first.url, second.url) == (A, B)
+    pool.release(first)
+    pool.release(second)
+    assert _take(pool, "commit-2") == (B, 0, "holds the task's prefix")
+    assert _take(pool, "commit-1") == (A, 0, "holds the task's prefix")
+    assert _take(pool, "commit-1") == (C, 0, "least loaded"), "the holder is busy: an idle server beats waiting"
+
+
+def test_with_slots_tasks_spread_over_the_servers_first_and_a_slot_keeps_its_prefix() -> None:
+    pool = ServerPool([A, B], slots_per_server=2)
+    assert pool.size == 4
+    seats = [pool.acquire(f"commit-{n}")[0] for n in range(4)]
+    assert [(seat.url, seat.slot) for seat in seats] == [(A, 0), (B, 0), (A, 1), (B, 1)], "least loaded server first"
+    pool.release(seats[2])
+    pool.release(seats[0])
+    assert _take(pool, "commit-2") == (A, 1, "holds the task's prefix"), "the slot that served it, not just its server"
 
 
 def test_a_task_waits_for_a_free_slot_and_a_dead_server_is_out_of_rotation() -> None:
-    pool = ServerPool([A, B])
-    pool.acquire(None)
-    pool.acquire(None)
-    got: list[tuple[str, str]] = []
-    waiter = threading.Thread(target=lambda: got.append(pool.acquire(None)))
+    pool = ServerPool([A, B], slots_per_server=2)
+    taken = [pool.acquire(None)[0] for _ in range(4)]
+    got: list[tuple[str, int, str]] = []
+    waiter = threading.Thread(target=lambda: got.append(_take(pool, None)))
     waiter.start()
     waiter.join(0.2)
-    assert waiter.is_alive() and not got, "both slots are taken: the third task waits"
+    assert waiter.is_alive() and not got, "every slot is taken: the fifth task waits"
     pool.take_out(A, "connection refused")
-    pool.release(A)
+    for seat in taken:
+        if seat.url == A:
+            pool.release(seat)
     waiter.join(0.2)
-    assert waiter.is_alive(), "a freed slot on a dead server is no slot"
-    pool.release(B)
+    assert waiter.is_alive(), "a freed slot on a dead server is no slot, none of its slots"
+    pool.release(next(seat for seat in taken if seat.url == B))
     waiter.join(10)
-    assert got == [(B, "least loaded")]
+    assert got == [(B, 0, "least loaded")]
     assert pool.live() == [B] and pool.taken_out() == {A: "connection refused"}
     pool.take_out(B, "HTTP 500")
     with pytest.raises(NoServerLeft, match=r"a:1.*connection refused.*b:1.*HTTP 500"):
@@ -79,7 +96,8 @@ def test_a_conversation_continues_on_another_server_when_its_server_dies() -> No
         assert moves[1].reason.startswith(f"failover: {dying.url} stopped answering (model server failed 2 times")
         assert any(isinstance(event, Retry) for event in events)
         model.release()
-        assert pool.acquire(None) == (healthy.url, "least loaded"), "the task's slot was given back"
+        assert _take(pool, None) == (healthy.url, 0, "least loaded"), "the task's slot was given back"
+        assert all(request.get("id_slot") == 0 for request in dying.requests + healthy.requests)
 
 
 def test_the_single_machine_path_never_imports_ray() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -222,3 +224,44 @@ def test_a_restore_over_other_content_keeps_a_speculative_server_decoding(llama_
         reply = later.wrap(model).complete(_messages(system, "Second?"), [])
     assert [event.action for event in events] == ["saved", "restored"], events
     assert reply.stats.completion_tokens > 0 and reply.stats.prompt_tokens - reply.stats.cached_tokens < 30
+
+
+@pytest.mark.llama_server
+def test_two_slots_prefill_a_shared_prefix_once_and_the_other_slot_restores_it(tmp_path, llama_binary, llama_state_dir):
+    """`run --parallel 2`, two tasks on one commit: the first prefills and saves, the second waits for that file
+    and restores it into its own slot instead of prefilling the same tokens alongside."""
+    save_dir = tmp_path / "kv"
+    request = _request(save_dir).model_copy(update={"parallel": 2})
+    system = "Two tasks, one commit.\n" + _system(40)
+    with running_server(request, llama_binary, llama_state_dir) as state:
+        with LlamaServerAPI(state.url, timeout_s=120.0) as api:
+            assert int(api.props()["total_slots"]) == 2
+            server = PrefixCache.for_server(api, settings="max", notify=lambda _event: None, state_dir=llama_state_dir)
+            assert server is not None
+            events: dict[int, list[PrefixCacheEvent]] = {0: [], 1: []}
+            replies: dict[int, object] = {}
+
+            def task(slot: int) -> None:
+                cache = server.for_slot(slot)
+                cache.notify = events[slot].append
+                model = OpenAIChatModel(_model(state.url).config, slot=slot)
+                replies[slot] = cache.wrap(model).complete(_messages(system, f"Task {slot}?"), [])
+
+            first = threading.Thread(target=task, args=(0,))
+            first.start()
+            deadline = time.monotonic() + 120
+            while not api.slots()[0].get("is_processing"):
+                assert time.monotonic() < deadline and first.is_alive(), "slot 0 never started its prefill"
+                time.sleep(0.02)
+            second = threading.Thread(target=task, args=(1,))
+            second.start()
+            first.join(300)
+            second.join(300)
+            assert [event.action for event in events[0]] == ["saved"]
+            assert [event.action for event in events[1]] == ["waiting", "restored"], events[1]
+            assert "slot 0 is prefilling the same prefix" in events[1][0].message
+            assert replies[0].stats.cached_tokens == 0 and replies[0].stats.prompt_tokens > 400
+            assert replies[1].stats.prompt_tokens - replies[1].stats.cached_tokens < 30, replies[1].stats
+            # Slot 1 really holds the prefix (the request was pinned there, not served by slot 0 again).
+            probe = api.slot_action(1, "save", "probe.bin")
+            assert int(probe["n_saved"]) >= replies[1].stats.prompt_tokens

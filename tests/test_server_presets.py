@@ -58,6 +58,19 @@ def test_dspark_context_and_gpu_layers_are_the_users_choice(ggufs):
     assert (pairs["--ctx-size"], pairs["--n-gpu-layers"]) == ("1048576", "40")
 
 
+@pytest.mark.parametrize("preset", ["dspark", "embedded"])
+def test_n_slots_get_n_times_the_window_each_a_window_of_its_own(ggufs, preset):
+    model, draft = ggufs
+    files = {"model": model, "draft": draft} if preset == "dspark" else {}
+    one = build_preset(PresetRequest(preset=preset, ctx_size=4096, **files))
+    two = build_preset(PresetRequest(preset=preset, ctx_size=4096, parallel=2, **files))
+    assert (_pairs(one.arguments())["--parallel"], _pairs(one.arguments())["--ctx-size"]) == ("1", "4096")
+    assert "--no-kv-unified" not in one.arguments()
+    pairs = _pairs(two.arguments())
+    assert (pairs["--parallel"], pairs["--ctx-size"]) == ("2", "8192")
+    assert "--no-kv-unified" in pairs, "a slot's window is its own, not a share of one pool"
+
+
 def test_dspark_needs_both_model_and_draft(ggufs):
     model, _ = ggufs
     with pytest.raises(PresetError, match="--draft"):

@@ -33,8 +33,11 @@ def start(
     model: Annotated[Path | None, typer.Option(help="target GGUF (first shard); required for dspark")] = None,
     draft: Annotated[Path | None, typer.Option(help="DSpark drafter GGUF; required for dspark")] = None,
     ctx: Annotated[
-        int | None, typer.Option(min=1, help="context size in tokens (KV memory grows linearly with it)")
+        int | None, typer.Option(min=1, help="context size in tokens per slot (KV memory grows linearly with it)")
     ] = None,
+    parallel: Annotated[
+        int, typer.Option(min=1, help="slots: tasks served at once (`run --parallel N`); the context is N x --ctx")
+    ] = 1,
     gpu_layers: Annotated[str | None, typer.Option(help="-ngl: layers on the GPU, a number or 'all'")] = None,
     self_draft: Annotated[bool, typer.Option(help="embedded: draft with the model itself (exercises speculation)")] = (
         False
@@ -56,6 +59,7 @@ def start(
             ctx_size=ctx,
             gpu_layers=gpu_layers,
             self_draft=self_draft,
+            parallel=parallel,
             host=host,
             port=port,
             extra_args=list(context.args),

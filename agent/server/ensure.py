@@ -24,13 +24,24 @@ START_HINT = (
 )
 
 
+class TooFewSlots(ServerError):
+    """The server cannot serve --parallel N tasks at once, each in its own slot."""
+
+
 def ensure_server(
-    llm: LLMConfig, *, log: Callable[[str], None], load_wait_s: float = LOAD_WAIT_S, poll_s: float = LOAD_POLL_S
+    llm: LLMConfig,
+    *,
+    log: Callable[[str], None],
+    slots: int = 1,
+    load_wait_s: float = LOAD_WAIT_S,
+    poll_s: float = LOAD_POLL_S,
 ) -> str:
-    """The base URL of a ready llama-server: the configured one, or the embedded preset started on its port."""
+    """The base URL of a ready llama-server with at least `slots` slots (`run --parallel`): the configured one,
+    or the embedded preset started on its port."""
     with LlamaServerAPI(llm.server_url, timeout_s=10.0) as api:
         try:
             _wait_while_loading(api, log, load_wait_s=load_wait_s, poll_s=poll_s)
+            _check_slots(api, slots)
             return llm.server_url
         except ServerUnreachable:
             if llm.server_explicit:
@@ -46,10 +57,26 @@ def ensure_server(
         "!" * 100,
     ):
         log(line)
-    preset = build_preset(PresetRequest(preset="embedded", host=address.hostname, port=address.port))
+    preset = build_preset(PresetRequest(preset="embedded", host=address.hostname, port=address.port, parallel=slots))
     start_server(preset, binary=find_binary(), log=log)
     log("the embedded server keeps running after this run: `refactor-agent server stop` ends it")
     return llm.server_url
+
+
+def _check_slots(api: LlamaServerAPI, slots: int) -> None:
+    """Pinned to a slot the server does not have, a request silently lands in any slot (seen with the PyPI build),
+    where two tasks would evict each other's prefix: refuse before anything starts."""
+    if slots == 1:
+        return
+    try:
+        total = int(api.props().get("total_slots", 1))
+    except (httpx.HTTPError, ValueError) as error:
+        raise ServerError(f"{api.root} does not say how many slots it has (/props: {error})") from None
+    if total < slots:
+        raise TooFewSlots(
+            f"--parallel {slots} needs {slots} slots, but the llama-server at {api.root} has {total}: start it with "
+            f"`refactor-agent server start --parallel {slots}` (or llama-server --parallel {slots})"
+        )
 
 
 def _wait_while_loading(api: LlamaServerAPI, log: Callable[[str], None], *, load_wait_s: float, poll_s: float) -> None:

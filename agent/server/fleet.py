@@ -1,12 +1,14 @@
-"""Several llama-servers for one run: which server a task's requests go to, and what happens when one dies.
+"""Several llama-servers, or several slots of one (`--parallel N`), for one run: which slot of which server a
+task's requests go to, and what happens when a server dies.
 
-A task is bound to one server from its first request to its end (each server has one slot, --parallel 1, that
-keeps the task's prefix resident through its turns and repair rounds). Among the servers with a free slot, a
-task goes to the one that last served the same prefix (system text + tools: tasks on one commit share it), else
-to the least loaded; with no free slot it waits for one. A server that keeps failing past the retry policy
-(connection errors, 5xx, idle timeouts: `RetriesExhausted`) is taken out of rotation for the rest of the run, and
-the task's conversation continues on another server: the history is resent whole, so the new server prefills it
-once and the task goes on from the turn it was at (no work in the worktree is lost or redone).
+A task is bound to one seat, a slot of a server, from its first request to its end: its requests are pinned to
+that slot (`id_slot`), whose KV cache keeps the task's prefix resident through its turns and repair rounds. A
+server with N slots seats N tasks at once. Among the free seats a task goes to the one that last served the same
+prefix (system text + tools: tasks on one commit share it), else to a seat of the least loaded server; with no
+free seat it waits for one. A server that keeps failing past the retry policy (connection errors, 5xx, idle
+timeouts: `RetriesExhausted`) is taken out of rotation with all its seats for the rest of the run, and the task's
+conversation continues on another server: the history is resent whole, so the new server prefills it once and the
+task goes on from the turn it was at (no work in the worktree is lost or redone).
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from agent.config import LLMConfig
 from agent.events import Event, Retry, TaskServer
 from agent.interrupt import Interrupted
 from agent.llm import AssistantTurn, ModelUnavailable, OpenAIChatModel, RetriesExhausted
-
-TASKS_PER_SERVER = 1  # one slot each: a second task would evict the first one's prefix
+from agent.server.kv_cache import PrefixCache, prefix_cached
 
 
 class NoServerLeft(ModelUnavailable):
@@ -38,52 +39,61 @@ def prefix_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -
 
 
 @dataclass
-class _Server:
+class Seat:
+    """One slot of one server; one task at a time holds it."""
+
     url: str
-    in_flight: int = 0
+    slot: int
+    taken: bool = False
     prefix: str | None = None  # digest of the prefix it served last
-    down: str | None = None  # why it was taken out of rotation
 
 
 class ServerPool:
     """The fleet's bookkeeping; thread-safe (tasks run in parallel, one thread each)."""
 
-    def __init__(self, urls: list[str], *, tasks_per_server: int = TASKS_PER_SERVER) -> None:
+    def __init__(self, urls: list[str], *, slots_per_server: int = 1) -> None:
         if not urls:
             raise ValueError("a fleet needs at least one server")
-        self._servers = [_Server(url) for url in urls]
-        self._tasks_per_server = tasks_per_server
+        self.slots_per_server = slots_per_server
+        self._urls = list(urls)
+        self._seats = [Seat(url, slot) for url in urls for slot in range(slots_per_server)]
+        self._down: dict[str, str] = {}  # url -> why it was taken out of rotation
         self._changed = threading.Condition()
         self._stop_signal: int | None = None
 
     @property
     def size(self) -> int:
-        return len(self._servers)
+        """How many tasks can run at once."""
+        return len(self._seats)
+
+    def seats(self) -> list[Seat]:
+        return list(self._seats)
 
     def live(self) -> list[str]:
         with self._changed:
-            return [server.url for server in self._servers if server.down is None]
+            return [url for url in self._urls if url not in self._down]
 
     def taken_out(self) -> dict[str, str]:
         with self._changed:
-            return {server.url: server.down for server in self._servers if server.down is not None}
+            return dict(self._down)
 
-    def acquire(self, digest: str | None) -> tuple[str, str]:
-        """A server for a task (blocks until one has a free slot) and why it was chosen."""
+    def acquire(self, digest: str | None) -> tuple[Seat, str]:
+        """A seat for a task (blocks until one is free) and why it was chosen."""
         with self._changed:
             while True:
                 self.check_stop()
-                live = [server for server in self._servers if server.down is None]
+                live = [seat for seat in self._seats if seat.url not in self._down]
                 if not live:
-                    failures = "; ".join(f"{server.url}: {server.down}" for server in self._servers)
+                    failures = "; ".join(f"{url}: {why}" for url, why in self._down.items())
                     raise NoServerLeft(f"every server of the fleet stopped answering ({failures})")
-                free = [server for server in live if server.in_flight < self._tasks_per_server]
+                free = [seat for seat in live if not seat.taken]
                 if free:
-                    holder = next((server for server in free if digest and server.prefix == digest), None)
-                    chosen = holder or min(free, key=lambda server: server.in_flight)  # ties: the order given
-                    chosen.in_flight += 1
+                    holder = next((seat for seat in free if digest and seat.prefix == digest), None)
+                    load = {url: sum(seat.taken for seat in live if seat.url == url) for url in self._urls}
+                    chosen = holder or min(free, key=lambda seat: load[seat.url])  # ties: the order given
+                    chosen.taken = True
                     chosen.prefix = digest
-                    return chosen.url, "holds the task's prefix" if holder else "least loaded"
+                    return chosen, "holds the task's prefix" if holder else "least loaded"
                 self._changed.wait()
 
     def stop(self, signum: int) -> None:
@@ -96,25 +106,23 @@ class ServerPool:
         if self._stop_signal is not None:
             raise Interrupted(self._stop_signal)
 
-    def release(self, url: str) -> None:
+    def release(self, seat: Seat) -> None:
         with self._changed:
-            self._server(url).in_flight -= 1
+            seat.taken = False
             self._changed.notify_all()
 
     def take_out(self, url: str, reason: str) -> None:
         with self._changed:
-            self._server(url).down = reason
+            self._down[url] = reason
             self._changed.notify_all()
-
-    def _server(self, url: str) -> _Server:
-        return next(server for server in self._servers if server.url == url)
 
 
 class FleetModel:
-    """One task's ChatModel on a fleet: bound to a server at its first request, moved when that server dies.
+    """One task's ChatModel on a fleet: bound to a seat at its first request, moved when that server dies.
 
-    `emit` receives the task's TaskServer, Retry and PrefillProgress events; `release` ends the binding (call it
-    when the task ends, whatever happened)."""
+    `emit` receives the task's TaskServer, Retry, PrefillProgress and PrefixCacheEvent events; `caches` are the
+    seats' saved-prefix caches (servers the launcher started with --slot-save-path); `release` ends the binding
+    (call it when the task ends, whatever happened)."""
 
     def __init__(
         self,
@@ -122,46 +130,55 @@ class FleetModel:
         config: LLMConfig,
         *,
         emit: Callable[[Event], None],
+        caches: dict[tuple[str, int], PrefixCache] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.name = config.model
         self._pool = pool
         self._config = config
         self._emit = emit
+        self._caches = caches or {}
         self._sleep = sleep
-        self._url: str | None = None
-        self._model: OpenAIChatModel | None = None
+        self._seat: Seat | None = None
+        self._model: Any = None  # the seat's ChatModel: an OpenAIChatModel, behind the seat's prefix cache if any
 
     @property
     def server(self) -> str | None:
-        return self._url
+        return self._seat.url if self._seat is not None else None
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
         moved_from: str | None = None
         while True:
             self._pool.check_stop()
-            if self._model is None:
+            if self._seat is None:
                 self._bind(prefix_digest(messages, tools), moved_from)
-            assert self._model is not None and self._url is not None
+            assert self._seat is not None
             try:
                 return self._model.complete(messages, tools)
             except RetriesExhausted as error:
-                moved_from = f"{self._url} stopped answering ({error})"
-                self._pool.take_out(self._url, str(error))
+                moved_from = f"{self._seat.url} stopped answering ({error})"
+                self._pool.take_out(self._seat.url, str(error))
                 self.release()
 
     def release(self) -> None:
-        if self._url is not None:
-            self._pool.release(self._url)
-        self._url, self._model = None, None
+        if self._seat is not None:
+            self._pool.release(self._seat)
+        self._seat, self._model = None, None
 
     def _bind(self, digest: str, moved_from: str | None) -> None:
-        url, why = self._pool.acquire(digest)
-        self._url = url
-        self._model = OpenAIChatModel(
-            self._config.model_copy(update={"server_url": url}),
+        seat, why = self._pool.acquire(digest)
+        self._seat = seat
+        model = OpenAIChatModel(
+            self._config.model_copy(update={"server_url": seat.url}),
             on_retry=lambda message: self._emit(Retry(message=message)),
             on_progress=self._emit,
             sleep=self._sleep,
+            slot=seat.slot,
         )
-        self._emit(TaskServer(server=url, reason=f"failover: {moved_from}; {why}" if moved_from else why))
+        cache = self._caches.get((seat.url, seat.slot))
+        if cache is not None:
+            cache.notify = self._emit  # the seat is this task's until release(): its cache reports to it
+        self._model = prefix_cached(model, cache)
+        slot = seat.slot if self._pool.slots_per_server > 1 else None
+        reason = f"failover: {moved_from}; {why}" if moved_from else why
+        self._emit(TaskServer(server=seat.url, slot=slot, reason=reason))

@@ -9,6 +9,10 @@ restart) the best saved prefix is restored: the exact one, else the one sharing 
 end of the pack). llama-server then reuses the common token prefix and prefills only the rest. A size cap and
 least-recently-used eviction keep the directory bounded.
 
+With several slots (`run --parallel N`) each slot has its own PrefixCache over the server's one directory. Tasks on
+one commit start together but prefill their shared prefix only once: the first claims it and prefills, the others
+wait for its file and restore it into their own slot (milliseconds instead of minutes).
+
 Only a server whose save directory is known (one the launcher started) is managed. Whatever goes wrong here costs a
 prefill and one warning, never the task.
 """
@@ -18,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agent.events import PrefixCacheEvent
 from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import AssistantTurn, ChatModel
+from agent.server.ensure import LOCAL_HOSTS
 from agent.server.launcher import find_state
 
 # Heads are compared in steps of this many characters (about a thousand tokens): finer steps find a longer common
@@ -38,7 +45,6 @@ HEAD_CHUNK_CHARS = 4096
 DIGEST_HEX = 32
 # Large models at long contexts save gigabytes per prefix (SmolLM2-135M: ~23 KB per token).
 DEFAULT_CAP_BYTES = 64 * 2**30
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 Notify = Callable[[PrefixCacheEvent], None]
 
@@ -191,11 +197,43 @@ def model_identity(props: dict[str, Any], binary: Path) -> str:
     return f"{_file_signature(str(props.get('model_path', '')))}|{_file_signature(str(binary))}"
 
 
+class PrefillClaims:
+    """The prefixes some slot of a server is prefilling right now (shared by the server's slots, thread-safe)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._claimed: dict[str, int] = {}  # digest -> the slot prefilling it
+
+    def claim(self, digest: str, slot: int, *, on_wait: Callable[[int], None], check: Callable[[], None]) -> None:
+        """Returns once `slot` holds the claim on `digest` (release it after the request): at once when no other
+        slot is prefilling it, else after that slot released it (saved, or failed). `on_wait` is told once whom
+        the caller waits for; `check` runs every second of the wait (it raises to give up: a stop signal)."""
+        with self._changed:
+            told = False
+            while digest in self._claimed:
+                if not told:
+                    on_wait(self._claimed[digest])
+                    told = True
+                check()
+                self._changed.wait(timeout=1.0)
+            self._claimed[digest] = slot
+
+    def release(self, digest: str) -> None:
+        with self._changed:
+            self._claimed.pop(digest, None)
+            self._changed.notify_all()
+
+
+def _go_on() -> None:
+    """The default `check` while waiting for another slot's prefill: nothing stops the wait early."""
+
+
 class PrefixCache:
-    """The saved prefixes of one server, for one run: restores before a task's first request, saves after it.
+    """The saved prefixes of one server, for one slot of it and one run: restores before a task's first request,
+    saves after it.
 
     `resident` is the prefix this run last left in the slot: a task on the same commit as the previous one finds it
-    there and restores nothing (the run is the server's only client through the night)."""
+    there and restores nothing (the run is the slot's only client through the night)."""
 
     def __init__(
         self,
@@ -207,16 +245,34 @@ class PrefixCache:
         notify: Notify,
         slot: int = 0,
         chunk_chars: int = HEAD_CHUNK_CHARS,
+        claims: PrefillClaims | None = None,
+        check: Callable[[], None] = _go_on,
     ) -> None:
         self.api = api
         self.store = store
         self.model = model
         self.settings = settings
-        self.notify = notify
+        self.notify = notify  # the task that holds the slot: a task in parallel sets it when it takes the slot
         self.slot = slot
         self.chunk_chars = chunk_chars
+        self.claims = claims or PrefillClaims()
+        self.check = check
         self.resident: PrefixKey | None = None
         self.saving = True
+
+    def for_slot(self, slot: int, *, check: Callable[[], None] = _go_on) -> PrefixCache:
+        """The same server's cache for another of its slots: one directory, one set of claims."""
+        return PrefixCache(
+            self.api,
+            self.store,
+            model=self.model,
+            settings=self.settings,
+            notify=self.notify,
+            slot=slot,
+            chunk_chars=self.chunk_chars,
+            claims=self.claims,
+            check=check,
+        )
 
     @classmethod
     def for_server(
@@ -322,7 +378,8 @@ class PrefixCache:
 
 
 class PrefixCachedModel:
-    """A task's model: its first request is preceded by a restore and followed by a save."""
+    """A task's model: its first request is preceded by a restore and followed by a save. While another slot of
+    the server prefills the same prefix, the first request waits for it (PrefillClaims)."""
 
     def __init__(self, model: ChatModel, cache: PrefixCache) -> None:
         self.model = model
@@ -334,15 +391,30 @@ class PrefixCachedModel:
         if not self._first or not messages or messages[0].get("role") != "system":
             return self.model.complete(messages, tools)
         self._first = False
-        key = self.cache.key(str(messages[0]["content"]), tools)
-        self.cache.restore(key)
+        cache = self.cache
+        key = cache.key(str(messages[0]["content"]), tools)
+        # Only a prefix not saved yet is claimed: the claim lasts the whole first request (prefill, then the first
+        # reply), which a waiting slot accepts because a prefill of the repository is the longer part by far.
+        claimed = not cache.store.has(key.digest)
+        if claimed:
+            cache.claims.claim(key.digest, cache.slot, on_wait=partial(_waiting, cache), check=cache.check)
         try:
-            reply = self.model.complete(messages, tools)
-        except BaseException:
-            self.cache.resident = None  # whatever the slot holds now, it is not known to be the prefix
-            raise
-        self.cache.save(key)
+            cache.restore(key)
+            try:
+                reply = self.model.complete(messages, tools)
+            except BaseException:
+                cache.resident = None  # whatever the slot holds now, it is not known to be the prefix
+                raise
+            cache.save(key)
+        finally:
+            if claimed:
+                cache.claims.release(key.digest)
         return reply
+
+
+def _waiting(cache: PrefixCache, prefilling: int) -> None:
+    message = f"slot {prefilling} is prefilling the same prefix: waiting to restore it into slot {cache.slot}"
+    cache.notify(PrefixCacheEvent(action="waiting", message=message))
 
 
 def prefix_cached(model: ChatModel, cache: PrefixCache | None) -> ChatModel:

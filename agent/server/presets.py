@@ -37,7 +37,7 @@ class ServerPreset(BaseModel):
     name: str
     model: Path
     draft: Path | None = None
-    ctx_size: int = Field(gt=0)
+    ctx_size: int = Field(gt=0, description="the whole context: parallel slots of ctx_size / parallel tokens each")
     gpu_layers: str = Field(description="an exact number of layers, or 'all'")
     spec_type: str | None = None
     spec_draft_n_max: int | None = Field(None, ge=1)
@@ -45,7 +45,7 @@ class ServerPreset(BaseModel):
     flash_attn: Literal["on", "off", "auto"] | None = None
     jinja: bool = True
     metrics: bool = True
-    parallel: int = Field(1, ge=1)
+    parallel: int = Field(1, ge=1, description="slots: tasks served at once (run --parallel), each pinned to one")
     cache_idle_slots: bool = False
     cache_ram_mib: int | None = None
     repack: bool = True
@@ -82,6 +82,10 @@ class ServerPreset(BaseModel):
         if self.metrics:
             arguments.append("--metrics")
         arguments += ["--parallel", str(self.parallel)]
+        if self.parallel > 1:
+            # Each slot gets ctx_size / parallel tokens of its own, never a share of one pool that a long task
+            # could take from the others (with an explicit --parallel this is llama-server's default too).
+            arguments.append("--no-kv-unified")
         arguments.append("--cache-idle-slots" if self.cache_idle_slots else "--no-cache-idle-slots")
         if self.cache_ram_mib is not None:
             arguments += ["--cache-ram", str(self.cache_ram_mib)]
@@ -103,9 +107,10 @@ class PresetRequest(BaseModel):
     preset: PresetName = "embedded"
     model: Path | None = None
     draft: Path | None = None
-    ctx_size: int | None = Field(None, gt=0)
+    ctx_size: int | None = Field(None, gt=0, description="per slot: one task's window")
     gpu_layers: str | None = None
     self_draft: bool = False
+    parallel: int = Field(1, ge=1, description="slots, for `run --parallel N`: the context is N times --ctx")
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
     slot_save_path: Path | None = None  # None: the launcher's default_kv_cache_dir()
@@ -128,7 +133,8 @@ def dspark_preset(request: PresetRequest) -> ServerPreset:
         name="dspark",
         model=_existing(request.model, "model"),
         draft=_existing(request.draft, "draft model"),
-        ctx_size=request.ctx_size or DSPARK_DEFAULT_CTX,
+        ctx_size=(request.ctx_size or DSPARK_DEFAULT_CTX) * request.parallel,
+        parallel=request.parallel,
         gpu_layers=request.gpu_layers or "all",
         spec_type="draft-dspark",
         spec_draft_n_max=DSPARK_DRAFT_N_MAX,
@@ -153,7 +159,8 @@ def embedded_preset(request: PresetRequest) -> ServerPreset:
         name="embedded",
         model=model,
         draft=model if request.self_draft else None,
-        ctx_size=ctx_size,
+        ctx_size=ctx_size * request.parallel,
+        parallel=request.parallel,
         gpu_layers=request.gpu_layers or "0",
         spec_type="draft-simple" if request.self_draft else None,
         spec_draft_n_max=DSPARK_DRAFT_N_MAX if request.self_draft else None,
