@@ -179,6 +179,7 @@ def _last_line(error: BaseException) -> str:
 
 def run_remote_task(bundle: bytes, request: TaskRequest) -> dict[str, Any]:
     """On a worker node: the task in a scratch clone of the bundle, with the runner's own code; a TaskResult."""
+    from agent.server.slot_lock import claim_slot, server_slots
     from agent.session import build_run
     from sandbox import docker_client
 
@@ -200,19 +201,22 @@ def run_remote_task(bundle: bytes, request: TaskRequest) -> dict[str, Any]:
         # summary, events) as on the head, while the work happens in the clone it maps to.
         config = RunConfig.model_validate({**request.config, "runs_dir": str(scratch / "runs")})
         journal = RunJournal(config.runs_dir, request.run_id)
-        run = build_run(
-            NightConfig(repos=[config], runs_dir=config.runs_dir),
-            repos={config.repo: git.Repo(clone)},
-            docker_client=docker_client(),
-            server_url=config.llm.server_url,
-            journal=journal,
-            observe=lambda _event: None,
-        )
-        try:  # through the run's own dispatch: several --server make a fleet of the node's servers here too
-            outcome = next(iter(run.dispatch.run_tasks(run, [(request.index, config, request.task)])))
-        finally:
-            run.remove_scratch()
-            journal.close()
+        # The node's other tasks run in processes of their own: each takes a slot of the server to itself.
+        with claim_slot(config.llm.server_url, server_slots(config.llm.server_url)) as slot:
+            run = build_run(
+                NightConfig(repos=[config], runs_dir=config.runs_dir),
+                repos={config.repo: git.Repo(clone)},
+                docker_client=docker_client(),
+                server_url=config.llm.server_url,
+                journal=journal,
+                observe=lambda _event: None,
+                slot=slot,
+            )
+            try:  # through the run's own dispatch: several --server make a fleet of the node's servers here too
+                outcome = next(iter(run.dispatch.run_tasks(run, [(request.index, config, request.task)])))
+            finally:
+                run.remove_scratch()
+                journal.close()
         transcript = [
             line
             for line in (journal.directory / "transcript.jsonl").read_text(encoding="utf-8").splitlines()

@@ -181,8 +181,10 @@ class Run:
         progress: RunProgress | None = None,
         previous: RunSummary | None = None,
         dispatch: TaskDispatch | None = None,
+        slot: int = 0,
     ) -> None:
-        """docker_client is None only where no task runs here (the head of a Ray run)."""
+        """docker_client is None only where no task runs here (the head of a Ray run). slot: the server slot the
+        model's requests are pinned to, whose saved prefixes the run manages."""
         self.night = night if isinstance(night, NightConfig) else NightConfig(repos=[night], runs_dir=night.runs_dir)
         self.dispatch = dispatch or InOrder()
         self.docker = docker_client
@@ -202,11 +204,12 @@ class Run:
             for path, repo in repos.items()
         }
         # Saved prefixes: a task whose repository prefix was prefilled before (tonight or another night) restores it.
-        self.prefix_cache = (
+        server_cache = (
             PrefixCache.for_server(self.server_api, settings=self.night.repos[0].llm.effort, notify=self.emit)
             if self.server_api is not None
             else None
         )
+        self.prefix_cache = server_cache.for_slot(slot) if server_cache is not None and slot else server_cache
         self.loop: AgentLoop | None = None  # the task's loop, so an interrupted task still reports its turns
         self.workspace: Workspace | None = None  # the task's, while its loop runs: snapshots after each tool call
         self.stopped_by: Interrupted | None = None

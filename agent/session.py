@@ -171,8 +171,10 @@ def build_run(
     observe: Callable[[Event], None],
     progress: RunProgress | None = None,
     previous: RunSummary | None = None,
+    slot: int = 0,
 ) -> Run:
-    """The run with its model, whose retries and prefill progress become the run's events, and its dispatch."""
+    """The run with its model, whose retries and prefill progress become the run's events, and its dispatch.
+    slot: the server slot its tasks are pinned to (a Ray task's process takes one of its node server's slots)."""
     run: Run | None = None
 
     def on_event(event: Event) -> None:
@@ -180,9 +182,9 @@ def build_run(
             run.emit(event)
 
     llm = night.repos[0].llm
-    # Pinned to slot 0, the slot whose KV cache the run saves and restores (agent/server/kv_cache.py).
+    # Pinned to the slot whose KV cache the run saves and restores (agent/server/kv_cache.py).
     model = OpenAIChatModel(
-        llm, on_retry=lambda message: on_event(Retry(message=message)), on_progress=on_event, slot=0
+        llm, on_retry=lambda message: on_event(Retry(message=message)), on_progress=on_event, slot=slot
     )
     run = Run(
         night,
@@ -195,6 +197,7 @@ def build_run(
         progress=progress,
         previous=previous,
         dispatch=task_dispatch(night),
+        slot=slot,
     )
     return run
 

@@ -1,4 +1,5 @@
-"""Tasks per hour of one run of 4 tasks: one server, a fleet of two, and a local Ray cluster (scripted model).
+"""Tasks per hour of one run of 4 tasks: one server with one slot and with two (--parallel 2), a fleet of two,
+and a local Ray cluster (scripted model).
 
     .venv/bin/python bench/fleet.py [--tasks 4] [--model-seconds 3]
 
@@ -8,10 +9,14 @@ repository packed, the baseline and the gate's test runs, the commit. The model 
 (tests/scripted_server.py) that spends --model-seconds on each of a task's two replies in prefill progress, a
 stand-in for a GPU's time; every configuration runs the same tasks on a fresh clone of the same repository.
 
-- one server: `run --server A`, the tasks one after the other;
+- one server: `run --server A`, the tasks one after the other (N = 1);
+- one server, two slots: `run --server A --parallel 2`, two tasks at once, each pinned to a slot (N = 2); the
+  scripted server answers both at full speed, as a GPU server batching two slots roughly does (the embedded
+  model's throughput with 1 and 2 slots on this CPU is bench/parallel_slots.py's);
 - two servers: `run --server A --server B`, two tasks at once, one per server;
 - Ray: `run --executor ray` on a local cluster (a head, and one worker node offering `refactor-agent: 2`), both
-  Ray tasks on one scripted server that answers them concurrently (as a server with two slots would).
+  Ray tasks on one scripted server with two slots, which answers them concurrently (each task's process takes a
+  slot of its own).
 
 Writes bench/out/fleet.json and prints a Markdown table.
 """
@@ -69,7 +74,14 @@ def scripts(tasks: list[str], model_seconds: float) -> dict[str, list[Reply]]:
 
 
 def measure(
-    name: str, origin: Path, scratch: Path, tasks: list[str], urls: list[str], executor: str, address: str | None
+    name: str,
+    origin: Path,
+    scratch: Path,
+    tasks: list[str],
+    urls: list[str],
+    executor: str,
+    address: str | None,
+    parallel: int = 1,
 ) -> Measurement:
     repo = scratch / name.replace(" ", "-")
     git.Repo.clone_from(origin, repo)
@@ -80,7 +92,9 @@ def measure(
         runs_dir=scratch / f"runs-{repo.name}",
         llm=llm,
     )
-    night = NightConfig(repos=[config], runs_dir=config.runs_dir, executor=executor, ray_address=address)
+    night = NightConfig(
+        repos=[config], runs_dir=config.runs_dir, executor=executor, ray_address=address, parallel=parallel
+    )
     journal = RunJournal(config.runs_dir, "bench")
     run = build_run(
         night,
@@ -129,13 +143,17 @@ def main() -> None:
         script = scripts(tasks, options.model_seconds)
         with ScriptedServer(scripts=script) as only:
             results.append(measure("one server", origin, scratch, tasks, [only.url], "local", None))
+        with ScriptedServer(scripts=script, slots=2) as slotted:
+            results.append(
+                measure("one server, --parallel 2", origin, scratch, tasks, [slotted.url], "local", None, parallel=2)
+            )
         with ScriptedServer(scripts=script) as first, ScriptedServer(scripts=script) as second:
             results.append(measure("two servers", origin, scratch, tasks, [first.url, second.url], "local", None))
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
         try:
             cluster.add_node(num_cpus=2, resources={NODE_RESOURCE: 2})
             ray.init(address=cluster.address, logging_level="WARNING")
-            with ScriptedServer(scripts=script) as shared:
+            with ScriptedServer(scripts=script, slots=2) as shared:
                 results.append(measure("Ray, 2 at once", origin, scratch, tasks, [shared.url], "ray", cluster.address))
         finally:
             ray.shutdown()

@@ -69,10 +69,10 @@ def test_context_passes_when_the_repository_fits(tmp_path):
     assert check_context(_props(n_ctx=262_144), repo).status == "ok"
 
 
-def test_context_warns_about_shared_slots():
+def test_context_names_the_slots_parallel_tasks_can_use():
     result = check_context(_props(slots=4), None)
-    assert result.status == "warn"
-    assert "-np 1" in result.message
+    assert result.status == "ok"
+    assert "8192 tokens per slot" in result.message and "4 slots: `run --parallel 4`" in result.message
 
 
 def test_context_reports_a_path_that_is_not_a_repository(tmp_path):

@@ -122,12 +122,13 @@ def estimate_repo_tokens(repo: Path) -> int:
 def check_context(props: dict[str, Any], repo: Path | None) -> CheckResult:
     n_ctx = int(props["default_generation_settings"]["n_ctx"])
     slots = int(props.get("total_slots", 1))
-    shared = f"; {slots} slots: another request can evict the resident prefix, start with -np 1" if slots > 1 else ""
+    # Each task is pinned to a slot of its own (id_slot): several slots serve `run --parallel N`, one task each.
+    slotted = f"; {slots} slots: `run --parallel {slots}` runs a task in each" if slots > 1 else ""
     if repo is None:
         return CheckResult(
             name="context",
-            status="warn" if shared else "ok",
-            message=f"{n_ctx} tokens per slot (pass --repo to compare with a repository){shared}",
+            status="ok",
+            message=f"{n_ctx} tokens per slot (pass --repo to compare with a repository){slotted}",
         )
     try:
         needed = estimate_repo_tokens(repo)
@@ -139,12 +140,12 @@ def check_context(props: dict[str, Any], repo: Path | None) -> CheckResult:
             name="context",
             status="fail",
             message=f"{repo} needs about {needed} tokens but {n_ctx} leaves {budget} for the repository: raise --ctx "
-            f"(the packer will otherwise leave files out){shared}",
+            f"(the packer will otherwise leave files out){slotted}",
         )
     return CheckResult(
         name="context",
-        status="warn" if shared else "ok",
-        message=f"{repo} needs about {needed} of the {budget} tokens {n_ctx} leaves for the repository{shared}",
+        status="ok",
+        message=f"{repo} needs about {needed} of the {budget} tokens {n_ctx} leaves for the repository{slotted}",
     )
 
 
