@@ -226,8 +226,8 @@ class Run:
         view = copy.copy(self)
         view.model, view.server_url = model, server_url
         view.server_api = None  # the server's counters mix every task it serves: the task's metrics are estimated
-        # The saved prefixes are the run's server's (its slot, its save directory); a task of the fleet may be on
-        # another server, and moves on failover: it prefills, and the pool's prefix affinity keeps reuse in a slot.
+        # The task's model restores and saves prefixes itself, in whichever slot of whichever server it is given
+        # (FleetModel): the run's own cache is its slot 0's.
         view.prefix_cache = None
         # Its own snapshots: the task's workspace, loop and index are never another task's.
         view.loop, view.workspace, view.current_task, view.stopped_by = None, None, None, None
