@@ -71,7 +71,9 @@ class FleetDispatch:
                 continue
             for seat in self.pool.seats():
                 if seat.url == url:
-                    caches[(url, seat.slot)] = server.for_slot(seat.slot, check=self.pool.check_stop)
+                    caches[(url, seat.slot)] = server.for_slot(
+                        seat.slot, check=self.pool.check_stop, prefill_first=self.pool.slots_per_server > 1
+                    )
         return caches
 
     def _one(self, run: Run, index: int, config: RunConfig, task: str) -> TaskSummary:

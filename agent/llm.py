@@ -179,7 +179,9 @@ class OpenAIChatModel:
             base_url=config.server_url, api_key="sk-no-key-required", max_retries=0, timeout=config.idle_timeout_s
         )
 
-    def _request_arguments(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    def _request_arguments(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int | None
+    ) -> dict[str, Any]:
         sampling = self.config.sampling
         # return_progress: llama-server streams prompt_progress chunks while it processes the prompt.
         extra_body: dict[str, Any] = {"min_p": sampling.min_p, "return_progress": True}
@@ -200,18 +202,28 @@ class OpenAIChatModel:
             arguments["tool_choice"] = "auto"  # a string: llama-server reads the object form as "auto" anyway
         if sampling.seed is not None:
             arguments["seed"] = sampling.seed
-        if sampling.max_tokens is not None:
-            arguments["max_tokens"] = sampling.max_tokens
+        if (max_tokens or sampling.max_tokens) is not None:
+            arguments["max_tokens"] = max_tokens or sampling.max_tokens
         return arguments
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
+        return self._complete(messages, tools, max_tokens=None)
+
+    def prefill(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
+        """Process `messages` into the slot's KV cache and generate a single token (the prefix, saved at once for
+        other slots, without waiting for a whole reply to be decoded); progress events as for `complete`."""
+        return self._complete(messages, tools, max_tokens=1)
+
+    def _complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int | None
+    ) -> AssistantTurn:
         resamples = 0
 
         def attempt() -> AssistantTurn:
             nonlocal resamples
             while True:
                 try:
-                    return self._stream_once(messages, tools)
+                    return self._stream_once(messages, tools, max_tokens)
                 except openai.APIError as error:
                     if not _is_format_mismatch(error):
                         raise
@@ -246,10 +258,12 @@ class OpenAIChatModel:
         self._on_retry(f"resample {resamples + 1}/{self.config.max_resamples}: {reason}")
         return resamples + 1
 
-    def _stream_once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
+    def _stream_once(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int | None
+    ) -> AssistantTurn:
         started = time.monotonic()
         deadline = started + self.config.request_timeout_s
-        stream = self._client.chat.completions.create(**self._request_arguments(messages, tools))
+        stream = self._client.chat.completions.create(**self._request_arguments(messages, tools, max_tokens))
         accumulator = _StreamAccumulator(started)
         progress = _PrefillProgress(self._on_progress)
         with stream:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -228,8 +229,9 @@ def test_a_restore_over_other_content_keeps_a_speculative_server_decoding(llama_
 
 @pytest.mark.llama_server
 def test_two_slots_prefill_a_shared_prefix_once_and_the_other_slot_restores_it(tmp_path, llama_binary, llama_state_dir):
-    """`run --parallel 2`, two tasks on one commit: the first prefills and saves, the second waits for that file
-    and restores it into its own slot instead of prefilling the same tokens alongside."""
+    """`run --parallel 2`, two tasks on one commit: the first prefills the prefix alone and saves it, the second
+    waits for that file and restores it into its own slot instead of prefilling the same tokens alongside, while
+    the first task's reply is still being decoded."""
     save_dir = tmp_path / "kv"
     request = _request(save_dir).model_copy(update={"parallel": 2})
     system = "Two tasks, one commit.\n" + _system(40)
@@ -240,12 +242,23 @@ def test_two_slots_prefill_a_shared_prefix_once_and_the_other_slot_restores_it(t
             assert server is not None
             events: dict[int, list[PrefixCacheEvent]] = {0: [], 1: []}
             replies: dict[int, object] = {}
+            restored_at: list[float] = []
+            answered_at: dict[int, float] = {}
+
+            def notify(slot: int, event: PrefixCacheEvent) -> None:
+                events[slot].append(event)
+                if event.action == "restored":
+                    restored_at.append(time.monotonic())
 
             def task(slot: int) -> None:
-                cache = server.for_slot(slot)
-                cache.notify = events[slot].append
-                model = OpenAIChatModel(_model(state.url).config, slot=slot)
-                replies[slot] = cache.wrap(model).complete(_messages(system, f"Task {slot}?"), [])
+                cache = server.for_slot(slot, prefill_first=True)
+                cache.notify = functools.partial(notify, slot)
+                # Slot 0's reply is long, so that its decoding outlasts slot 1's wait.
+                sampling = SamplingConfig(max_tokens=64 if slot == 0 else 2, seed=1, temperature=0.0)
+                model = OpenAIChatModel(_model(state.url).config.model_copy(update={"sampling": sampling}), slot=slot)
+                question = "Tell a long story about every module." if slot == 0 else "Task 1?"
+                replies[slot] = cache.wrap(model).complete(_messages(system, question), [])
+                answered_at[slot] = time.monotonic()
 
             first = threading.Thread(target=task, args=(0,))
             first.start()
@@ -260,7 +273,9 @@ def test_two_slots_prefill_a_shared_prefix_once_and_the_other_slot_restores_it(t
             assert [event.action for event in events[0]] == ["saved"]
             assert [event.action for event in events[1]] == ["waiting", "restored"], events[1]
             assert "slot 0 is prefilling the same prefix" in events[1][0].message
-            assert replies[0].stats.cached_tokens == 0 and replies[0].stats.prompt_tokens > 400
+            assert restored_at[0] < answered_at[0], "slot 1 restored while slot 0's reply was still decoding"
+            assert replies[0].stats.completion_tokens > 10
+            assert replies[0].stats.prompt_tokens - replies[0].stats.cached_tokens < 30, "its own prefill came first"
             assert replies[1].stats.prompt_tokens - replies[1].stats.cached_tokens < 30, replies[1].stats
             # Slot 1 really holds the prefix (the request was pinned there, not served by slot 0 again).
             probe = api.slot_action(1, "save", "probe.bin")

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import httpx
@@ -247,6 +247,7 @@ class PrefixCache:
         chunk_chars: int = HEAD_CHUNK_CHARS,
         claims: PrefillClaims | None = None,
         check: Callable[[], None] = _go_on,
+        prefill_first: bool = False,
     ) -> None:
         self.api = api
         self.store = store
@@ -257,11 +258,14 @@ class PrefixCache:
         self.chunk_chars = chunk_chars
         self.claims = claims or PrefillClaims()
         self.check = check
+        # Other slots may wait for this one's prefixes: prefill and save a prefix before the first reply is decoded.
+        self.prefill_first = prefill_first
         self.resident: PrefixKey | None = None
         self.saving = True
 
-    def for_slot(self, slot: int, *, check: Callable[[], None] = _go_on) -> PrefixCache:
-        """The same server's cache for another of its slots: one directory, one set of claims."""
+    def for_slot(self, slot: int, *, check: Callable[[], None] = _go_on, prefill_first: bool = False) -> PrefixCache:
+        """The same server's cache for another of its slots: one directory, one set of claims. prefill_first: other
+        slots of this run share them (--parallel)."""
         return PrefixCache(
             self.api,
             self.store,
@@ -272,6 +276,7 @@ class PrefixCache:
             chunk_chars=self.chunk_chars,
             claims=self.claims,
             check=check,
+            prefill_first=prefill_first,
         )
 
     @classmethod
@@ -377,6 +382,15 @@ class PrefixCache:
         return PrefixCachedModel(model, self)
 
 
+@runtime_checkable
+class Prefills(Protocol):
+    def prefill(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn: ...
+
+
+# After the system message and tools the template needs a user turn; the task's own turn follows the same header.
+PREFILL_QUESTION = {"role": "user", "content": "."}
+
+
 class PrefixCachedModel:
     """A task's model: its first request is preceded by a restore and followed by a save. While another slot of
     the server prefills the same prefix, the first request waits for it (PrefillClaims)."""
@@ -393,13 +407,18 @@ class PrefixCachedModel:
         self._first = False
         cache = self.cache
         key = cache.key(str(messages[0]["content"]), tools)
-        # Only a prefix not saved yet is claimed: the claim lasts the whole first request (prefill, then the first
-        # reply), which a waiting slot accepts because a prefill of the repository is the longer part by far.
+        # Only a prefix not saved yet is claimed, until it is saved: with other slots waiting, right after a prefill
+        # of the prefix alone (one token generated), not after a whole first reply has been decoded.
         claimed = not cache.store.has(key.digest)
         if claimed:
             cache.claims.claim(key.digest, cache.slot, on_wait=partial(_waiting, cache), check=cache.check)
         try:
             cache.restore(key)
+            if claimed and cache.prefill_first and isinstance(self.model, Prefills):
+                self.model.prefill([messages[0], PREFILL_QUESTION], tools)
+                cache.save(key)
+                cache.claims.release(key.digest)
+                claimed = False
             try:
                 reply = self.model.complete(messages, tools)
             except BaseException:
