@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.config import LLMConfig, SamplingConfig
 from agent.llama_api import ServerError
+from agent.llm import OpenAIChatModel
 from agent.server.binary import find_binary, find_embedded_model
 from agent.server.launcher import ServerState, start_server, stop_server
 from agent.server.presets import PresetRequest, build_preset
@@ -23,12 +25,39 @@ TEST_CTX = 4096
 READY_TIMEOUT_S = 180.0
 # Unconditional acceptance probability per draft position (non-increasing, one per --spec-draft-n-max position).
 SYNTHETIC_RATES = (0.9, 0.7, 0.5, 0.3, 0.1)
+READ_FILE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the repository",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    }
+]
+# About a thousand tokens of stable prefix, like the packed repository in front of a real conversation.
+_REPOSITORY = "".join(
+    f"def helper_{number}(value: int) -> int:\n    return value * {number} + {number % 7}\n\n" for number in range(40)
+)
+REPOSITORY_SYSTEM = f"You are a refactoring assistant. The repository:\n{_REPOSITORY}"
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def chat_model(state: ServerState, max_tokens: int, **listeners) -> OpenAIChatModel:
+    """The streaming client on one of these servers, seeded, never retrying (a failure shows at once)."""
+    config = LLMConfig(
+        server_url=state.url,
+        server_explicit=True,
+        model="smollm2",
+        sampling=SamplingConfig(max_tokens=max_tokens, seed=7),
+        max_retries=0,
+    )
+    return OpenAIChatModel(config, **listeners)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""The streaming client against a real HTTP server that speaks llama-server's dialect."""
+"""The streaming client against a real HTTP server that speaks llama-server's dialect, and against a real
+llama-server (marker `llama_server`): usage, timings, prefill progress, the prompt cache, a broken history."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from typing import Any
 import pytest
 
 from agent.config import LLMConfig, SamplingConfig
-from agent.llm import ContextOverflow, MalformedOutput, ModelUnavailable, OpenAIChatModel
+from agent.llama_api import LlamaServerAPI
+from agent.llm import AssistantTurn, ContextOverflow, MalformedOutput, ModelUnavailable, OpenAIChatModel, ToolCall
+from agent.server.launcher import ServerState
+from tools import default_registry
 
+from llama_fixtures import READ_FILE_TOOLS, REPOSITORY_SYSTEM, chat_model
 from scripted_server import FORMAT_ERROR, Fail, Reply, ScriptedServer, Stall, StreamError
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
@@ -172,3 +177,69 @@ def test_the_total_request_timeout_is_a_backstop_that_is_not_retried() -> None:
         with pytest.raises(ModelUnavailable, match=r"still running after 1s"):
             OpenAIChatModel(config).complete(MESSAGES, TOOLS)
     assert len(server.requests) == 1  # an hour-long request repeated six times would cost the night
+
+
+@pytest.mark.llama_server
+@pytest.mark.docker
+def test_garbage_tool_arguments_in_history_are_survived(llama_server: ServerState) -> None:
+    """A model's broken JSON goes back into the history; the server's template must still render the next turn."""
+    config = LLMConfig(server_url=llama_server.url, sampling=SamplingConfig(max_tokens=8, seed=3), max_retries=0)
+    model = OpenAIChatModel(config)
+    garbage = AssistantTurn(tool_calls=[ToolCall(id="call_1", name="bash", arguments='{"command": "ls -la')])
+    messages = [
+        {"role": "system", "content": "You refactor code."},
+        {"role": "user", "content": "List the files."},
+        garbage.to_message(),
+        {"role": "tool", "tool_call_id": "call_1", "content": "error: arguments are not valid JSON"},
+    ]
+    turn = model.complete(messages, default_registry().schemas())
+    assert turn.stats.prompt_tokens > 0 and turn.stats.completion_tokens > 0
+
+
+@pytest.mark.llama_server
+def test_streamed_turn_carries_usage_and_timings(llama_server):
+    messages = [{"role": "system", "content": "You help with code."}, {"role": "user", "content": "Say hello."}]
+    turn = chat_model(llama_server, max_tokens=24).complete(messages, READ_FILE_TOOLS)
+    stats = turn.stats
+    assert turn.content or turn.tool_calls
+    assert turn.finish_reason in {"stop", "length", "tool_calls"}
+    assert stats.timings_reported
+    with LlamaServerAPI(llama_server.url) as api:
+        # The template wraps the two messages in role markers: more tokens than their text alone.
+        assert stats.prompt_tokens > len(api.tokenize("You help with code. Say hello."))
+        assert abs(len(api.tokenize(turn.content)) - stats.completion_tokens) <= 2
+    assert 0 < stats.completion_tokens <= 24
+    assert stats.prompt_ms is not None and stats.prompt_ms > 0
+    assert stats.predicted_ms is not None and stats.predicted_ms > 0
+    assert stats.predicted_per_second is not None and stats.predicted_per_second > 0
+    assert stats.ttft_s is not None and 0 < stats.ttft_s <= stats.latency_s
+
+
+@pytest.mark.llama_server
+def test_a_long_prompt_streams_prefill_progress(llama_server):
+    events = []
+    # A fresh first line: nothing of this prompt is in the server's cache, so all of it is prefilled.
+    system = f"Session {time.time_ns()}.\n{REPOSITORY_SYSTEM}"
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "What does helper_3 do?"}]
+    turn = chat_model(llama_server, max_tokens=8, on_progress=events.append).complete(messages, READ_FILE_TOOLS)
+    print(f"\nprefill progress events: {events}")
+    assert events, "no prompt_progress chunk reached the observer"
+    assert {event.type for event in events} == {"prefill_progress"}
+    assert {event.total for event in events} == {turn.stats.prompt_tokens}
+    processed = [event.processed for event in events]
+    assert processed == sorted(processed)
+    assert processed[-1] == turn.stats.prompt_tokens
+    assert len(events) <= 11  # a few per request, not one per batch
+
+
+@pytest.mark.llama_server
+def test_second_turn_reads_the_prefix_from_the_cache(llama_server):
+    model = chat_model(llama_server, max_tokens=16)
+    history = [{"role": "system", "content": REPOSITORY_SYSTEM}, {"role": "user", "content": "What does helper_3 do?"}]
+    first = model.complete(history, READ_FILE_TOOLS)
+    history += [first.to_message(), {"role": "user", "content": "And helper_4?"}]
+    second = model.complete(history, READ_FILE_TOOLS)
+    print(f"\nturn 2: {second.stats.cached_tokens} of {second.stats.prompt_tokens} prompt tokens cached")
+    assert first.stats.cached_tokens < 0.5 * first.stats.prompt_tokens
+    assert second.stats.prompt_tokens > first.stats.prompt_tokens > 1000
+    assert second.stats.cached_tokens >= 0.95 * second.stats.prompt_tokens

@@ -1,15 +1,20 @@
 import pytest
 
+from agent.llama_api import LlamaServerAPI
 from agent.metrics import (
     RequestStats,
     SpecCounters,
     accepted_per_position,
     parse_prometheus,
     percentile,
+    scrape_spec_counters,
     spec_counters_from_text,
+    speculation_configured,
     speculation_warning,
     summarize,
 )
+
+from llama_fixtures import READ_FILE_TOOLS, REPOSITORY_SYSTEM, SYNTHETIC_RATES, chat_model
 
 # The shape llama-server's /metrics prints (tools/server/server-task.cpp), numbers as C++ streams them.
 METRICS_TEXT = """\
@@ -149,3 +154,86 @@ def test_warning_when_speculation_configured_but_nothing_drafted():
 def test_no_warning_when_drafts_were_made():
     summary = summarize([_stats(prompt_tokens=10, completion_tokens=50, draft_tokens=20, draft_accepted=5)])
     assert speculation_warning(summary, speculation_configured=True) is None
+
+
+TURNS = 4
+
+
+@pytest.mark.llama_server
+def test_self_draft_speculation_shows_in_timings_and_metrics(llama_server):
+    messages = [{"role": "user", "content": "Count from 1 to 40, separated by commas."}]
+    with LlamaServerAPI(llama_server.url) as api:
+        assert speculation_configured(api)
+        before = scrape_spec_counters(api)
+        turn = chat_model(llama_server, max_tokens=64).complete(messages, [])
+        after = scrape_spec_counters(api)
+    assert before is not None and after is not None
+    delta = after - before
+    assert turn.stats.draft_tokens > 0
+    assert turn.stats.draft_accepted > 0
+    assert delta.draft_tokens == turn.stats.draft_tokens
+    assert delta.accepted_tokens == turn.stats.draft_accepted
+    assert 0 < delta.drafts <= turn.stats.completion_tokens
+
+
+@pytest.mark.llama_server
+def test_a_short_session_summarises_cache_speculation_and_latency(llama_server):
+    model = chat_model(llama_server, max_tokens=16)
+    history = [{"role": "system", "content": REPOSITORY_SYSTEM}]
+    # The repository prefix is warm, as for every task after a night's first; without this request the ratio
+    # would depend on an earlier test having sent the same prefix to the session's server.
+    model.complete([*history, {"role": "user", "content": "Hello."}], READ_FILE_TOOLS)
+    stats = []
+    with LlamaServerAPI(llama_server.url) as api:
+        before = scrape_spec_counters(api)
+        for number in range(TURNS):
+            history.append({"role": "user", "content": f"Rewrite helper_{number} with a docstring."})
+            turn = model.complete(history, READ_FILE_TOOLS)
+            history.append(turn.to_message())
+            stats.append(turn.stats)
+        after = scrape_spec_counters(api)
+    assert before is not None and after is not None
+    summary = summarize(stats, after - before)
+    print(f"\nmeasured on SmolLM2 self-draft: {summary.model_dump_json(indent=2)}")
+    assert summary.requests == TURNS
+    assert summary.cache_hit_ratio is not None and summary.cache_hit_ratio > 0.8
+    assert summary.accepted_per_pass_source == "metrics"
+    assert summary.acceptance_rate is not None and 0 < summary.acceptance_rate <= 1
+    assert summary.accepted_per_pass is not None and summary.accepted_per_pass > 0
+    assert summary.latency_p50_s is not None and summary.latency_p99_s is not None
+    assert summary.latency_p50_s <= summary.latency_p95_s <= summary.latency_p99_s
+    assert speculation_warning(summary, speculation_configured=True) is None
+
+
+# Speculative decoding with llama-server's synthetic acceptance: the counters must show the configured rates.
+# Each request seeds llama-server's acceptance draws, so with full-length drafts the outcome is reproducible;
+# the tolerance covers the few short drafts at the end of a request and drafted end-of-text tokens.
+SEEDS = (0, 1)
+TOKENS_PER_REQUEST = 160
+TOLERANCE = 0.12
+
+
+@pytest.mark.llama_server
+def test_synthetic_acceptance_matches_the_configured_rates(llama_server_synthetic):
+    body = {
+        "messages": [{"role": "user", "content": "Write a long story about a lighthouse keeper."}],
+        "max_tokens": TOKENS_PER_REQUEST,
+        # Synthetic acceptance makes the text invalid; ignoring end-of-generation keeps every request full length.
+        "ignore_eos": True,
+    }
+    with LlamaServerAPI(llama_server_synthetic.url, timeout_s=300) as api:
+        before = api.metrics_text()
+        for seed in SEEDS:
+            api.chat_completion({**body, "seed": seed})
+        after = api.metrics_text()
+    assert before is not None and after is not None
+    delta = spec_counters_from_text(after) - spec_counters_from_text(before)
+    before_positions = accepted_per_position(before) or [0.0] * len(SYNTHETIC_RATES)
+    positions = [late - early for late, early in zip(accepted_per_position(after), before_positions, strict=True)]
+    assert delta.drafts > 60
+    measured = [count / delta.drafts for count in positions]
+    print(f"\nsynthetic rates {SYNTHETIC_RATES}, measured per position {[round(rate, 3) for rate in measured]}")
+    print(f"accepted per pass {delta.accepted_per_pass:.3f} (expected {sum(SYNTHETIC_RATES):.2f})")
+    assert measured == pytest.approx(list(SYNTHETIC_RATES), abs=TOLERANCE)
+    assert delta.accepted_per_pass == pytest.approx(sum(SYNTHETIC_RATES), abs=TOLERANCE * len(SYNTHETIC_RATES) / 2)
+    assert delta.acceptance_rate == pytest.approx(sum(SYNTHETIC_RATES) / len(SYNTHETIC_RATES), abs=TOLERANCE)

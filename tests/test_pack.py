@@ -1,4 +1,5 @@
-"""The packer on real git repositories: selection, determinism, ranking, outlines, budgets and the CLI."""
+"""The packer on real git repositories: selection, determinism, ranking, outlines, budgets and the CLI; exact counts
+from the model's own tokenizer on a real llama-server (SmolLM2-135M, marker `llama_server`)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ import pytest
 from fixtures.pack_repos import commit_all, make_module_repo, make_planted_repo
 from typer.testing import CliRunner
 
+from agent.llama_api import LlamaServerAPI
 from agent.packing import PackError, PackOptions, pack_repository
+from agent.packing.budget import context_budget
 from agent.packing.graph import build_graph
 from agent.packing.outline import MAX_OUTLINE_BYTES, MAX_PARSED_BYTES, extract_outline
 from agent.packing.rank import rank_files
 from agent.packing.repomap import OUTLINES_TABLE
 from agent.packing.symbols import extract_symbols
+from agent.server.launcher import ServerState
 
 from repos import make_repo
 from scripted_server import ScriptedServer, tokens_of
@@ -604,3 +608,55 @@ def test_a_partial_pack_orders_files_alike_for_every_task(tmp_path: Path, monkey
     common = set(orders[0]) & set(orders[1])
     assert len(common) > 10
     assert [path for path in orders[0] if path in common] == [path for path in orders[1] if path in common]
+
+
+@pytest.fixture
+def tokenizer_server(llama_server_plain: ServerState) -> str:
+    return llama_server_plain.url
+
+
+@pytest.mark.llama_server
+def test_budget_never_exceeded_by_the_real_tokenizer(tokenizer_server: str, tmp_path: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=40)
+    cache_dir = tmp_path / "cache"
+    with LlamaServerAPI(tokenizer_server) as api:
+        for budget in (200, 700, 2000, 5000, 9000):
+            for format_name in ("xml", "markdown"):
+                options = PackOptions(
+                    cache_dir=cache_dir,
+                    server_url=tokenizer_server,
+                    budget_tokens=budget,
+                    format=format_name,
+                    task="Widget12",
+                )
+                packed = pack_repository(repo, options)
+                assert packed.stats.counts == "exact"
+                assert packed.stats.tokenizer is not None and packed.stats.tokenizer.endswith(".gguf")
+                assert packed.stats.total_tokens <= budget
+                whole = len(api.tokenize(packed.text))
+                assert whole <= budget, (budget, format_name)
+                # Pieces counted apart add up to the whole (give or take merges at the seams).
+                assert whole <= packed.stats.total_tokens <= whole + packed.stats.files_full + 64
+
+
+@pytest.mark.llama_server
+def test_window_sized_budget_and_exact_counts_of_a_planted_repo(tokenizer_server: str, tmp_path: Path) -> None:
+    repo = make_planted_repo(tmp_path / "planted", tmp_path)
+    packed = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache", server_url=tokenizer_server))
+    with LlamaServerAPI(tokenizer_server) as api:
+        n_ctx = api.context_size()
+        assert packed.stats.budget_tokens == context_budget(n_ctx, "max", None)
+        assert packed.stats.total_tokens == pytest.approx(len(api.tokenize(packed.text)), abs=8)
+        geometry = next(stat for stat in packed.stats.files if stat.path == "pkg/geometry.py")
+        rendered = f'<file path="pkg/geometry.py">\n{(repo / "pkg/geometry.py").read_text()}</file>\n'
+        assert geometry.tokens_full == len(api.tokenize(rendered))
+
+
+@pytest.mark.llama_server
+def test_warm_run_reuses_every_count(tokenizer_server: str, tmp_path: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=30)
+    options = PackOptions(cache_dir=tmp_path / "cache", server_url=tokenizer_server, budget_tokens=3000)
+    cold = pack_repository(repo, options)
+    warm = pack_repository(repo, options)
+    assert warm.text == cold.text
+    assert warm.stats.model_dump(exclude={"elapsed_s"}) == cold.stats.model_dump(exclude={"elapsed_s"})

@@ -6,10 +6,21 @@ from pathlib import Path
 import pytest
 
 from agent.config import LLMConfig
-from agent.llama_api import ServerUnreachable
+from agent.llama_api import LlamaServerAPI, ServerUnreachable
 from agent.server import ensure_server
 from agent.server.errors import LaunchError
-from agent.server.launcher import ServerState, default_state_dir, find_state, read_states, stop_server
+from agent.server.launcher import (
+    ServerState,
+    default_state_dir,
+    find_state,
+    read_states,
+    server_status,
+    start_server,
+    stop_server,
+)
+from agent.server.presets import PresetRequest, ServerPreset, build_preset
+
+from llama_fixtures import TEST_CTX, free_port
 
 
 def _write_state(state_dir: Path, *, pid: int, port: int, binary: str = "/opt/llama/llama-server") -> ServerState:
@@ -95,3 +106,40 @@ def test_ensure_server_never_stands_in_for_an_explicit_url():
     config = LLMConfig(server_url=f"http://127.0.0.1:{port}/v1", server_explicit=True)
     with pytest.raises(ServerUnreachable, match="refactor-agent server start --preset"):
         ensure_server(config, log=lambda _message: None)
+
+
+@pytest.mark.llama_server
+def test_an_unknown_flag_is_refused_before_launch(llama_binary, tmp_path):
+    preset = build_preset(PresetRequest(extra_args=["--spec-draft-conf-min", "0.5"]))
+    with pytest.raises(LaunchError, match="--spec-draft-conf-min"):
+        start_server(preset, binary=llama_binary, state_dir=tmp_path, log=lambda _message: None)
+
+
+@pytest.mark.llama_server
+def test_a_server_that_dies_while_loading_is_reported_with_its_log(llama_binary, tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"this is not a gguf file" * 100)
+    preset = build_preset(PresetRequest(model=broken, port=free_port()))
+    with pytest.raises(LaunchError, match="exited") as raised:
+        start_server(preset, binary=llama_binary, state_dir=tmp_path, log=lambda _message: None)
+    assert "full log" in str(raised.value)
+    assert find_state(preset.port, tmp_path) is None
+
+
+@pytest.mark.llama_server
+def test_start_prints_the_command_records_state_and_stop_ends_it(llama_binary, tmp_path):
+    preset: ServerPreset = build_preset(PresetRequest(ctx_size=TEST_CTX, port=free_port()))
+    messages: list[str] = []
+    state = start_server(preset, binary=llama_binary, state_dir=tmp_path, log=messages.append)
+    try:
+        assert any(str(llama_binary) in message and "--ctx-size 4096" in message for message in messages)
+        assert find_state(preset.port, tmp_path) == state
+        status = server_status(state)
+        assert status.running and status.health == "ok"
+        with pytest.raises(LaunchError, match=r"port \d+ is taken"):
+            start_server(preset, binary=llama_binary, state_dir=tmp_path, log=lambda _message: None)
+    finally:
+        stop_server(preset.port, state_dir=tmp_path, log=messages.append)
+    with LlamaServerAPI(state.url, timeout_s=2) as api, pytest.raises(ServerUnreachable):
+        api.health()
+    assert find_state(preset.port, tmp_path) is None

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from agent.server.binary import find_embedded_model
+from agent.server.launcher import check_flags
 from agent.server.presets import (
     DSPARK_DEFAULT_CTX,
     EMBEDDED_MAX_CTX,
@@ -129,3 +130,12 @@ def test_presets_save_slots_under_the_state_directory(ggufs, tmp_path, monkeypat
     assert pairs["--slot-save-path"] == str(tmp_path / "state" / "refactor-agent" / "kv-cache")
     chosen = build_preset(PresetRequest(preset=preset, slot_save_path=tmp_path / "mine", **files))
     assert _pairs(chosen.arguments())["--slot-save-path"] == str(tmp_path / "mine")
+
+
+@pytest.mark.llama_server
+def test_both_presets_only_use_flags_the_binary_knows(llama_binary, tmp_path):
+    model, draft = tmp_path / "model.gguf", tmp_path / "draft.gguf"
+    model.write_bytes(b"GGUF")
+    draft.write_bytes(b"GGUF")
+    check_flags(build_preset(PresetRequest(preset="dspark", model=model, draft=draft)), llama_binary)
+    check_flags(build_preset(PresetRequest(self_draft=True)), llama_binary)
