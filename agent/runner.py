@@ -1,5 +1,5 @@
-"""One run: the night's tasks (of one repository, or several), each in its own worktree and container; side
-effects (commit, patch) after the loop.
+"""One run: the night's tasks (of one repository, or several), each in its own worktree and container, through
+the stages of agent/stages/ (workspace, baseline, loop, gate, settle); side effects (commit, patch) after the loop.
 
 The tasks go one after the other here (InOrder) unless a TaskDispatch says otherwise: in parallel over a fleet of
 servers (agent/fleet_dispatch.py) or as Ray tasks on other machines (agent/ray_executor.py).
@@ -19,8 +19,6 @@ import copy
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -36,7 +34,6 @@ from agent.events import (
     EnvironmentProgress,
     EnvironmentReady,
     Event,
-    Repair,
     Retry,
     RunEnd,
     RunStart,
@@ -46,10 +43,8 @@ from agent.events import (
 )
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
-from agent.gate.syntax import MAX_CHECKED_BYTES
-from agent.gate.verdict import GateCheck, evidence_trailer, repair_message
 from agent.interrupt import Interrupted
-from agent.journal import PATCH_MAX_BYTES, RunJournal
+from agent.journal import RunJournal
 from agent.leftovers import create_run_scratch, remove_run_scratch
 from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import ChatModel, RetryPolicy
@@ -62,13 +57,15 @@ from agent.metrics import (
     speculation_warning,
     summarize,
 )
-from agent.morning_report import split_patch
-from agent.report import EnvironmentRecord, GateEvidence, RunSummary, TaskSummary, now_iso
+from agent.report import EnvironmentRecord, RunSummary, TaskSummary, now_iso
 from agent.resume import RESTARTED_MESSAGE, RunProgress, TaskProgress
-from agent.safe_git import GitError, SafeGit
+from agent.safe_git import GitError
 from agent.server.kv_cache import PrefixCache, prefix_cached
+from agent.stages.gate import gate_with_repairs
+from agent.stages.settle import already_committed, save_patch, settle, settle_unfinished
+from agent.stages.workspace import RepoState, open_workspace, state_git
 from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit
-from agent.workspace import Workspace, user_git, wip_ref
+from agent.workspace import Workspace, wip_ref
 from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
 from tools import ToolContext, default_registry
 from tools.ledger import Ledger, old_names_in
@@ -118,18 +115,6 @@ def _measure(
     report.warnings = [warning] if warning else []
 
 
-def _evidence(record: GateRecord, check: GateCheck) -> GateEvidence:
-    comparison = check.comparison
-    lists = comparison.model_dump() if comparison is not None else {}
-    return GateEvidence(
-        baseline=record.baseline.describe() if record.baseline else None,
-        final=check.final.describe() if check.final else None,
-        syntax_errors=check.syntax_errors,
-        repair_rounds=record.repair_rounds,
-        **lists,
-    )
-
-
 def _time_notice(end: float | None) -> Callable[[], str | None]:
     """The loop's notice: once, the time-is-up message when the task is within its grace period."""
     if end is None:
@@ -150,21 +135,6 @@ def _time_notice(end: float | None) -> Callable[[], str | None]:
 def _tool_mounts(config: RunConfig) -> list[Path]:
     """The symbol tools' helper and libraries, which the ledger uses too (read-only, see tools/symbols.py)."""
     return sandbox_mounts() if config.symbol_tools or config.ledger else []
-
-
-@dataclass
-class RepoState:
-    """What the run keeps per repository of the night."""
-
-    repo: git.Repo
-    git_dir: Path
-    scratch: Path | None = None
-    environment: EnvironmentRecord | None = None  # prepared before the repository's first task
-
-
-def state_git(state: RepoState) -> SafeGit:
-    """Git on the user's repository for reading refs; its hooks directory is one that holds no hooks."""
-    return user_git(state.repo, (state.scratch or state.git_dir) / "no-hooks")
 
 
 class Run:
@@ -365,31 +335,6 @@ class Run:
             self.summary.environments = [*earlier, state.environment]
             self.journal.write_summary(self.summary)
 
-    def _workspace(self, index: int, config: RunConfig, task: str, state: RepoState) -> Workspace:
-        assert state.scratch is not None, "prepare_repository comes first"
-        resumed = self.progress.in_flight.get(index) if self.progress is not None else None
-        if resumed is not None and resumed.start.base_commit is not None:
-            ref = wip_ref(self.journal.run_id, index)
-            try:
-                restore = state_git(state).run("rev-parse", "--verify", "-q", ref).strip().decode()
-            except GitError:
-                restore = None
-            return Workspace.reopen(
-                state.repo,
-                branch=resumed.start.branch,
-                base_commit=resumed.start.base_commit,
-                restore=restore,
-                max_file_bytes=config.max_file_bytes,
-                scratch_root=state.scratch,
-            )
-        return Workspace.create(
-            state.repo,
-            run_id=self.journal.run_id,
-            task=f"{index}-{task}",
-            max_file_bytes=config.max_file_bytes,
-            scratch_root=state.scratch,
-        )
-
     def run_task(self, index: int, config: RunConfig, task: str) -> TaskSummary:
         """The stages of one task: workspace, then in its sandbox baseline and loop and gate, then settle."""
         started = time.monotonic()
@@ -402,8 +347,15 @@ class Run:
             self.emit(TaskEnd(outcome=outcome))
             return outcome
         state = self.repos[config.repo]
-        workspace = self._workspace(index, config, task, state)
         resumed = self.progress.in_flight.get(index) if self.progress is not None else None
+        workspace = open_workspace(
+            state,
+            run_id=self.journal.run_id,
+            index=index,
+            task=task,
+            max_file_bytes=config.max_file_bytes,
+            resumed=resumed,
+        )
         self.emit(
             TaskStart(
                 text=task,
@@ -426,7 +378,7 @@ class Run:
         counters_before = _spec_counters(self.server_api)
         try:
             if workspace.head() != workspace.base_commit:  # settled before the process died: not done twice
-                return self._already_committed(workspace, outcome)
+                return already_committed(self.journal, workspace, outcome)
             end = self._task_end(config)
             with time_limit(*end) if end is not None else contextlib.nullcontext():
                 result, check = self._in_sandbox(workspace, config, task, resumed, end)
@@ -434,7 +386,7 @@ class Run:
             self.requests += result.requests
             task_delta = _delta(_spec_counters(self.server_api), counters_before)
             _measure(outcome, result.requests, task_delta, self.speculation)
-            outcome = self._settle(workspace, outcome, result, check, config)
+            outcome = settle(self.journal, workspace, outcome, result, check, self._trailers())
         except TimeUp as up:
             self._settle_unfinished(workspace, outcome, "timed_out", f"{up.reason}: stopped at {now_iso()}")
         except Interrupted as stop:
@@ -443,7 +395,7 @@ class Run:
         except Exception as error:  # the next task still deserves its chance
             outcome.reason = f"internal error: {error.__class__.__name__}: {error}"
             with contextlib.suppress(Exception):  # keep what the model did so far for the morning
-                self._save_patch(workspace, outcome)
+                save_patch(self.journal, workspace, outcome)
         finally:
             self.workspace = None
             outcome.wall_time_s = round(time.monotonic() - started, 3)
@@ -453,41 +405,15 @@ class Run:
             workspace.remove()
         return outcome
 
-    def _already_committed(self, workspace: Workspace, outcome: TaskSummary) -> TaskSummary:
-        """The task's commit was made, but the process died before it recorded the task as settled."""
-        outcome.commit = workspace.head()
-        message = workspace.git.run("log", "-1", "--format=%B", outcome.commit).decode("utf-8", errors="replace")
-        trailers = dict(
-            line.split(": ", 1) for line in message.splitlines() if line.startswith("Refactor-Agent-") and ": " in line
-        )
-        outcome.status = "committed"
-        outcome.verdict = trailers.get("Refactor-Agent-Verdict", trailers.get("Refactor-Agent-Status", "unverified"))
-        outcome.reason = "committed before the process stopped; recorded on resume"
-        patch = self.journal.directory / "patch.diff"
-        recorded = split_patch(patch.read_text(encoding="utf-8", errors="replace")) if patch.exists() else {}
-        if outcome.index not in recorded:  # the kill came between the commit and its patch
-            self._save_patch(workspace, outcome)
-        return outcome
-
     def _settle_unfinished(self, workspace: Workspace, outcome: TaskSummary, status: str, reason: str) -> None:
-        """Keep what the model did so far: in patch.diff, and as a commit marked with the status (interrupted,
-        timed_out) on the task branch.
-
-        The sandbox is already gone (the signal unwound through its `with`), so nothing changes the worktree
-        any more."""
+        """A task stopped before its end (interrupted, timed_out): its turns so far, then settled as it stands."""
         outcome.status = outcome.verdict = status  # type: ignore[assignment]
         outcome.reason = reason
         if self.loop is not None:
             outcome.turns = self.loop.turn
             self.requests += self.loop.requests
             _measure(outcome, self.loop.requests, None, self.speculation)
-        with contextlib.suppress(Exception):
-            outcome.commit = workspace.commit(
-                f"refactor-agent: {outcome.task} ({status.replace('_', ' ')}, unfinished)",
-                {**self._trailers(), "Refactor-Agent-Status": status},
-            )
-        with contextlib.suppress(Exception):  # after the commit, so a cut patch can name it
-            self._save_patch(workspace, outcome)
+        settle_unfinished(self.journal, workspace, outcome, status, self._trailers())
 
     def remove_scratch(self) -> None:
         """The run's worktrees (its branches are kept)."""
@@ -570,60 +496,4 @@ class Run:
             else:
                 result = loop.run(system, task_prompt(task, test_command))
             self.workspace = None
-            return self._gate(gate, loop, result, workspace, config)
-
-    def _gate(
-        self, gate: Gate, loop: AgentLoop, result: LoopResult, workspace: Workspace, config: RunConfig
-    ) -> tuple[LoopResult, GateRecord]:
-        """Check the finished work; on regressions ask for a repair, at most --repair-rounds times. Work that a
-        repair round left unfinished (turn limit, model error) is checked once more as it stands."""
-        record = GateRecord(baseline=gate.baseline_run)
-        while result.outcome in ("finished", "stopped") or record.repair_rounds:
-            changed = workspace.changed_paths()
-            record.check = gate.check(changed, partial(workspace.file_at, limit=MAX_CHECKED_BYTES)) if changed else None
-            finished = result.outcome in ("finished", "stopped")
-            if record.check is None or record.check.verdict != "regressed" or not finished:
-                break
-            if record.repair_rounds >= config.repair_rounds:
-                break
-            record.repair_rounds += 1
-            self.emit(Repair(round=record.repair_rounds, reason=record.check.reason))
-            result = loop.resume(repair_message(record.check))
-        return result, record
-
-    def _save_patch(self, workspace: Workspace, outcome: TaskSummary) -> None:
-        diff = workspace.diff(max_bytes=PATCH_MAX_BYTES)
-        outcome.uncommitted_files = workspace.uncommitted_files
-        full_change = f"commit {outcome.commit} on {outcome.branch}" if outcome.commit else None
-        header = f"task {outcome.index}: {outcome.task}"
-        self.journal.append_patch(header, diff.data, total_bytes=diff.total_bytes, full_change=full_change)
-
-    def _settle(
-        self, workspace: Workspace, outcome: TaskSummary, result: LoopResult, record: GateRecord, config: RunConfig
-    ) -> TaskSummary:
-        """The run hook: verdict, commit and patch happen here, outside the loop. Work the gate checked is
-        committed whatever its verdict (nothing the model did is thrown away); the trailers carry the evidence."""
-        outcome.turns = result.turns
-        outcome.summary = result.summary
-        outcome.reason = result.reason
-        check = record.check
-        failed = result.outcome in ("max_turns", "error") and check is None
-        if not failed:
-            trailers = self._trailers()
-            if check is not None:
-                outcome.tests = _evidence(record, check)
-                outcome.reason = f"{result.reason}; gate: {check.reason}"
-                trailers["Refactor-Agent-Verdict"] = check.verdict
-                evidence = evidence_trailer(record.baseline, check.final)
-                if evidence:
-                    trailers["Refactor-Agent-Tests"] = evidence
-            message = result.summary.strip() or f"refactor-agent: {outcome.task}"
-            outcome.commit = workspace.commit(message, trailers)
-        # After the commit, so a cut patch can name it; a commit that fails still gets the patch (run_task).
-        self._save_patch(workspace, outcome)
-        outcome.status = "failed" if failed else "committed" if outcome.commit else "no_changes"
-        if failed:
-            outcome.verdict = "failed"
-        else:
-            outcome.verdict = check.verdict if check is not None and outcome.commit else "no_changes"
-        return outcome
+            return gate_with_repairs(gate, loop, result, workspace, repair_rounds=config.repair_rounds, emit=self.emit)

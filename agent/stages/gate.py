@@ -1,0 +1,53 @@
+"""The gate stage: finished work checked against the baseline; regressions go back to the model for repair."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from agent.events import Event, Repair
+from agent.gate.stage import Gate, GateRecord
+from agent.gate.syntax import MAX_CHECKED_BYTES
+from agent.gate.verdict import GateCheck, repair_message
+from agent.loop import AgentLoop, LoopResult
+from agent.report import GateEvidence
+from agent.workspace import Workspace
+
+
+def gate_with_repairs(
+    gate: Gate,
+    loop: AgentLoop,
+    result: LoopResult,
+    workspace: Workspace,
+    *,
+    repair_rounds: int,
+    emit: Callable[[Event], None],
+) -> tuple[LoopResult, GateRecord]:
+    """Check the finished work; on regressions ask for a repair, at most `repair_rounds` times. Work that a repair
+    round left unfinished (turn limit, model error) is checked once more as it stands."""
+    record = GateRecord(baseline=gate.baseline_run)
+    while result.outcome in ("finished", "stopped") or record.repair_rounds:
+        changed = workspace.changed_paths()
+        record.check = gate.check(changed, partial(workspace.file_at, limit=MAX_CHECKED_BYTES)) if changed else None
+        finished = result.outcome in ("finished", "stopped")
+        if record.check is None or record.check.verdict != "regressed" or not finished:
+            break
+        if record.repair_rounds >= repair_rounds:
+            break
+        record.repair_rounds += 1
+        emit(Repair(round=record.repair_rounds, reason=record.check.reason))
+        result = loop.resume(repair_message(record.check))
+    return result, record
+
+
+def evidence(record: GateRecord, check: GateCheck) -> GateEvidence:
+    """What the report, the trailers and `review` show of the gate's work."""
+    comparison = check.comparison
+    lists = comparison.model_dump() if comparison is not None else {}
+    return GateEvidence(
+        baseline=record.baseline.describe() if record.baseline else None,
+        final=check.final.describe() if check.final else None,
+        syntax_errors=check.syntax_errors,
+        repair_rounds=record.repair_rounds,
+        **lists,
+    )

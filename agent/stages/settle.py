@@ -1,0 +1,93 @@
+"""The settle stage, outside the loop: the verdict, the commit with its trailers, the patch in the run's records.
+
+Work the gate checked is committed whatever its verdict (nothing the model did is thrown away); the trailers carry
+the evidence. A task stopped before its end (interrupted, timed out) is committed as it stands, marked so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from agent.gate.stage import GateRecord
+from agent.gate.verdict import evidence_trailer
+from agent.journal import PATCH_MAX_BYTES, RunJournal
+from agent.loop import LoopResult
+from agent.morning_report import split_patch
+from agent.report import TaskSummary
+from agent.stages.gate import evidence
+from agent.workspace import Workspace
+
+
+def save_patch(journal: RunJournal, workspace: Workspace, outcome: TaskSummary) -> None:
+    """The task's diff into patch.diff (capped; a cut patch names the commit that holds it whole)."""
+    diff = workspace.diff(max_bytes=PATCH_MAX_BYTES)
+    outcome.uncommitted_files = workspace.uncommitted_files
+    full_change = f"commit {outcome.commit} on {outcome.branch}" if outcome.commit else None
+    header = f"task {outcome.index}: {outcome.task}"
+    journal.append_patch(header, diff.data, total_bytes=diff.total_bytes, full_change=full_change)
+
+
+def settle(
+    journal: RunJournal,
+    workspace: Workspace,
+    outcome: TaskSummary,
+    result: LoopResult,
+    record: GateRecord,
+    trailers: dict[str, str],
+) -> TaskSummary:
+    outcome.turns = result.turns
+    outcome.summary = result.summary
+    outcome.reason = result.reason
+    check = record.check
+    failed = result.outcome in ("max_turns", "error") and check is None
+    if not failed:
+        trailers = dict(trailers)
+        if check is not None:
+            outcome.tests = evidence(record, check)
+            outcome.reason = f"{result.reason}; gate: {check.reason}"
+            trailers["Refactor-Agent-Verdict"] = check.verdict
+            tests = evidence_trailer(record.baseline, check.final)
+            if tests:
+                trailers["Refactor-Agent-Tests"] = tests
+        message = result.summary.strip() or f"refactor-agent: {outcome.task}"
+        outcome.commit = workspace.commit(message, trailers)
+    # After the commit, so a cut patch can name it; a commit that fails still gets the patch (the runner).
+    save_patch(journal, workspace, outcome)
+    outcome.status = "failed" if failed else "committed" if outcome.commit else "no_changes"
+    if failed:
+        outcome.verdict = "failed"
+    else:
+        outcome.verdict = check.verdict if check is not None and outcome.commit else "no_changes"
+    return outcome
+
+
+def settle_unfinished(
+    journal: RunJournal, workspace: Workspace, outcome: TaskSummary, status: str, trailers: dict[str, str]
+) -> None:
+    """Keep what the model did so far: as a commit marked with the status (interrupted, timed_out) on the task
+    branch, and in patch.diff. The sandbox is already gone (the signal unwound through its `with`), so nothing
+    changes the worktree any more."""
+    with contextlib.suppress(Exception):
+        outcome.commit = workspace.commit(
+            f"refactor-agent: {outcome.task} ({status.replace('_', ' ')}, unfinished)",
+            {**trailers, "Refactor-Agent-Status": status},
+        )
+    with contextlib.suppress(Exception):  # after the commit, so a cut patch can name it
+        save_patch(journal, workspace, outcome)
+
+
+def already_committed(journal: RunJournal, workspace: Workspace, outcome: TaskSummary) -> TaskSummary:
+    """The task's commit was made, but the process died before it recorded the task as settled."""
+    outcome.commit = workspace.head()
+    message = workspace.git.run("log", "-1", "--format=%B", outcome.commit).decode("utf-8", errors="replace")
+    trailers = dict(
+        line.split(": ", 1) for line in message.splitlines() if line.startswith("Refactor-Agent-") and ": " in line
+    )
+    outcome.status = "committed"
+    outcome.verdict = trailers.get("Refactor-Agent-Verdict", trailers.get("Refactor-Agent-Status", "unverified"))
+    outcome.reason = "committed before the process stopped; recorded on resume"
+    patch = journal.directory / "patch.diff"
+    recorded = split_patch(patch.read_text(encoding="utf-8", errors="replace")) if patch.exists() else {}
+    if outcome.index not in recorded:  # the kill came between the commit and its patch
+        save_patch(journal, workspace, outcome)
+    return outcome
