@@ -23,6 +23,7 @@ from agent.config import LLMConfig
 from agent.events import Event, Retry, TaskServer
 from agent.interrupt import Interrupted
 from agent.llm import AssistantTurn, ModelUnavailable, OpenAIChatModel, RetriesExhausted
+from agent.time_limit import WAKE_S
 
 TASKS_PER_SERVER = 1  # one slot each: a second task would evict the first one's prefix
 
@@ -84,7 +85,7 @@ class ServerPool:
                     chosen.in_flight += 1
                     chosen.prefix = digest
                     return chosen.url, "holds the task's prefix" if holder else "least loaded"
-                self._changed.wait()
+                self._changed.wait(WAKE_S)  # waking up now and then lets a task's TimeUp reach it here
 
     def stop(self, signum: int) -> None:
         """The run got a stop signal (in the main thread): every task raises Interrupted at its next request."""
