@@ -20,6 +20,7 @@ from agent import time_limit as time_limit_module
 from agent.config import LLMConfig, RunConfig
 from agent.journal import run_directories
 from agent.llm import OpenAIChatModel
+from agent.server.fleet import ServerPool
 from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 
@@ -42,7 +43,7 @@ def in_worker_thread(work: Callable[[], T]) -> T:
         except BaseException as error:  # TimeUp included: it is what the tests look for
             outcome.append((False, error))
 
-    thread = threading.Thread(target=target)
+    thread = threading.Thread(target=target, daemon=True)  # one that nothing stopped must not hold up the session
     thread.start()
     thread.join(180)
     assert not thread.is_alive(), "the worker thread still runs: nothing stopped it"
@@ -178,6 +179,18 @@ def test_in_a_worker_thread_the_limit_stops_a_wait_for_work_in_another_thread() 
 
     with pytest.raises(TimeUp, match="deadline"):
         in_worker_thread(wait_forever)
+
+
+def test_in_a_worker_thread_the_limit_stops_a_task_waiting_for_a_free_server() -> None:
+    pool = ServerPool(["http://a:1/v1"])
+    pool.acquire(None)  # another task holds the fleet's only slot
+
+    def wait_for_a_server() -> None:
+        with time_limit(time.time() + 0.3, "deadline"):
+            pool.acquire(None)
+
+    with pytest.raises(TimeUp, match="deadline"):
+        in_worker_thread(wait_for_a_server)
 
 
 @pytest.mark.docker
