@@ -5,8 +5,8 @@ a sandbox command, the gate. Like a stop signal it is a BaseException, so no `ex
 swallows it, and the runner settles the task as `timed_out` with its diff kept. Shortly before the limit the model
 gets one message that time is up.
 
-Tasks run in the main thread (one after the other) or in worker threads (a fleet of servers, parallel slots, a
-Ray worker), and the limit reaches each the way it can:
+Tasks run in the main thread (one after the other; a Ray worker's task, as Ray runs it today) or in threads of
+their own (a fleet of servers, parallel slots), and the limit reaches each the way it can:
 - the main thread gets SIGALRM, whose handler raises TimeUp even out of a blocking system call (a request the
   server is holding is abandoned at once);
 - any other thread gets TimeUp from a watchdog timer as an asynchronous exception
