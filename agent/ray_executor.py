@@ -18,6 +18,7 @@ import json
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,17 @@ NODE_HINT = f"""start each worker with `ray start --address=HEAD:6379 --resource
 
 
 class TaskRequest(BaseModel):
-    """What a worker needs besides the bundle: the run's settings, its id (branch names and trailers), the base."""
+    """What a worker needs besides the bundle: the run's settings, its id (branch names and trailers), the base,
+    and the night's end: the task's own --task-timeout is in its settings, the night's deadline is not."""
 
     config: dict[str, Any]
     run_id: str
     base_commit: str
     index: int
     task: str
+    # An absolute wall-clock time: a worker whose clock is off by a minute ends its task a minute off.
+    deadline_at: datetime | None
+    min_task_time_s: float
 
 
 class TaskResult(BaseModel):
@@ -94,6 +99,8 @@ class RayDispatch:
                             base_commit=bundles[config.repo][1],
                             index=index,
                             task=task,
+                            deadline_at=run.night.deadline_at,
+                            min_task_time_s=run.night.min_task_time_s,
                         ),
                     ): (index, config, task)
                     for index, config, task in tasks
@@ -201,10 +208,18 @@ def run_remote_task(bundle: bytes, request: TaskRequest) -> dict[str, Any]:
         # summary, events) as on the head, while the work happens in the clone it maps to.
         config = RunConfig.model_validate({**request.config, "runs_dir": str(scratch / "runs")})
         journal = RunJournal(config.runs_dir, request.run_id)
+        # The night's deadline holds here as on the head: a task that cannot start in time is skipped, one in flight
+        # is stopped at it (in whatever thread Ray runs it: agent/time_limit.py).
+        night = NightConfig(
+            repos=[config],
+            runs_dir=config.runs_dir,
+            deadline_at=request.deadline_at,
+            min_task_time_s=request.min_task_time_s,
+        )
         # The node's other tasks run in processes of their own: each takes a slot of the server to itself.
         with claim_slot(config.llm.server_url, server_slots(config.llm.server_url)) as slot:
             run = build_run(
-                NightConfig(repos=[config], runs_dir=config.runs_dir),
+                night,
                 repos={config.repo: git.Repo(clone)},
                 docker_client=docker_client(),
                 server_url=config.llm.server_url,

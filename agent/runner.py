@@ -64,7 +64,7 @@ from agent.server.kv_cache import PrefixCache, prefix_cached
 from agent.stages.gate import gate_with_repairs
 from agent.stages.settle import already_committed, save_patch, settle, settle_unfinished
 from agent.stages.workspace import RepoState, open_workspace, state_git
-from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit
+from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
 from agent.workspace import Workspace, wip_ref
 from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
 from tools import ToolContext, default_registry
@@ -475,7 +475,7 @@ class Run:
                 baseline = pool.submit(gate.baseline)
                 if resumed is None or not resumed.messages:
                     system = system_prompt(workspace.path, pack_options(config, task, self.server_url), retry)
-                baseline.result()
+                wait_in_time(baseline)  # the task's TimeUp must not wait for the whole suite
             finally:  # a stop signal must not wait for the suite: leaving the sandbox ends its command
                 pool.shutdown(wait=False, cancel_futures=True)
             loop = self.loop = AgentLoop(

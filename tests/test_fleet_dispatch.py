@@ -1,6 +1,7 @@
 """A run over a fleet of two scripted servers (real Docker sandbox, real git): tasks in parallel, one per server,
-and the task of a server that dies mid-run moves to the other one and still ends committed; and a run of tasks in
-parallel on the slots of one server (--parallel)."""
+and the task of a server that dies mid-run moves to the other one and still ends committed; a run of tasks in
+parallel on the slots of one server (--parallel). The night's deadline and a task's time limit hold in the tasks'
+threads as they do when tasks run one after the other."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import git
@@ -20,6 +22,7 @@ from agent.config import LLMConfig, NightConfig, RunConfig
 from agent.fleet_dispatch import FleetDispatch
 from agent.interrupt import stop_signals
 from agent.journal import RunJournal
+from agent.report import RunSummary
 from agent.runner import Run
 from sandbox import docker_client
 
@@ -60,6 +63,29 @@ def fleet_run(tmp_path: Path, repo: Path, urls: list[str], events: list, **llm: 
         dispatch=dispatch,
     )
     return run, dispatch
+
+
+def run_night(night: NightConfig, run_id: str, events: list) -> RunSummary:
+    """The night over the fleet of its first entry's servers, in this process."""
+    run = Run(
+        night,
+        repos={path: git.Repo(path) for path in night.repositories()},
+        docker_client=docker_client(),
+        model=ScriptedModel([]),  # each task gets its own model on the fleet
+        server_url=night.repos[0].llm.fleet[0],
+        journal=RunJournal(night.runs_dir, run_id),
+        observe=events.append,
+        dispatch=FleetDispatch(night.repos[0].llm),
+    )
+    try:
+        return run.execute()
+    finally:
+        run.journal.close()
+
+
+def endless(key: str) -> Reply:
+    """A request the server keeps prefilling for ten minutes, streaming its progress."""
+    return Reply(tool_calls=[("finish", {"summary": f"Add pkg/{key}.py"})], prefill_chunks=6000, prefill_interval_s=0.1)
 
 
 def test_the_task_of_a_server_that_dies_moves_to_the_other_server(tmp_path: Path) -> None:
@@ -158,23 +184,66 @@ def test_a_night_of_two_repositories_over_two_servers_prepares_each_repository_o
             runs_dir=tmp_path / "runs",
         )
         events: list = []
-        run = Run(
-            night,
-            repos={path: git.Repo(path) for path in repos.values()},
-            docker_client=docker_client(),
-            model=ScriptedModel([]),
-            server_url=first.url,
-            journal=RunJournal(night.runs_dir, "fleet-night"),
-            observe=events.append,
-            dispatch=FleetDispatch(llm),
-        )
-        summary = run.execute()
-        run.journal.close()
+        summary = run_night(night, "fleet-night", events)
     assert [(task.repo, task.status) for task in summary.tasks] == [(str(repos[key]), "committed") for key in TASKS]
     assert sorted(record.repo for record in summary.environments) == sorted(str(path) for path in repos.values())
     assert len([event for event in events if event.type == "environment"]) == 2, "one environment per repository"
     for task, key in zip(summary.tasks, TASKS, strict=True):
         assert git.Repo(repos[key]).commit(task.branch).tree[f"pkg/{key}.py"].data_stream.read()
+
+
+def test_a_task_over_its_time_limit_on_a_fleet_is_timed_out_with_its_work_while_the_other_commits(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+    scripts = {TASKS["alpha"]: [create("alpha"), endless("alpha")], TASKS["beta"]: [create("beta"), finish("beta")]}
+    with ScriptedServer(scripts=scripts) as first, ScriptedServer(scripts=scripts) as second:
+        llm = LLMConfig(servers=[first.url, second.url])
+        night = NightConfig(  # per-task settings: a group of its own for the task with a limit
+            repos=[
+                RunConfig(repo=repo, tasks=[TASKS["alpha"]], max_turns=10, llm=llm, task_timeout_s=15),
+                RunConfig(repo=repo, tasks=[TASKS["beta"]], max_turns=10, llm=llm),
+            ],
+            runs_dir=tmp_path / "runs",
+        )
+        summary = run_night(night, "fleet-timeout", [])
+    alpha, beta = summary.tasks
+    assert (alpha.status, beta.status, beta.verdict) == ("timed_out", "committed", "verified")
+    assert alpha.reason.startswith("--task-timeout 15s: stopped at ")
+    assert alpha.wall_time_s < 300, "stopped at its limit, not when the server's prefill ended"
+    user = git.Repo(repo)
+    (commit,) = user.iter_commits(f"main..{alpha.branch}")
+    assert list(commit.stats.files) == ["pkg/alpha.py"]
+    assert "Refactor-Agent-Status: timed_out" in commit.message.splitlines()
+    assert user.commit(beta.branch).tree["pkg/beta.py"].data_stream.read() == b"NAME = 'beta'\n"
+    assert "+NAME = 'alpha'" in (tmp_path / "runs" / "fleet-timeout" / "patch.diff").read_text()
+    assert summary.exit_code == 1
+
+
+def test_at_the_deadline_a_fleet_stops_its_tasks_in_flight_and_skips_those_that_cannot_start(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+    tasks = {**TASKS, "gamma": "Add the gamma module"}
+    scripts = {text: [create(key), endless(key)] for key, text in tasks.items()}
+    with ScriptedServer(scripts=scripts) as first, ScriptedServer(scripts=scripts) as second:
+        llm = LLMConfig(servers=[first.url, second.url])
+        night = NightConfig(
+            repos=[RunConfig(repo=repo, tasks=list(tasks.values()), max_turns=10, llm=llm)],
+            runs_dir=tmp_path / "runs",
+            # Two tasks start at once (30 s to spare) and hold their servers past the deadline; the third one would
+            # start with less than --min-task-time left.
+            deadline_at=datetime.now().astimezone() + timedelta(seconds=60),
+            min_task_time_s=30,
+        )
+        summary = run_night(night, "fleet-deadline", [])
+    alpha, beta, gamma = summary.tasks
+    assert [task.status for task in summary.tasks] == ["timed_out", "timed_out", "skipped"]
+    assert all(task.reason.startswith("deadline: stopped at ") for task in (alpha, beta))
+    assert gamma.reason.startswith("deadline: ") and "less than --min-task-time 30s" in gamma.reason
+    assert summary.wall_time_s < 60 + 120, "the night ended soon after its deadline"
+    user = git.Repo(repo)
+    for task, key in zip((alpha, beta), tasks, strict=False):
+        assert user.commit(task.branch).tree[f"pkg/{key}.py"].data_stream.read() == f"NAME = {key!r}\n".encode()
+        assert "Refactor-Agent-Status: timed_out" in user.commit(task.branch).message
 
 
 def test_parallel_tasks_on_one_server_each_in_a_slot_of_its_own(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """`--executor ray` on a local two-node Ray cluster (a head, and a worker offering the `refactor-agent` resource)
-gives the same branches (same trees) and the same report rows as the local executor for the same tasks.
+gives the same branches (same trees) and the same report rows as the local executor for the same tasks, and
+holds the night's deadline and a task's time limit on the worker.
 
 Everything runs in a child process inside a loopback-only network namespace (Ray advertises and probes the
 machine's network address otherwise; see docs): the cluster, the scripted server, both runs. Docker keeps working
@@ -15,6 +16,8 @@ import os
 import signal
 import subprocess
 import traceback
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,17 +58,32 @@ def scripts() -> dict[str, list[Reply]]:
     }
 
 
-def one_run(repo: Path, runs_dir: Path, server_url: str, executor: str, address: str) -> RunSummary:
+def one_run(
+    repo: Path,
+    runs_dir: Path,
+    server_url: str,
+    executor: str,
+    address: str,
+    *,
+    tasks: list[str] | None = None,
+    task_timeout_s: float | None = None,
+    **night_settings: Any,
+) -> RunSummary:
     llm = LLMConfig(server_url=server_url, server_explicit=True, max_retries=1, retry_backoff_s=0.2)
     config = RunConfig(
         repo=repo,
-        tasks=list(TASKS.values()),
+        tasks=tasks or list(TASKS.values()),
         runs_dir=runs_dir,
         max_turns=10,
         llm=llm,
+        task_timeout_s=task_timeout_s,
     )
     night = NightConfig(
-        repos=[config], runs_dir=runs_dir, executor=executor, ray_address=address if executor == "ray" else None
+        repos=[config],
+        runs_dir=runs_dir,
+        executor=executor,
+        ray_address=address if executor == "ray" else None,
+        **night_settings,
     )
     journal = RunJournal(runs_dir, RUN_ID)
     run = build_run(
@@ -129,7 +147,62 @@ def scenario(tmp: str) -> dict[str, Any]:
     return results
 
 
-def _in_loopback_namespace(tmp: str, queue: Any) -> None:
+def time_limits_scenario(tmp: str) -> dict[str, Any]:
+    """On Ray: a task over its --task-timeout, then a night whose deadline leaves no time to start its tasks."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from agent.ray_executor import NODE_RESOURCE
+
+    base = Path(tmp)
+    repo = make_repo(base / "repo", SAMPLE_FILES)
+    create = ("create_file", {"path": "pkg/alpha.py", "content": "NAME = 'alpha'\n"})
+    # The server keeps prefilling the second request for ten minutes, streaming its progress.
+    endless = Reply(tool_calls=[("finish", {"summary": "Add it"})], prefill_chunks=6000, prefill_interval_s=0.1)
+    results: dict[str, Any] = {}
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1})
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, logging_level="WARNING")
+        with ScriptedServer(scripts={TASKS["alpha"]: [Reply(tool_calls=[create]), endless]}) as server:
+            timed = one_run(
+                repo,
+                base / "runs-timeout",
+                server.url,
+                "ray",
+                cluster.address,
+                tasks=[TASKS["alpha"]],
+                task_timeout_s=15,
+            )
+        (task,) = timed.tasks
+        commit = git.Repo(repo).commit(task.branch) if task.commit else None
+        results["timed_out"] = {
+            "status": task.status,
+            "reason": task.reason,
+            "wall_time_s": task.wall_time_s,
+            "files": sorted(commit.stats.files) if commit else [],
+            "message": commit.message if commit else "",
+        }
+        with ScriptedServer(scripts=scripts()) as server:
+            late = one_run(
+                make_repo(base / "late-repo", SAMPLE_FILES),
+                base / "runs-deadline",
+                server.url,
+                "ray",
+                cluster.address,
+                deadline_at=datetime.now().astimezone() + timedelta(minutes=30),
+                min_task_time_s=3600,
+            )
+            results["requests_after_deadline"] = len(server.requests)
+        results["late"] = [(task.status, task.reason) for task in late.tasks]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    return results
+
+
+def _in_loopback_namespace(scenario: Callable[[str], dict[str, Any]], tmp: str, queue: Any) -> None:
     try:
         os.setsid()  # one process group with the Ray processes it starts, so the parent can end them all
         # os.unshare arrived in Python 3.12; the C call is the same.
@@ -141,10 +214,11 @@ def _in_loopback_namespace(tmp: str, queue: Any) -> None:
         queue.put(("error", traceback.format_exc()))
 
 
-def test_the_ray_executor_leaves_the_same_branches_and_report_rows_as_the_local_one(tmp_path: Path) -> None:
+def in_loopback_namespace(scenario: Callable[[str], dict[str, Any]], tmp_path: Path) -> dict[str, Any]:
+    """What `scenario` returned, run in a child process in a loopback-only network namespace."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    child = context.Process(target=_in_loopback_namespace, args=(str(tmp_path), queue))
+    child = context.Process(target=_in_loopback_namespace, args=(scenario, str(tmp_path), queue))
     child.start()
     try:
         status, results = queue.get(timeout=540)
@@ -153,6 +227,11 @@ def test_the_ray_executor_leaves_the_same_branches_and_report_rows_as_the_local_
         if child.is_alive():  # a hung scenario: end it with the Ray processes it started (its process group)
             os.killpg(child.pid, signal.SIGKILL)
     assert status == "ok", results
+    return results
+
+
+def test_the_ray_executor_leaves_the_same_branches_and_report_rows_as_the_local_one(tmp_path: Path) -> None:
+    results = in_loopback_namespace(scenario, tmp_path)
     assert results["without_worker"] == [("failed", f"ray: {NO_NODE}")] * 2, "no node for the tasks: no hang"
     assert results["nodes_with_resource"] == 1, "only the worker offers the resource: the tasks ran on it"
     local, remote = results["local"], results["ray"]
@@ -164,3 +243,17 @@ def test_the_ray_executor_leaves_the_same_branches_and_report_rows_as_the_local_
     assert sorted(remote["events"]) == sorted(local["events"]), "one transcript: every task's events came back"
     assert remote["patch"] == local["patch"]
     assert remote["exit_code"] == local["exit_code"] == 0
+
+
+def test_on_ray_a_task_over_its_time_limit_is_timed_out_and_the_deadline_skips_tasks_on_the_worker(
+    tmp_path: Path,
+) -> None:
+    results = in_loopback_namespace(time_limits_scenario, tmp_path)
+    timed = results["timed_out"]
+    assert (timed["status"], timed["files"]) == ("timed_out", ["pkg/alpha.py"]), timed
+    assert timed["reason"].startswith("--task-timeout 15s: stopped at ")
+    assert timed["wall_time_s"] < 300, "stopped at its limit on the worker, not when the server's prefill ended"
+    assert "Refactor-Agent-Status: timed_out" in timed["message"].splitlines()
+    assert [status for status, _ in results["late"]] == ["skipped", "skipped"]
+    assert all(reason.startswith("deadline: ") and "--min-task-time 1h00m" in reason for _, reason in results["late"])
+    assert results["requests_after_deadline"] == 0

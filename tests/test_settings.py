@@ -127,27 +127,23 @@ def test_a_night_file_names_a_fleet_and_the_ray_executor(tmp_path: Path, monkeyp
 
 
 @pytest.mark.parametrize(
-    ("options", "error"),
-    [
-        (
-            ["--server", "http://127.0.0.1:9/v1", "--server", "http://127.0.0.1:10/v1", "--deadline", "5h"],
-            "error: --until, --deadline and --task-timeout work only with tasks run one at a time here: "
-            "not with several servers or --executor ray\n",
-        ),
-        (
-            ["--executor", "ray", "--task-timeout", "90m"],
-            "error: --until, --deadline and --task-timeout work only with tasks run one at a time here: "
-            "not with several servers or --executor ray\n",
-        ),
-        (["--address", "h:6379"], "error: --address: only with --executor ray\n"),
-    ],
+    "dispatch",
+    [{"server": ["http://gpu1:8080/v1", "http://gpu2:8080/v1"]}, {"executor": "ray", "address": "h:6379"}],
+    ids=["fleet", "ray"],
 )
-def test_what_tasks_in_parallel_cannot_honour_is_refused_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: list[str], error: str
-) -> None:
+def test_the_deadline_and_the_task_timeout_hold_over_a_fleet_and_on_ray(tmp_path: Path, dispatch: dict) -> None:
+    now = datetime(2026, 12, 1, 1, 0).astimezone()
+    given = Layer(Source("command line"), {**dispatch, "deadline": "5h", "min_task_time": "10m", "task_timeout": "90m"})
+    night = night_config([(tmp_path, ["x"], [given])], [given], now=now)
+    assert (night.deadline_at, night.min_task_time_s) == (now + timedelta(hours=5), 600)
+    assert night.repos[0].task_timeout_s == 5400
+
+
+def test_an_address_without_ray_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / "runs"
-    result = CliRunner().invoke(app, ["run", str(tmp_path), "--task", "x", "--runs-dir", str(runs), *options])
-    assert (result.exit_code, result.stderr) == (2, error)
+    options = ["--task", "x", "--runs-dir", str(runs), "--address", "h:6379"]
+    result = CliRunner().invoke(app, ["run", str(tmp_path), *options])
+    assert (result.exit_code, result.stderr) == (2, "error: --address: only with --executor ray\n")
     assert not runs.exists()

@@ -1,24 +1,68 @@
 """The night's deadline and a task's time limit: a model that never finishes is told time is up, then stopped; its
-work is kept, later tasks are skipped, and the process ends soon after the deadline whatever the server does."""
+work is kept, later tasks are skipped, and the process ends soon after the deadline whatever the server does.
+The limit reaches the thread that runs the task, the main one (SIGALRM) or any other (a fleet's, a Ray worker's)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
+from typing import TypeVar
 
 import git
 import pytest
 
-from agent.config import RunConfig
+from agent import time_limit as time_limit_module
+from agent.config import LLMConfig, RunConfig
 from agent.journal import run_directories
-from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit
+from agent.llm import OpenAIChatModel
+from agent.server.fleet import ServerPool
+from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
+from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 
 from cli_runs import cli_command, start_cli
 from repos import make_repo
 from scripted_model import ScriptedModel, run_in_process
-from scripted_server import Hold, Reply, ScriptedServer
+from scripted_server import Hold, Reply, ScriptedServer, Stall
+
+T = TypeVar("T")
+MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do it"}]
+
+
+def in_worker_thread(work: Callable[[], T]) -> T:
+    """`work()` in a thread of its own, as a fleet runs a task; what it returned, or what it raised, here."""
+    outcome: list[tuple[bool, object]] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as error:  # TimeUp included: it is what the tests look for
+            outcome.append((False, error))
+
+    thread = threading.Thread(target=target, daemon=True)  # one that nothing stopped must not hold up the session
+    thread.start()
+    thread.join(180)
+    assert not thread.is_alive(), "the worker thread still runs: nothing stopped it"
+    [(returned, value)] = outcome
+    if not returned:
+        raise value  # type: ignore[misc]
+    return value  # type: ignore[return-value]
+
+
+def sleep_until_stopped(at_most_s: float = 30) -> None:
+    """Short sleeps, Python code in between: where an exception sent to a thread is raised."""
+    ends = time.monotonic() + at_most_s
+    while time.monotonic() < ends:
+        time.sleep(0.02)
+    raise AssertionError(f"nothing stopped the work within {at_most_s:g}s")
+
+
+def run_in(where: str, work: Callable[[], T]) -> T:
+    return work() if where == "main thread" else in_worker_thread(work)
 
 
 def test_the_limit_raises_in_the_main_thread_and_is_cleared_on_the_way_out() -> None:
@@ -27,6 +71,141 @@ def test_the_limit_raises_in_the_main_thread_and_is_cleared_on_the_way_out() -> 
     with time_limit(time.time() + 0.2, "deadline"):
         pass
     time.sleep(0.4)  # no late alarm once the block is left
+
+
+def test_in_a_worker_thread_the_limit_raises_there_and_a_limit_left_in_time_never_fires() -> None:
+    def work() -> str:
+        with time_limit(time.time() + 0.2, "left in time"):
+            pass
+        with pytest.raises(TimeUp) as raised, time_limit(time.time() + 0.3, "deadline"):
+            sleep_until_stopped()
+        # No late TimeUp from the first limit, nor a second one from this.
+        ends = time.monotonic() + 0.5
+        while time.monotonic() < ends:
+            time.sleep(0.02)
+        return raised.value.reason
+
+    assert in_worker_thread(work) == "deadline"
+
+
+@pytest.mark.parametrize("where", ["main thread", "worker thread"])
+def test_limits_nest_and_the_earlier_one_fires_with_its_reason(where: str) -> None:
+    def work() -> list[str]:
+        reasons = []
+        with pytest.raises(TimeUp) as raised, time_limit(time.time() + 0.3, "outer"):
+            with time_limit(time.time() + 60, "inner"):
+                sleep_until_stopped()
+        reasons.append(raised.value.reason)
+        # The inner limit falls first and is handled inside the outer one, which still holds afterwards.
+        with pytest.raises(TimeUp) as raised, time_limit(time.time() + 1.0, "outer"):
+            with pytest.raises(TimeUp) as inner, time_limit(time.time() + 0.2, "inner"):
+                sleep_until_stopped()
+            reasons.append(inner.value.reason)
+            sleep_until_stopped()
+        reasons.append(raised.value.reason)
+        return reasons
+
+    assert run_in(where, work) == ["outer", "inner", "outer"]
+
+
+@pytest.mark.parametrize(
+    "first", ["the limit falls, then the block is left", "the block is left, then the limit falls"]
+)
+def test_a_limit_that_falls_while_its_block_is_being_left_raises_nothing_then_or_after(first: str) -> None:
+    """The timer and the thread leaving the block meet at the watchdogs' lock, held here until both wait for it."""
+    held, left = threading.Event(), threading.Event()
+    limit_s = 0.3
+
+    def hold_the_lock() -> None:
+        with time_limit_module._lock:
+            held.set()
+            left.wait(10)
+            time.sleep(limit_s + 0.5)  # the limit has fallen: its timer waits for the lock as well
+
+    def work() -> None:
+        held.wait(10)
+        with time_limit(time.time() + limit_s, "race"):
+            if first.startswith("the limit falls"):
+                time.sleep(limit_s + 0.2)  # a C call: a TimeUp sent now would be raised right after it
+            left.set()
+        ends = time.monotonic() + 0.5
+        while time.monotonic() < ends:  # after the block: where a late TimeUp would be raised
+            time.sleep(0.01)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    try:
+        in_worker_thread(work)
+    finally:
+        holder.join()
+
+
+def test_in_a_worker_thread_the_limit_stops_a_model_request_the_server_is_still_prefilling() -> None:
+    endless = Reply(content="late", prefill_chunks=2000, prefill_interval_s=0.1)  # 200 s of prefill, streamed
+    with ScriptedServer([endless]) as server:
+        model = OpenAIChatModel(LLMConfig(server_url=server.url, max_retries=0, idle_timeout_s=60))
+
+        def request() -> None:
+            with time_limit(time.time() + 1, "--task-timeout 1s"):
+                model.complete(MESSAGES, [])
+
+        started = time.monotonic()
+        with pytest.raises(TimeUp, match="--task-timeout 1s"):
+            in_worker_thread(request)
+    assert time.monotonic() - started < 60, "stopped at the limit, not when the prefill ended"
+
+
+def test_in_a_worker_thread_a_silent_server_gives_way_to_the_limit_at_its_idle_timeout() -> None:
+    """A socket read cannot be cut short from another thread: the limit is raised when --idle-timeout ends the read,
+    instead of the request being retried."""
+    with ScriptedServer([Stall(), Stall(), Stall()]) as server:
+        model = OpenAIChatModel(LLMConfig(server_url=server.url, max_retries=2, retry_backoff_s=0, idle_timeout_s=2))
+
+        def request() -> None:
+            with time_limit(time.time() + 0.5, "deadline"):
+                model.complete(MESSAGES, [])
+
+        with pytest.raises(TimeUp, match="deadline"):
+            in_worker_thread(request)
+        assert len(server.requests) == 1, "not retried once the time was up"
+
+
+def test_in_a_worker_thread_the_limit_stops_a_wait_for_work_in_another_thread() -> None:
+    """The baseline runs beside the packing in a thread of its own; the task's thread waits for it."""
+
+    def wait_forever() -> None:
+        with time_limit(time.time() + 0.3, "deadline"):
+            wait_in_time(Future())
+
+    with pytest.raises(TimeUp, match="deadline"):
+        in_worker_thread(wait_forever)
+
+
+def test_in_a_worker_thread_the_limit_stops_a_task_waiting_for_a_free_server() -> None:
+    pool = ServerPool(["http://a:1/v1"])
+    pool.acquire(None)  # another task holds the fleet's only slot
+
+    def wait_for_a_server() -> None:
+        with time_limit(time.time() + 0.3, "deadline"):
+            pool.acquire(None)
+
+    with pytest.raises(TimeUp, match="deadline"):
+        in_worker_thread(wait_for_a_server)
+
+
+@pytest.mark.docker
+def test_in_a_worker_thread_the_limit_stops_a_long_sandbox_command(tmp_path: Path) -> None:
+    with DockerSandbox(DEFAULT_IMAGE, tmp_path, run_id="test-time-limit", client=docker_client()) as box:
+
+        def command() -> None:
+            with time_limit(time.time() + 2, "--task-timeout 2s"):
+                box.execute("sleep 300", timeout_s=600)
+
+        started = time.monotonic()
+        with pytest.raises(TimeUp, match="--task-timeout 2s"):
+            in_worker_thread(command)
+        assert time.monotonic() - started < 60, "stopped at the limit, not at the command's end"
+        assert box.execute("echo still usable").output == "still usable\n"
 
 
 def test_the_grace_period_is_at_most_a_quarter_of_the_time() -> None:

@@ -26,6 +26,7 @@ from agent.events import Event, Retry, TaskServer
 from agent.interrupt import Interrupted
 from agent.llm import AssistantTurn, ModelUnavailable, OpenAIChatModel, RetriesExhausted
 from agent.server.kv_cache import PrefixCache, prefix_cached
+from agent.time_limit import WAKE_S
 
 
 class NoServerLeft(ModelUnavailable):
@@ -94,7 +95,7 @@ class ServerPool:
                     chosen.taken = True
                     chosen.prefix = digest
                     return chosen, "holds the task's prefix" if holder else "least loaded"
-                self._changed.wait()
+                self._changed.wait(WAKE_S)  # waking up now and then lets a task's TimeUp reach it here
 
     def stop(self, signum: int) -> None:
         """The run got a stop signal (in the main thread): every task raises Interrupted at its next request."""
