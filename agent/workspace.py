@@ -353,10 +353,12 @@ class Workspace:
         return self.git.read_capped("diff", "--cached", *DIFF_OPTIONS, self.base_commit, max_bytes=max_bytes)
 
     def _user_refs(self) -> bytes:
-        """The user's HEAD and every ref that is not a task branch: a commit must leave them all as they were."""
+        """The user's HEAD and every ref that is not ours (task branches, wip snapshots): a commit must leave them all
+        as they were. Ours are not compared: tasks running in parallel move theirs while this one commits."""
         head = (Path(self.user_repo.git_dir) / "HEAD").read_bytes()
         refs = self.user_side.run("for-each-ref", "--format=%(refname) %(objectname)")
-        others = [line for line in refs.splitlines() if not line.startswith(b"refs/heads/" + BRANCH_PREFIX.encode())]
+        ours = (b"refs/heads/" + BRANCH_PREFIX.encode(), WIP_REF_PREFIX.encode())
+        others = [line for line in refs.splitlines() if not line.startswith(ours)]
         return head + b"\0" + self.user_side.run("rev-parse", "HEAD") + b"\0" + b"\n".join(others)
 
     def changed_paths(self) -> list[str]:

@@ -100,8 +100,20 @@ def summarize() -> list[tuple[str, str, str]]:
                 f"{kv['saved_tokens']:,} tokens, {kv['bytes_per_token']:,} bytes per token on disk",
             )
         )
-    for result in _json("parallel_slots.json")["summary"]:
-        rows.append((f"§3 embedded model, {result['slots']} slot(s)", result["throughput"], result["note"]))
+    batches = [batch for batch in _json("parallel_slots.json")["batches"] if batch["kv"] == "split"]
+    for slots in dict.fromkeys(batch["slots"] for batch in batches):
+        mine = [batch for batch in batches if batch["slots"] == slots]
+        rows.append(
+            (
+                f"§3 embedded model, {slots} slot(s), {slots} request(s) at once",
+                " / ".join(
+                    f"prefill {batch['prefill_tokens_per_s']:.0f} tok/s, decode {batch['decode_tokens_per_s']:.1f} "
+                    "tok/s"
+                    for batch in mine
+                ),
+                " / ".join(f"batch {batch['wall_s']:.1f} s (load {batch['load_1min']})" for batch in mine),
+            )
+        )
     for result in _json("fleet.json")["results"]:
         rows.append(
             (

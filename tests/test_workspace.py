@@ -12,7 +12,14 @@ import pytest
 
 from agent.config import RunConfig
 from agent.journal import RunJournal
-from agent.workspace import MAX_COMMIT_MESSAGE_CHARS, Workspace, WorkspaceError, open_repository, task_slug
+from agent.workspace import (
+    MAX_COMMIT_MESSAGE_CHARS,
+    Workspace,
+    WorkspaceError,
+    open_repository,
+    task_slug,
+    wip_ref,
+)
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client, require_image
 
 from repos import checkout_fingerprint, make_repo
@@ -234,6 +241,32 @@ def test_a_user_ref_that_moves_during_the_commit_is_reported(tmp_path: Path) -> 
     finally:
         workspace.git = real_git
         workspace.remove()
+
+
+def test_another_tasks_branch_and_snapshot_moving_during_the_commit_are_no_alarm(tmp_path: Path) -> None:
+    """Tasks in parallel (--parallel, a fleet) commit and snapshot at the same moments: their refs are ours."""
+    repo_path = make_repo(tmp_path / "repo")
+    workspace = create(repo_path, "one")
+    other = create(repo_path, "two")
+    real_git = workspace.git
+
+    class OtherTaskMeanwhile:
+        def run(self, *args: str, **options: object) -> bytes:
+            output = real_git.run(*args, **options)  # type: ignore[arg-type]
+            if "commit-tree" in args:
+                (other.path / "pkg/other.py").write_text("x = 1\n")
+                other.snapshot(wip_ref("r", 2))
+                other.commit("Other", {})
+            return output
+
+    workspace.git = OtherTaskMeanwhile()  # type: ignore[assignment]
+    try:
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        assert workspace.commit("Change", {}) is not None
+    finally:
+        workspace.git = real_git
+        workspace.remove()
+        other.remove()
 
 
 def test_only_task_branches_are_ever_committed_onto(tmp_path: Path) -> None:
