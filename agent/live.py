@@ -48,16 +48,9 @@ class RunView:
         # A reader that goes away (`| head -1`, a closed terminal) must not end the run: see FallbackStream.
         self._streams = [FallbackStream(self.console.file), FallbackStream(self.errors.file)]
         self.console.file, self.errors.file = self._streams
-        self.state: dict[str, Any] = {
-            "task": "-",
-            "turn": 0,
-            "tok_s": None,
-            "cache": None,
-            "acceptance": None,
-            "tool": "-",
-            "status": "",
-            "prefill": None,
-        }
+        # One panel per task in flight (tasks run in parallel with --parallel or a fleet), by task index.
+        self.tasks: dict[int, dict[str, Any]] = {}
+        self.in_flight: list[int] = []
         self._live: Live | None = None
 
     def __enter__(self) -> RunView:
@@ -93,11 +86,28 @@ class RunView:
         elif line:
             self.log(line)
 
+    def _state(self, task: int | None) -> dict[str, Any]:
+        """The panel of the event's task (a run-level event: of the latest task)."""
+        index = task if task is not None else (self.in_flight[-1] if self.in_flight else 0)
+        if index not in self.tasks:
+            self.tasks[index] = _new_state(str(index) if index else "-")
+        return self.tasks[index]
+
     def _update(self, event: Event) -> str | None:
-        state = self.state
+        line = self._line(event)
+        parallel = len(self.in_flight) > 1 and event.task is not None
+        # With tasks in parallel each step says whose it is; lines that name their task already are left alone.
+        if line is not None and parallel and not line.startswith(("task ", "environment")):
+            return f"[task {event.task}] {line}"
+        return line
+
+    def _line(self, event: Event) -> str | None:
+        state = self._state(event.task)
         match event:
             case TaskStart():
                 state.update(task=f"{event.task}: {event.text[:60]}", turn=0, tool="-", status="running")
+                if event.task is not None and event.task not in self.in_flight:
+                    self.in_flight.append(event.task)
                 return f"task {event.task} {'resumed' if event.resumed else 'started'} on branch {event.branch}"
             case Response(stats=stats):
                 state["prefill"] = None
@@ -114,6 +124,8 @@ class RunView:
                 state["tool"] = _tool_label(event)
                 return f"turn {event.turn}: {_tool_label(event)}"
             case TaskEnd(outcome=outcome):
+                if outcome.index in self.in_flight:
+                    self.in_flight.remove(outcome.index)
                 state["prefill"] = None  # a task that failed mid-prefill leaves no stale bar
                 words = outcome.status if outcome.verdict == outcome.status else f"{outcome.status}, {outcome.verdict}"
                 state["status"] = f"{words}: {outcome.reason}"
@@ -146,21 +158,40 @@ class RunView:
         return None
 
     def _table(self) -> Table:
-        state = self.state
+        """A block of rows per task in flight; between tasks, the last one's."""
+        shown = self.in_flight or list(self.tasks)[-1:]
         table = Table(show_header=False, box=None, padding=(0, 1))
-        tok_s = "-" if state["tok_s"] is None else f"{state['tok_s']:.1f}"
-        cache = "-" if state["cache"] is None else f"{state['cache']:.0%}"
-        acceptance = "-" if state["acceptance"] is None else f"{state['acceptance']:.0%}"
-        for label, value in (
-            ("task", state["task"]),
-            ("turn", str(state["turn"])),
-            ("decode tok/s", tok_s),
-            ("cache hit", cache),
-            ("draft acceptance", acceptance),
-            ("last tool", state["tool"]),
-            ("status", state["status"]),
-        ):
-            table.add_row(f"[bold]{label}[/bold]", value)
-        if state["prefill"] is not None:
-            table.add_row("[bold]prefill[/bold]", _prefill_bar(*state["prefill"]))
+        for index in shown:
+            _add_task_rows(table, self.tasks[index])
         return table
+
+
+def _new_state(task: str) -> dict[str, Any]:
+    return {
+        "task": task,
+        "turn": 0,
+        "tok_s": None,
+        "cache": None,
+        "acceptance": None,
+        "tool": "-",
+        "status": "",
+        "prefill": None,
+    }
+
+
+def _add_task_rows(table: Table, state: dict[str, Any]) -> None:
+    tok_s = "-" if state["tok_s"] is None else f"{state['tok_s']:.1f}"
+    cache = "-" if state["cache"] is None else f"{state['cache']:.0%}"
+    acceptance = "-" if state["acceptance"] is None else f"{state['acceptance']:.0%}"
+    for label, value in (
+        ("task", state["task"]),
+        ("turn", str(state["turn"])),
+        ("decode tok/s", tok_s),
+        ("cache hit", cache),
+        ("draft acceptance", acceptance),
+        ("last tool", state["tool"]),
+        ("status", state["status"]),
+    ):
+        table.add_row(f"[bold]{label}[/bold]", value)
+    if state["prefill"] is not None:
+        table.add_row("[bold]prefill[/bold]", _prefill_bar(*state["prefill"]))

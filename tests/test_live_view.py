@@ -1,4 +1,4 @@
-"""The view: a live panel on a terminal, one plain line per step in a log."""
+"""The view: a live panel on a terminal, one plain line per step in a log; per task when tasks run in parallel."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_the_prefill_bar_goes_when_the_response_arrives() -> None:
     with RunView(Console(file=output, force_terminal=True, width=100)) as view:
         for event in [*PREFILL, EVENTS[1]]:
             view.handle(event)
-    assert view.state["prefill"] is None
+    assert view.tasks[1]["prefill"] is None
 
 
 def test_plain_output_does_not_log_prefill_progress() -> None:
@@ -134,3 +134,38 @@ def test_plain_output_says_which_server_of_a_fleet_a_task_went_to() -> None:
     with RunView(Console(file=output, force_terminal=False, width=200)) as view:
         view.handle(TaskServer(task=2, server="http://gpu2:8080/v1", reason="failover: http://gpu1:8080/v1 died"))
     assert "task 2 on http://gpu2:8080/v1: failover: http://gpu1:8080/v1 died" in output.getvalue()
+
+
+def _parallel_events() -> list:
+    two = TaskStart(task=2, text="Add type hints", branch="refactor-agent/r/2-hints")
+    reply = EVENTS[1].model_copy(update={"task": 2})
+    return [EVENTS[0], two, EVENTS[1], reply, EVENTS[2], EVENTS[-1], reply.model_copy(update={"turn": 2})]
+
+
+def test_with_tasks_in_parallel_each_plain_line_says_its_task() -> None:
+    output = io.StringIO()
+    with RunView(Console(file=output, force_terminal=False, width=120)) as view:
+        for event in _parallel_events():
+            view.handle(event)
+    assert output.getvalue().splitlines() == [
+        "task 1 started on branch refactor-agent/r/1-rename",
+        "task 2 started on branch refactor-agent/r/2-hints",
+        "[task 1] turn 1: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
+        "[task 2] turn 1: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
+        "[task 1] turn 1: bash (error)",
+        "task 1 committed, verified: the model called finish",
+        "turn 2: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
+    ], "once task 2 is alone, its lines need no name"
+
+
+def test_with_tasks_in_parallel_the_panel_shows_each_task_in_flight() -> None:
+    output = io.StringIO()
+    with RunView(Console(file=output, force_terminal=True, width=100)) as view:
+        for event in _parallel_events()[:5]:
+            view.handle(event)
+        view.handle(PrefillProgress(task=2, processed=1_000, total=4_000, cached=0))
+        assert view.in_flight == [1, 2]
+        assert view.tasks[1]["tool"] == "bash (error)" and view.tasks[2]["tool"] == "-"
+        assert view.tasks[2]["prefill"] == (1_000, 4_000) and view.tasks[1]["prefill"] is None
+    screen = output.getvalue()
+    assert "1: Rename compute_area" in screen and "2: Add type hints" in screen
