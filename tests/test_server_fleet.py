@@ -18,8 +18,8 @@ A, B, C = "http://a:1/v1", "http://b:1/v1", "http://c:1/v1"
 SYSTEM = [{"role": "system", "content": "instructions + repository"}]
 
 
-def _take(pool: ServerPool, digest: str | None) -> tuple[str, int, str]:
-    seat, why = pool.acquire(digest)
+def _take(pool: ServerPool, digest: str | None, saved_on: frozenset[str] = frozenset()) -> tuple[str, int, str]:
+    seat, why = pool.acquire(digest, saved_on)
     return seat.url, seat.slot, why
 
 
@@ -33,6 +33,13 @@ def test_a_task_goes_to_the_free_server_that_holds_its_prefix_else_to_the_least_
     assert _take(pool, "commit-2") == (B, 0, "holds the task's prefix")
     assert _take(pool, "commit-1") == (A, 0, "holds the task's prefix")
     assert _take(pool, "commit-1") == (C, 0, "least loaded"), "the holder is busy: an idle server beats waiting"
+
+
+def test_a_server_with_the_prefix_saved_comes_before_the_least_loaded() -> None:
+    pool = ServerPool([A, B, C])
+    pool.acquire("other")
+    assert _take(pool, "commit-1", saved_on=frozenset({A, C})) == (C, 0, "has the prefix saved"), "A is busy"
+    assert _take(pool, "commit-2", saved_on=frozenset()) == (B, 0, "least loaded")
 
 
 def test_with_slots_tasks_spread_over_the_servers_first_and_a_slot_keeps_its_prefix() -> None:

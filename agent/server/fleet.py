@@ -78,8 +78,10 @@ class ServerPool:
         with self._changed:
             return dict(self._down)
 
-    def acquire(self, digest: str | None) -> tuple[Seat, str]:
-        """A seat for a task (blocks until one is free) and why it was chosen."""
+    def acquire(self, digest: str | None, saved_on: frozenset[str] = frozenset()) -> tuple[Seat, str]:
+        """A seat for a task (blocks until one is free) and why it was chosen: the slot that holds the task's
+        prefix, else a slot of the least loaded server that has it saved (`saved_on`: their URLs), else of the
+        least loaded server."""
         with self._changed:
             while True:
                 self.check_stop()
@@ -91,10 +93,13 @@ class ServerPool:
                 if free:
                     holder = next((seat for seat in free if digest and seat.prefix == digest), None)
                     load = {url: sum(seat.taken for seat in live if seat.url == url) for url in self._urls}
-                    chosen = holder or min(free, key=lambda seat: load[seat.url])  # ties: the order given
+                    savers = [seat for seat in free if seat.url in saved_on]
+                    saver = min(savers, key=lambda seat: load[seat.url]) if savers else None
+                    chosen = holder or saver or min(free, key=lambda seat: load[seat.url])  # ties: the order given
                     chosen.taken = True
                     chosen.prefix = digest
-                    return chosen, "holds the task's prefix" if holder else "least loaded"
+                    why = "holds the task's prefix" if holder else "has the prefix saved" if saver else "least loaded"
+                    return chosen, why
                 self._changed.wait(WAKE_S)  # waking up now and then lets a task's TimeUp reach it here
 
     def stop(self, signum: int) -> None:
@@ -152,7 +157,7 @@ class FleetModel:
         while True:
             self._pool.check_stop()
             if self._seat is None:
-                self._bind(prefix_digest(messages, tools), moved_from)
+                self._bind(prefix_digest(messages, tools), moved_from, self._saved_on(messages, tools))
             assert self._seat is not None
             try:
                 return self._model.complete(messages, tools)
@@ -166,8 +171,18 @@ class FleetModel:
             self._pool.release(self._seat)
         self._seat, self._model = None, None
 
-    def _bind(self, digest: str, moved_from: str | None) -> None:
-        seat, why = self._pool.acquire(digest)
+    def _saved_on(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> frozenset[str]:
+        """The servers whose save directory holds the task's prefix (restored in milliseconds there)."""
+        if not messages or messages[0].get("role") != "system":
+            return frozenset()
+        system = str(messages[0]["content"])
+        one_per_server = {url: cache for (url, _slot), cache in self._caches.items()}  # a server's slots share it
+        return frozenset(
+            url for url, cache in one_per_server.items() if cache.store.has(cache.key(system, tools).digest)
+        )
+
+    def _bind(self, digest: str, moved_from: str | None, saved_on: frozenset[str]) -> None:
+        seat, why = self._pool.acquire(digest, saved_on)
         self._seat = seat
         model = OpenAIChatModel(
             self._config.model_copy(update={"server_url": seat.url}),
