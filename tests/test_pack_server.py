@@ -62,3 +62,38 @@ def test_warm_run_reuses_every_count(tokenizer_server: str, tmp_path: Path) -> N
     warm = pack_repository(repo, options)
     assert warm.text == cold.text
     assert warm.stats.model_dump(exclude={"elapsed_s"}) == cold.stats.model_dump(exclude={"elapsed_s"})
+
+
+def test_whole_text_counted_in_chunks_at_once_equals_one_request(
+    tokenizer_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packed text goes to /tokenize in chunks cut at file seams, several in flight; for this tokenizer the
+    sum is the count of the whole text in one request, to the token (xml; markdown where its list has seams)."""
+    from agent.packing import server_tokens
+
+    monkeypatch.setattr(server_tokens, "CHUNK_MIN_CHARS", 2048)
+    sent: list[str] = []
+    tokenize = server_tokens.ServerCounter._tokenize
+
+    def recording(self: server_tokens.ServerCounter, text: str) -> int:
+        sent.append(text)
+        return tokenize(self, text)
+
+    monkeypatch.setattr(server_tokens.ServerCounter, "_tokenize", recording)
+    repo = make_module_repo(tmp_path / "proj", modules=40)
+    with LlamaServerAPI(tokenizer_server) as api:
+        for format_name in ("xml", "markdown"):
+            for budget in (3000, 9000):
+                options = PackOptions(
+                    cache_dir=tmp_path / f"cache-{format_name}-{budget}",
+                    server_url=tokenizer_server,
+                    budget_tokens=budget,
+                    format=format_name,
+                )
+                sent.clear()
+                packed = pack_repository(repo, options)
+                text = packed.text
+                chunks = [piece for piece in sent if text.startswith(piece) or piece.endswith(text[-200:])]
+                if format_name == "xml":  # markdown's pieces end in a blank line: no seam between its files
+                    assert text not in sent and len(chunks) >= 2  # the whole text went in parts
+                assert packed.stats.total_tokens == len(api.tokenize(text)) <= budget

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -36,6 +36,10 @@ class TokenCounter(Protocol):
     def count(self, requests: list[CountRequest]) -> list[int]: ...
 
     def count_text(self, text: str) -> int: ...
+
+    def count_joined(self, pieces: Sequence[str]) -> int:
+        """Tokens of "".join(pieces): exactly the text's count, the pieces only say where it may be cut."""
+        ...
 
     def close(self) -> None: ...
 
@@ -80,6 +84,9 @@ class EstimatingCounter:
 
     def count_text(self, text: str) -> int:
         return math.ceil(len(text.encode("utf-8", errors="surrogatepass")) * self._ratio)
+
+    def count_joined(self, pieces: Sequence[str]) -> int:
+        return self.count_text("".join(pieces))
 
     def close(self) -> None:
         return None
