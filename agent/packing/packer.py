@@ -146,6 +146,9 @@ class _LazyOutlines:
         self.texts: dict[int, str] = {}
         self.costs: dict[int, int | None] = {}
 
+    def may_have(self, index: int) -> bool:
+        return index in self._position
+
     def cost(self, index: int) -> int | None:
         if index not in self.costs:
             start = self._position[index]
@@ -190,7 +193,8 @@ class _Packer:
         self.renderer = renderer_for(options.format)
         self.ages: dict[str, int] = {}  # commits since each file last changed; empty: shown in path order
         self.bands: dict[str, int] = {}  # rank bands, when the repository does not fit
-        self._paths_tokens_per_byte: float | None = None
+        self._paths: list[str] = []  # of the files listed, once a selection is made
+        self._path_estimates: list[int] | None = None  # per file, once the selection needs them
         self.stats = PackStats(
             commit=None,
             format=options.format,
@@ -237,13 +241,36 @@ class _Packer:
             # after them. Task-free, so every task on a commit orders alike.
             general = ranked if self.options.task is None else self._rank(files, collector, None)
             self.bands = rank_bands([text_file.path for text_file in files], general)
-        # Pieces are counted apart; inside the whole text their edges can tokenize together with their
-        # neighbours'. With exact counts the whole is counted too, and the selection shrinks until it fits.
+        # Outlines and their counts depend on the files alone: made once for every round.
+        paths = self._paths = [text_file.path for text_file in files]
+        lazy_outlines = _LazyOutlines(
+            [index for index in ranked if language_for(paths[index]) is not None],
+            Outlines(self.repo_dir, files, self.cache_dir),
+            lambda texts: self._count_outlines(files, texts),
+            self.stats,
+        )
+        try:
+            return self._settle(files, excluded, ranked, costs, budget, lazy_outlines)
+        finally:
+            lazy_outlines.close()
+
+    def _settle(
+        self,
+        files: list[TextFile],
+        excluded: list[ExcludedFile],
+        ranked: list[int],
+        costs: FullCosts,
+        budget: int,
+        lazy_outlines: _LazyOutlines,
+    ) -> PackedRepository:
+        """Selects until what is shown whole was counted exactly and the whole text fits. Pieces are counted apart;
+        inside the whole text their edges can tokenize together with their neighbours'. With exact counts the whole
+        is counted too, and the selection shrinks until it fits."""
         seams = corrections = 0
         list_counted = False  # the list of unshown paths is counted exactly once the selection stops changing
         for _ in range(MAX_SELECTION_ROUNDS):
             views, outlines, outline_costs, unshown_cost = self._select(
-                files, ranked, costs.values, budget - seams, count_list=list_counted
+                files, ranked, costs.values, budget - seams, lazy_outlines, count_list=list_counted
             )
             shown_whole = [index for index, view in views.items() if view == "full"]
             if not corrections:
@@ -336,72 +363,68 @@ class _Packer:
             rankings.close()
 
     def _select(
-        self, files: list[TextFile], ranked: list[int], full_costs: list[int], budget: int, *, count_list: bool
+        self,
+        files: list[TextFile],
+        ranked: list[int],
+        full_costs: list[int],
+        budget: int,
+        outlines: _LazyOutlines,
+        *,
+        count_list: bool,
     ) -> tuple[dict[int, View], dict[int, str], dict[int, int], int]:
         """Views that fit budget; count_list: the list of unshown paths counted exactly (else its estimate)."""
-        paths = [text_file.path for text_file in files]
+        paths = self._paths
         with timed(self.stats, "count"):
             fixed = sum(
                 self.counter.count_text(piece)
                 for piece in (self.renderer.header(partial=True), self.renderer.footer(self.stats.commit))
             )
             list_wrapper = self.counter.count_text(self.renderer.unshown_open() + self.renderer.unshown_close())
-        ratio = self._path_ratio(paths) * PATH_ESTIMATE_MARGIN
+        path_costs = self._path_costs(paths)
         candidates = [
-            Candidate(
-                index=index,
-                full=full_costs[index],
-                outlinable=language_for(paths[index]) is not None,
-                path=math.ceil(len(self.renderer.unshown_line(paths[index]).encode()) * ratio),
-            )
+            Candidate(index=index, full=full_costs[index], outlinable=outlines.may_have(index), path=path_costs[index])
             for index in ranked
         ]
-        outlines = _LazyOutlines(
-            [candidate.index for candidate in candidates if candidate.outlinable],
-            Outlines(self.repo_dir, files, self.cache_dir),
-            lambda texts: self._count_outlines(files, texts),
-            self.stats,
-        )
         selecting = time.perf_counter()
         nested = self.stats.elapsed_s.get("outline", 0.0) + self.stats.elapsed_s["count"]
-        try:
-            # Path lines are estimates: count the resulting list exactly, and shrink until the total fits.
-            shortfall = 0
-            for _ in range(MAX_SELECTION_ROUNDS):
-                views = fill_budget(candidates, max(0, budget - fixed - list_wrapper - shortfall), outlines.cost)
-                unshown = [paths[index] for index in range(len(files)) if views[index] == "path"]
-                if count_list:
-                    with timed(self.stats, "count"):
-                        unshown_cost = self._unshown_cost(unshown, list_wrapper)
-                else:  # the estimates fill_budget kept within the budget
-                    listed = sum(candidate.path for candidate in candidates if views[candidate.index] == "path")
-                    unshown_cost = list_wrapper + listed if unshown else 0
-                shown_cost = sum(
-                    full_costs[index] if view == "full" else outlines.costs[index] or 0
-                    for index, view in views.items()
-                    if view in ("full", "outline")
-                )
-                overshoot = fixed + shown_cost + unshown_cost - budget
-                if overshoot <= 0:
-                    break
-                shortfall += overshoot
-        finally:
-            outlines.close()
-        # Outlines are made and counted inside the selection: those phases are timed apart.
+        # Path lines are estimates: count the resulting list exactly, and shrink until the total fits.
+        shortfall = 0
+        for _ in range(MAX_SELECTION_ROUNDS):
+            views = fill_budget(candidates, max(0, budget - fixed - list_wrapper - shortfall), outlines.cost)
+            unshown = [paths[index] for index in range(len(files)) if views[index] == "path"]
+            if count_list:
+                with timed(self.stats, "count"):
+                    unshown_cost = self._unshown_cost(unshown, list_wrapper)
+            else:  # the estimates fill_budget kept within the budget
+                listed = sum(candidate.path for candidate in candidates if views[candidate.index] == "path")
+                unshown_cost = list_wrapper + listed if unshown else 0
+            shown_cost = sum(
+                full_costs[index] if view == "full" else outlines.costs[index] or 0
+                for index, view in views.items()
+                if view in ("full", "outline")
+            )
+            overshoot = fixed + shown_cost + unshown_cost - budget
+            if overshoot <= 0:
+                break
+            shortfall += overshoot
+        # Outlines are made and counted inside the selection: those phases are timed apart. Over every round.
         nested = self.stats.elapsed_s.get("outline", 0.0) + self.stats.elapsed_s["count"] - nested
-        self.stats.elapsed_s["select"] = round(time.perf_counter() - selecting - nested, 4)
+        selected = self.stats.elapsed_s.get("select", 0.0) + time.perf_counter() - selecting - nested
+        self.stats.elapsed_s["select"] = round(selected, 4)
         shown_outlines = {index: outlines.texts[index] for index, view in views.items() if view == "outline"}
         outline_costs = {index: outlines.costs[index] or 0 for index in shown_outlines}
         return views, shown_outlines, outline_costs, unshown_cost
 
-    def _path_ratio(self, paths: list[str]) -> float:
-        """Tokens per byte of the list of every path: paths tokenize unlike code (slashes, underscores, dots)."""
-        if self._paths_tokens_per_byte is None:
-            lines = [self.renderer.unshown_line(path) for path in paths]
-            size = sum(len(line.encode("utf-8", errors="surrogatepass")) for line in lines)
+    def _path_costs(self, paths: list[str]) -> list[int]:
+        """Estimated tokens of each path's line in the list of unshown files, with the tokens per byte of the list
+        of every path (counted once: paths tokenize unlike code, with their slashes, underscores and dots)."""
+        if self._path_estimates is None:
+            lines = [self.renderer.unshown_line(path).encode("utf-8", errors="surrogatepass") for path in paths]
             with timed(self.stats, "count"):
-                self._paths_tokens_per_byte = self.counter.count_joined(lines) / max(1, size)
-        return self._paths_tokens_per_byte
+                every = self.counter.count_joined([line.decode("utf-8", errors="surrogatepass") for line in lines])
+            ratio = every / max(1, sum(len(line) for line in lines)) * PATH_ESTIMATE_MARGIN
+            self._path_estimates = [math.ceil(len(line) * ratio) for line in lines]
+        return self._path_estimates
 
     def _count_outlines(self, files: list[TextFile], outlines: dict[int, str]) -> dict[int, int]:
         renderer, fmt = self.renderer, self.options.format

@@ -7,6 +7,7 @@ last time a server was seen.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -64,8 +65,12 @@ class Calibration:
         return ratio if 0.01 < ratio < 2.0 else DEFAULT_TOKENS_PER_BYTE
 
     def save(self, ratio: float, tokenizer: str | None) -> None:
+        text = json.dumps({"tokens_per_byte": ratio, "tokenizer": tokenizer})
+        with contextlib.suppress(OSError):
+            if self.path.read_text() == text:  # a warm run measures what the cold one did: no write to wait for
+                return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps({"tokens_per_byte": ratio, "tokenizer": tokenizer}))
+        self.path.write_text(text)
 
 
 class EstimatingCounter:
