@@ -680,17 +680,36 @@ def test_long_texts_are_cut_into_chunks_only_at_seams() -> None:
 
 
 def test_python_m_agent_pack_does_not_load_the_other_commands(tmp_path: Path) -> None:
+    """`pack` is timed per run (warm < 1 s): it loads neither the other commands (git, the review, the sandbox),
+    nor every configuration model, nor an HTTP library beyond the standard one, even with a server."""
     repo = make_module_repo(tmp_path / "proj", modules=3)
-    script = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: print(sorted(name for name in sys.modules if name in ('git', 'agent.cli',"
-        " 'agent.review', 'sandbox.cli')), file=sys.stderr))\n"
-        f"sys.argv = ['refactor-agent', 'pack', {str(repo)!r}, '--output', {str(tmp_path / 'out.xml')!r}]\n"
-        "from agent.__main__ import main\n"
-        "main()\n"
-    )
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    heavy = ("git", "agent.cli", "agent.review", "sandbox.cli", "agent.config", "httpx")
+    with ScriptedServer() as server:
+        script = (
+            "import atexit, sys\n"
+            f"loaded = lambda: sorted(name for name in sys.modules if name in {heavy!r})\n"
+            "atexit.register(lambda: print(loaded(), file=sys.stderr))\n"
+            f"sys.argv = ['refactor-agent', 'pack', {str(repo)!r}, '--output', {str(tmp_path / 'out.xml')!r},"
+            f" '--server', {server.url!r}, '--budget', '100000']\n"
+            "from agent.__main__ import main\n"
+            "main()\n"
+        )
+        env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
+    assert "(exact, budget 100000)" in done.stderr
     assert done.stderr.strip().splitlines()[-1] == "[]"
     assert "proj/mod02.py" in (tmp_path / "out.xml").read_text()
+
+
+def test_a_warm_run_does_not_rewrite_the_calibration(tmp_path: Path, cache_dir: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=60)
+    calibration = cache_dir / "calibration.json"
+    with ScriptedServer() as server:
+        options = PackOptions(cache_dir=cache_dir, server_url=server.url, budget_tokens=4000)
+        pack_repository(repo, options)
+        written = calibration.stat().st_mtime_ns
+        os.utime(calibration, ns=(written - 10**9, written - 10**9))  # a rewrite would move it on, whatever the clock
+        pack_repository(repo, options)
+    assert calibration.stat().st_mtime_ns == written - 10**9
+    assert 0 < json.loads(calibration.read_text())["tokens_per_byte"] < 2

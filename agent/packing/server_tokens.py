@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import http.client
 import itertools
 import json
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
-
-from agent.llama_api import LlamaServerAPI, ServerError, http_client
 from agent.packing.cache import ContentCache
 from agent.packing.options import PackError
 from agent.packing.tokens import Calibration, CountRequest
@@ -39,6 +39,7 @@ SEAM_PROBE = (
 )
 # A chunk is worth its own request from this many characters on (a request costs about a millisecond).
 CHUNK_MIN_CHARS = 64 * 1024
+REQUEST_TIMEOUT_S = 600.0  # a million-token text on a loaded machine takes seconds, never minutes
 
 
 class ServerCounter:
@@ -47,15 +48,10 @@ class ServerCounter:
     exact = True
 
     def __init__(self, server_url: str, cache_dir: Path, *, concurrency: int) -> None:
-        try:
-            with LlamaServerAPI(server_url) as api:
-                props = api.props()
-                self.root = api.root
-        except ServerError as exc:
-            raise PackError(f"cannot count tokens: {exc}") from exc
+        self._http = _Connections(server_url)
+        self.root = self._http.root
+        props = self._json("GET", "/props", None, "cannot count tokens")
         self._concurrency = concurrency
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self._http = http_client(self.root, timeout=600.0, limits=limits)
         self._pool = ThreadPoolExecutor(max_workers=concurrency)
         probe = self._post_tokenize("".join(SEAM_PROBE), with_pieces=True)
         self.tokenizer: str | None = str(props.get("model_path") or "unknown model")
@@ -93,24 +89,32 @@ class ServerCounter:
             self._cache.put(key, kept)
         return bool(kept)
 
-    def _post_tokenize(self, text: str, *, with_pieces: bool = False) -> list[Any]:
+    def _json(self, method: str, path: str, body: dict[str, Any] | None, failure: str) -> dict[str, Any]:
+        status, data = self._http.request(method, path, body, failure)
+        if status != 200:
+            loading = " (still loading the model; retry in a moment)" if status == 503 else ""
+            raise PackError(f"{failure}: llama-server at {self.root} answered {path} with HTTP {status}{loading}")
         try:
-            response = self._http.post(
-                "/tokenize", json={"content": text, "add_special": False, "with_pieces": with_pieces}
-            )
-            response.raise_for_status()
-            return response.json()["tokens"]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise PackError(f"llama-server /tokenize failed at {self.root}: {exc}") from exc
+            answer = json.loads(data)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise PackError(f"{failure}: llama-server at {self.root} sent no JSON object for {path}")
+        return answer
+
+    def _post_tokenize(self, text: str, *, with_pieces: bool = False) -> list[Any]:
+        body = {"content": text, "add_special": False, "with_pieces": with_pieces}
+        tokens = self._json("POST", "/tokenize", body, "llama-server /tokenize failed").get("tokens")
+        if not isinstance(tokens, list):
+            raise PackError(f"llama-server /tokenize failed at {self.root}: no token list in the answer")
+        return tokens
 
     def _tokenize(self, text: str) -> int:
-        try:
-            response = self._http.post("/tokenize", json={"content": text, "add_special": False})
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
-            raise PackError(f"llama-server /tokenize failed at {self.root}: {exc}") from exc
+        failure = "llama-server /tokenize failed"
+        status, body = self._http.request("POST", "/tokenize", {"content": text, "add_special": False}, failure)
+        if status != 200:
+            raise PackError(f"{failure} at {self.root}: HTTP {status}")
         # {"tokens":[1,2,3]}: counting commas spares decoding a million-token JSON array.
-        body = response.content
         return 0 if b"[]" in body else body.count(b",") + 1
 
     def count_text(self, text: str) -> int:
@@ -188,3 +192,54 @@ def _token_ends(tokens: list[Any]) -> list[int] | None:
             return None
         ends.append(offset)
     return ends
+
+
+class _Connections:
+    """JSON requests over the standard library's http.client, one keep-alive connection per thread (the counter's
+    pool): httpx and httpcore would cost a tenth of a second of imports per run, a tenth of a warm pack."""
+
+    def __init__(self, server_url: str) -> None:
+        parts = urlsplit(server_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise PackError(f"cannot count tokens: {server_url!r} is not an http(s) URL")
+        self._https = parts.scheme == "https"
+        self._host, self._port = parts.hostname, parts.port
+        self.root = f"{parts.scheme}://{parts.netloc}"
+        self._local = threading.local()
+        self._opened: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def _connection(self, fresh: bool) -> http.client.HTTPConnection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None or fresh:
+            if connection is not None:
+                connection.close()
+            kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            connection = kind(self._host, self._port, timeout=REQUEST_TIMEOUT_S)
+            self._local.connection = connection
+            with self._lock:
+                self._opened.append(connection)
+        return connection
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None, failure: str) -> tuple[int, bytes]:
+        """(status, body). A kept-alive connection the server has closed meanwhile is opened again, once: the
+        requests are reads (counting), safe to repeat."""
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        for attempt in range(2):
+            connection = self._connection(fresh=attempt > 0)
+            try:
+                connection.request(method, path, body=data, headers=headers)
+                response = connection.getresponse()
+                return response.status, response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                connection.close()
+                if attempt or not isinstance(exc, (ConnectionError, http.client.RemoteDisconnected)):
+                    reason = f"{exc.__class__.__name__}: {exc}"
+                    raise PackError(f"{failure}: llama-server unreachable at {self.root}: {reason}") from exc
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            for connection in self._opened:
+                connection.close()
