@@ -194,7 +194,7 @@ class _Packer:
         self.ages: dict[str, int] = {}  # commits since each file last changed; empty: shown in path order
         self.bands: dict[str, int] = {}  # rank bands, when the repository does not fit
         self._paths: list[str] = []  # of the files listed, once a selection is made
-        self._path_estimates: list[int] | None = None  # per file, once the selection needs them
+        self._candidates: list[Candidate] | None = None  # in rank order, kept across selection rounds
         self.stats = PackStats(
             commit=None,
             format=options.format,
@@ -380,11 +380,19 @@ class _Packer:
                 for piece in (self.renderer.header(partial=True), self.renderer.footer(self.stats.commit))
             )
             list_wrapper = self.counter.count_text(self.renderer.unshown_open() + self.renderer.unshown_close())
-        path_costs = self._path_costs(paths)
-        candidates = [
-            Candidate(index=index, full=full_costs[index], outlinable=outlines.may_have(index), path=path_costs[index])
-            for index in ranked
-        ]
+        if self._candidates is None:
+            path_costs = self._path_costs(paths)
+            self._candidates = [
+                Candidate(index, full_costs[index], outlines.may_have(index), path_costs[index]) for index in ranked
+            ]
+        else:  # a round later only the files counted since have new costs
+            self._candidates = [
+                candidate
+                if candidate.full == full_costs[candidate.index]
+                else candidate._replace(full=full_costs[candidate.index])
+                for candidate in self._candidates
+            ]
+        candidates = self._candidates
         selecting = time.perf_counter()
         nested = self.stats.elapsed_s.get("outline", 0.0) + self.stats.elapsed_s["count"]
         # Path lines are estimates: count the resulting list exactly, and shrink until the total fits.
@@ -418,13 +426,11 @@ class _Packer:
     def _path_costs(self, paths: list[str]) -> list[int]:
         """Estimated tokens of each path's line in the list of unshown files, with the tokens per byte of the list
         of every path (counted once: paths tokenize unlike code, with their slashes, underscores and dots)."""
-        if self._path_estimates is None:
-            lines = [self.renderer.unshown_line(path).encode("utf-8", errors="surrogatepass") for path in paths]
-            with timed(self.stats, "count"):
-                every = self.counter.count_joined([line.decode("utf-8", errors="surrogatepass") for line in lines])
-            ratio = every / max(1, sum(len(line) for line in lines)) * PATH_ESTIMATE_MARGIN
-            self._path_estimates = [math.ceil(len(line) * ratio) for line in lines]
-        return self._path_estimates
+        lines = [self.renderer.unshown_line(path) for path in paths]
+        sizes = [len(line.encode("utf-8", errors="surrogatepass")) for line in lines]
+        with timed(self.stats, "count"):
+            ratio = self.counter.count_joined(lines) / max(1, sum(sizes)) * PATH_ESTIMATE_MARGIN
+        return [math.ceil(size * ratio) for size in sizes]
 
     def _count_outlines(self, files: list[TextFile], outlines: dict[int, str]) -> dict[int, int]:
         renderer, fmt = self.renderer, self.options.format
