@@ -40,6 +40,7 @@ SEAM_PROBE = (
 # A chunk is worth its own request from this many characters on (a request costs about a millisecond).
 CHUNK_MIN_CHARS = 64 * 1024
 REQUEST_TIMEOUT_S = 600.0  # a million-token text on a loaded machine takes seconds, never minutes
+IDENTITY_TIMEOUT_S = 10.0  # /props and the probe answer at once from a server that is not hung
 
 
 class ServerCounter:
@@ -50,10 +51,10 @@ class ServerCounter:
     def __init__(self, server_url: str, cache_dir: Path, *, concurrency: int) -> None:
         self._http = _Connections(server_url)
         self.root = self._http.root
-        props = self._json("GET", "/props", None, "cannot count tokens")
+        props = self._json("GET", "/props", None, "cannot count tokens", timeout=IDENTITY_TIMEOUT_S)
         self._concurrency = concurrency
         self._pool = ThreadPoolExecutor(max_workers=concurrency)
-        probe = self._post_tokenize("".join(SEAM_PROBE), with_pieces=True)
+        probe = self._tokens_with_pieces("".join(SEAM_PROBE))
         self.tokenizer: str | None = str(props.get("model_path") or "unknown model")
         ids = [token["id"] if isinstance(token, dict) else token for token in probe]
         fingerprint = hashlib.sha1(json.dumps([self.tokenizer, ids]).encode(), usedforsecurity=False).hexdigest()
@@ -89,8 +90,10 @@ class ServerCounter:
             self._cache.put(key, kept)
         return bool(kept)
 
-    def _json(self, method: str, path: str, body: dict[str, Any] | None, failure: str) -> dict[str, Any]:
-        status, data = self._http.request(method, path, body, failure)
+    def _json(
+        self, method: str, path: str, body: dict[str, Any] | None, failure: str, *, timeout: float
+    ) -> dict[str, Any]:
+        status, data = self._http.request(method, path, body, failure, timeout=timeout)
         if status != 200:
             loading = " (still loading the model; retry in a moment)" if status == 503 else ""
             raise PackError(f"{failure}: llama-server at {self.root} answered {path} with HTTP {status}{loading}")
@@ -102,20 +105,22 @@ class ServerCounter:
             raise PackError(f"{failure}: llama-server at {self.root} sent no JSON object for {path}")
         return answer
 
-    def _post_tokenize(self, text: str, *, with_pieces: bool = False) -> list[Any]:
-        body = {"content": text, "add_special": False, "with_pieces": with_pieces}
-        tokens = self._json("POST", "/tokenize", body, "llama-server /tokenize failed").get("tokens")
+    def _tokens_with_pieces(self, text: str) -> list[Any]:
+        body = {"content": text, "add_special": False, "with_pieces": True}
+        failure = "cannot count tokens"
+        tokens = self._json("POST", "/tokenize", body, failure, timeout=IDENTITY_TIMEOUT_S).get("tokens")
         if not isinstance(tokens, list):
-            raise PackError(f"llama-server /tokenize failed at {self.root}: no token list in the answer")
+            raise PackError(f"{failure}: llama-server at {self.root} sent no token list for /tokenize")
         return tokens
 
     def _tokenize(self, text: str) -> int:
         failure = "llama-server /tokenize failed"
-        status, body = self._http.request("POST", "/tokenize", {"content": text, "add_special": False}, failure)
+        body = {"content": text, "add_special": False}
+        status, data = self._http.request("POST", "/tokenize", body, failure, timeout=REQUEST_TIMEOUT_S)
         if status != 200:
             raise PackError(f"{failure} at {self.root}: HTTP {status}")
         # {"tokens":[1,2,3]}: counting commas spares decoding a million-token JSON array.
-        return 0 if b"[]" in body else body.count(b",") + 1
+        return 0 if b"[]" in data else data.count(b",") + 1
 
     def count_text(self, text: str) -> int:
         return self.count_joined([text])
@@ -215,19 +220,24 @@ class _Connections:
             if connection is not None:
                 connection.close()
             kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            connection = kind(self._host, self._port, timeout=REQUEST_TIMEOUT_S)
+            connection = kind(self._host, self._port)
             self._local.connection = connection
             with self._lock:
                 self._opened.append(connection)
         return connection
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None, failure: str) -> tuple[int, bytes]:
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None, failure: str, *, timeout: float
+    ) -> tuple[int, bytes]:
         """(status, body). A kept-alive connection the server has closed meanwhile is opened again, once: the
         requests are reads (counting), safe to repeat."""
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"} if data is not None else {}
         for attempt in range(2):
             connection = self._connection(fresh=attempt > 0)
+            connection.timeout = timeout  # for a connection opened by this request
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout)
             try:
                 connection.request(method, path, body=data, headers=headers)
                 response = connection.getresponse()
