@@ -9,10 +9,10 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 
+from agent.effort import Effort  # re-exported: agent.effort owns it
 from agent.environment.spec import EnvironmentSpec
 from sandbox.models import DEFAULT_IMAGE
 
-Effort = Literal["low", "high", "max"]
 Executor = Literal["local", "ray"]
 Switch = Literal["on", "off"]  # a feature's command-line switch, e.g. --ledger on|off
 

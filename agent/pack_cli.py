@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from agent.config import Effort
+from agent.effort import Effort
 from agent.packing import PackedRepository, PackError, PackOptions, pack_repository
 from agent.packing.options import FileOrder
 

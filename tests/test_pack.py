@@ -4,6 +4,7 @@ from the model's own tokenizer on a real llama-server (SmolLM2-135M, marker `lla
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import sqlite3
@@ -660,3 +661,147 @@ def test_warm_run_reuses_every_count(tokenizer_server: str, tmp_path: Path) -> N
     warm = pack_repository(repo, options)
     assert warm.text == cold.text
     assert warm.stats.model_dump(exclude={"elapsed_s"}) == cold.stats.model_dump(exclude={"elapsed_s"})
+
+
+def _path_list(text: str) -> bool:
+    """The list of files not shown (or of every file) sent to /tokenize: path lines only."""
+    lines = text.splitlines()
+    return len(lines) > 1 and all(line.startswith(("proj/", "README")) for line in lines)
+
+
+def test_selection_rounds_count_the_list_of_unshown_paths_only_once_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While exact counts still change the selection, the list of unshown paths is estimated (with the tokens per
+    byte of the list of every path, counted once): it is counted exactly once the selection settles."""
+    from agent.packing import full_costs
+
+    monkeypatch.setattr(full_costs, "SAMPLE_MIN_BYTES", 8 * 1024)
+    repo = make_module_repo(tmp_path / "proj", modules=60)
+    for number in range(8):  # the sample's ratio is wrong for these: exact counts change the selection
+        (repo / "proj" / f"wide{number}.py").write_text(f"名前{number} = '日本語のテキスト'\n" * 60)
+    commit_all(repo, "wide files")
+    files = len(list((repo / "proj").iterdir())) + 1  # and the README
+    with ScriptedServer() as server:
+        for budget in (1500, 4000, 9000):
+            server.tokenized.clear()
+            options = PackOptions(cache_dir=tmp_path / str(budget), server_url=server.url, budget_tokens=budget)
+            packed = pack_repository(repo, options)
+            sent = server.tokenized
+            every_path = [at for at, text in enumerate(sent) if _path_list(text) and text.count("\n") == files]
+            unshown = [at for at, text in enumerate(sent) if _path_list(text) and text.count("\n") < files]
+            whole_files = [at for at, text in enumerate(sent) if _whole_file(text)]
+            assert len(every_path) == 1
+            # The selection was corrected (whole files counted after the first selection), and the list of
+            # unshown paths was counted only after the last of those corrections: once, or once per shrink.
+            assert whole_files[-1] > every_path[0]
+            assert unshown and min(unshown) > whole_files[-1] and len(unshown) <= 2, (budget, unshown, whole_files)
+            assert packed.stats.total_tokens <= budget and tokens_of(packed.text) <= budget
+            assert packed.stats.files_path_only > 0
+
+
+def test_next_files_in_rank_are_counted_with_the_first_selection() -> None:
+    from agent.packing.packer import _next_in_rank
+
+    ranked = [4, 0, 3, 1, 2, 5]
+    views = {4: "full", 0: "full", 3: "outline", 1: "path", 2: "path", 5: "path"}
+    costs = [10, 50, 30, 40, 10, 5]
+    # After the whole ones, in rank order while their estimates fit: 3 (40), then 1 (50) is too large alone for
+    # what is left (20), 2 (30) too, 5 (5) fits.
+    assert _next_in_rank(ranked, views, costs, 60) == [3, 5]  # type: ignore[arg-type]
+    assert _next_in_rank(ranked, views, costs, 0) == []  # type: ignore[arg-type]
+
+
+def test_long_texts_are_cut_into_chunks_only_at_seams() -> None:
+    from agent.packing.server_tokens import seam_chunks
+
+    pieces = ["<repository>\n"] + [f'<file path="m{n}.py">\n' + "x = 1\n" * 20 + "</file>\n" for n in range(12)]
+    pieces += ["<files_not_shown>\n", "a.py\n", " spaced.py\n", "\n", "</files_not_shown>\n", "</repository>\n"]
+    runs = seam_chunks(pieces, 4, 100)
+    assert len(runs) == 4
+    assert runs[0][0] == 0 and runs[-1][1] == len(pieces)
+    assert all(end == start for (_, end), (start, _) in itertools.pairwise(runs))
+    sizes = [sum(len(piece) for piece in pieces[start:end]) for start, end in runs]
+    assert max(sizes) - min(sizes) <= 2 * len(pieces[1])  # about equal shares
+    for start, _ in runs[1:]:
+        assert pieces[start - 1].endswith("\n") and not pieces[start][0].isspace()
+    # Never next to more whitespace: "\n" + " spaced.py", "\n" + "\n" or "\n\n" + "<" could tokenize otherwise
+    # inside the whole text than apart.
+    tail = seam_chunks(pieces[-6:], 6, 1)
+    starts = [pieces[-6:][start] for start, _ in tail]
+    assert starts == ["<files_not_shown>\n", "a.py\n", "</repository>\n"]
+    assert tail[-1][1] == 6
+    # A short text stays one request.
+    assert seam_chunks(pieces, 4, 10**6) == [(0, len(pieces))]
+
+
+def test_python_m_agent_pack_does_not_load_the_other_commands(tmp_path: Path) -> None:
+    """`pack` is timed per run (warm < 1 s): it loads neither the other commands (git, the review, the sandbox),
+    nor every configuration model, nor an HTTP library beyond the standard one, even with a server."""
+    repo = make_module_repo(tmp_path / "proj", modules=3)
+    heavy = ("git", "agent.cli", "agent.review", "sandbox.cli", "agent.config", "httpx")
+    with ScriptedServer() as server:
+        script = (
+            "import atexit, sys\n"
+            f"loaded = lambda: sorted(name for name in sys.modules if name in {heavy!r})\n"
+            "atexit.register(lambda: print(loaded(), file=sys.stderr))\n"
+            f"sys.argv = ['refactor-agent', 'pack', {str(repo)!r}, '--output', {str(tmp_path / 'out.xml')!r},"
+            f" '--server', {server.url!r}, '--budget', '100000']\n"
+            "from agent.__main__ import main\n"
+            "main()\n"
+        )
+        env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "(exact, budget 100000)" in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+    assert "proj/mod02.py" in (tmp_path / "out.xml").read_text()
+
+
+def test_a_warm_run_does_not_rewrite_the_calibration(tmp_path: Path, cache_dir: Path) -> None:
+    repo = make_module_repo(tmp_path / "proj", modules=60)
+    calibration = cache_dir / "calibration.json"
+    with ScriptedServer() as server:
+        options = PackOptions(cache_dir=cache_dir, server_url=server.url, budget_tokens=4000)
+        pack_repository(repo, options)
+        written = calibration.stat().st_mtime_ns
+        os.utime(calibration, ns=(written - 10**9, written - 10**9))  # a rewrite would move it on, whatever the clock
+        pack_repository(repo, options)
+    assert calibration.stat().st_mtime_ns == written - 10**9
+    assert 0 < json.loads(calibration.read_text())["tokens_per_byte"] < 2
+
+
+@pytest.mark.llama_server
+def test_whole_text_counted_in_chunks_at_once_equals_one_request(
+    tokenizer_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packed text goes to /tokenize in chunks cut at file seams, several in flight; for this tokenizer the
+    sum is the count of the whole text in one request, to the token (xml; markdown where its list has seams)."""
+    from agent.packing import server_tokens
+
+    monkeypatch.setattr(server_tokens, "CHUNK_MIN_CHARS", 2048)
+    sent: list[str] = []
+    tokenize = server_tokens.ServerCounter._tokenize
+
+    def recording(self: server_tokens.ServerCounter, text: str) -> int:
+        sent.append(text)
+        return tokenize(self, text)
+
+    monkeypatch.setattr(server_tokens.ServerCounter, "_tokenize", recording)
+    repo = make_module_repo(tmp_path / "proj", modules=40)
+    with LlamaServerAPI(tokenizer_server) as api:
+        for format_name in ("xml", "markdown"):
+            for budget in (3000, 9000):
+                options = PackOptions(
+                    cache_dir=tmp_path / f"cache-{format_name}-{budget}",
+                    server_url=tokenizer_server,
+                    budget_tokens=budget,
+                    format=format_name,
+                )
+                sent.clear()
+                packed = pack_repository(repo, options)
+                text = packed.text
+                chunks = [piece for piece in sent if text.startswith(piece) or piece.endswith(text[-200:])]
+                if format_name == "xml":  # markdown's pieces end in a blank line: no seam between its files
+                    assert text not in sent and len(chunks) >= 2  # the whole text went in parts
+                assert packed.stats.total_tokens == len(api.tokenize(text)) <= budget

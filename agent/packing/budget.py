@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from agent.config import Effort
+from agent.effort import Effort
 from agent.packing.options import PackError, PackOptions
 
 # Max effort may reason for a very long time before answering; low effort answers almost at once.

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agent.config import Effort
+from agent.effort import Effort
 
 PackFormat = Literal["xml", "markdown"]
 FileOrder = Literal["churn", "path"]

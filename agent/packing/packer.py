@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import importlib
-import io
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
@@ -26,10 +25,16 @@ from agent.packing.stats import FileStat, PackStats, timed
 from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece_key
 
 WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
-PATH_ESTIMATE_MARGIN = 1.25  # bare path lines are estimated, then the whole list is counted and checked
+# Bare path lines are estimated with the tokens per byte of the list of every path (counted once per commit),
+# then the list shown is counted and checked: a selection's list differs from the whole one by a few percent.
+PATH_ESTIMATE_MARGIN = 1.05
 # Rounds that correct a selection made on estimates share this limit with the rounds that absorb seams.
 MAX_SELECTION_ROUNDS = 24
-MAX_CORRECTION_ROUNDS = 8  # Django takes 3
+MAX_CORRECTION_ROUNDS = 8  # Django takes 3 (6 without the margin below)
+# The first exact counts also take the files ranked next after those the estimates let in, up to this share of the
+# budget by estimate: estimates err by ~10% for the top-ranked files, and the files that exact counts let in then
+# are counted in the same round instead of a round each. Chosen on estimates and ranks alone, as cold as warm.
+CORRECTION_MARGIN = 0.15
 # Estimated to take at most this share of the budget, a repository is counted whole (exactly) before any ranking:
 # estimates err by a few percent, and a repository that fits should not be cut because of an estimate.
 LIKELY_FITS = 1.1
@@ -44,6 +49,17 @@ PREFETCH_MIN_FILES = 1000
 def _import_ranking() -> None:
     importlib.import_module("agent.packing.graph")
     importlib.import_module("agent.packing.rank")
+
+
+def _next_in_rank(ranked: list[int], views: dict[int, View], costs: list[int], room: int) -> list[int]:
+    """Files not shown whole, in rank order, while their estimated costs fit in room (a file too large alone for
+    it is passed over: the selection could not take it for the room it frees either)."""
+    taken = []
+    for index in ranked:
+        if views[index] != "full" and costs[index] <= room:
+            taken.append(index)
+            room -= costs[index]
+    return taken
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,26 +91,40 @@ class PackedRepository:
         self._text: str | None = None
 
     def write(self, stream: TextIO) -> None:
+        if self._text is not None:  # rendered already (counted exactly): write what was counted
+            stream.write(self._text)
+            return
         with timed(self.stats, "render"):
-            renderer = self._renderer
-            stream.write(renderer.header(partial=self._partial))
-            for item in self._shown:
-                if item.view == "full":
-                    stream.write(renderer.full(item.file.path, read_text(self._repo_dir, item.file)))
-                else:
-                    stream.write(renderer.outline(item.file.path, item.outline or ""))
-            if self._unshown:
-                stream.write(renderer.unshown_open())
-                stream.writelines(renderer.unshown_line(path) for path in self._unshown)
-                stream.write(renderer.unshown_close())
-            stream.write(renderer.footer(self.stats.commit))
+            for piece in self._pieces():
+                stream.write(piece)
+
+    def _pieces(self) -> Iterator[str]:
+        """The text in the renderer's pieces: header, each file shown, the unshown list's lines, footer."""
+        renderer = self._renderer
+        yield renderer.header(partial=self._partial)
+        for item in self._shown:
+            if item.view == "full":
+                yield renderer.full(item.file.path, read_text(self._repo_dir, item.file))
+            else:
+                yield renderer.outline(item.file.path, item.outline or "")
+        if self._unshown:
+            yield renderer.unshown_open()
+            yield from (renderer.unshown_line(path) for path in self._unshown)
+            yield renderer.unshown_close()
+        yield renderer.footer(self.stats.commit)
+
+    def count(self, counter: TokenCounter) -> int:
+        """The text's count (the pieces let the counter send it in chunks at once); keeps the text for write().
+        Rendering is timed with the counting that needs it."""
+        pieces = list(self._pieces())
+        self._text = "".join(pieces)
+        return counter.count_joined(pieces)
 
     @property
     def text(self) -> str:
         if self._text is None:
-            buffer = io.StringIO()
-            self.write(buffer)
-            self._text = buffer.getvalue()
+            with timed(self.stats, "render"):
+                self._text = "".join(self._pieces())
         return self._text
 
 
@@ -115,6 +145,9 @@ class _LazyOutlines:
         self._stats = stats
         self.texts: dict[int, str] = {}
         self.costs: dict[int, int | None] = {}
+
+    def may_have(self, index: int) -> bool:
+        return index in self._position
 
     def cost(self, index: int) -> int | None:
         if index not in self.costs:
@@ -160,6 +193,8 @@ class _Packer:
         self.renderer = renderer_for(options.format)
         self.ages: dict[str, int] = {}  # commits since each file last changed; empty: shown in path order
         self.bands: dict[str, int] = {}  # rank bands, when the repository does not fit
+        self._paths: list[str] = []  # of the files listed, once a selection is made
+        self._candidates: list[Candidate] | None = None  # in rank order, kept across selection rounds
         self.stats = PackStats(
             commit=None,
             format=options.format,
@@ -206,21 +241,56 @@ class _Packer:
             # after them. Task-free, so every task on a commit orders alike.
             general = ranked if self.options.task is None else self._rank(files, collector, None)
             self.bands = rank_bands([text_file.path for text_file in files], general)
-        # Pieces are counted apart; inside the whole text their edges can tokenize together with their
-        # neighbours'. With exact counts the whole is counted too, and the selection shrinks until it fits.
+        # Outlines and their counts depend on the files alone: made once for every round.
+        paths = self._paths = [text_file.path for text_file in files]
+        lazy_outlines = _LazyOutlines(
+            [index for index in ranked if language_for(paths[index]) is not None],
+            Outlines(self.repo_dir, files, self.cache_dir),
+            lambda texts: self._count_outlines(files, texts),
+            self.stats,
+        )
+        try:
+            return self._settle(files, excluded, ranked, costs, budget, lazy_outlines)
+        finally:
+            lazy_outlines.close()
+
+    def _settle(
+        self,
+        files: list[TextFile],
+        excluded: list[ExcludedFile],
+        ranked: list[int],
+        costs: FullCosts,
+        budget: int,
+        lazy_outlines: _LazyOutlines,
+    ) -> PackedRepository:
+        """Selects until what is shown whole was counted exactly and the whole text fits. Pieces are counted apart;
+        inside the whole text their edges can tokenize together with their neighbours'. With exact counts the whole
+        is counted too, and the selection shrinks until it fits."""
         seams = corrections = 0
+        list_counted = False  # the list of unshown paths is counted exactly once the selection stops changing
         for _ in range(MAX_SELECTION_ROUNDS):
-            views, outlines, outline_costs, unshown_cost = self._select(files, ranked, costs.values, budget - seams)
+            views, outlines, outline_costs, unshown_cost = self._select(
+                files, ranked, costs.values, budget - seams, lazy_outlines, count_list=list_counted
+            )
+            shown_whole = [index for index, view in views.items() if view == "full"]
+            if not corrections:
+                shown_whole += _next_in_rank(ranked, views, costs.values, int(budget * CORRECTION_MARGIN))
             with timed(self.stats, "count"):
-                corrected = costs.count_exactly(index for index, view in views.items() if view == "full")
+                corrected = costs.count_exactly(shown_whole)
             if corrected:
                 # Chosen on estimates: select again with the exact counts of what it shows, which may not fit, or
                 # leave room for more. Done once a selection shows nothing whole that was not counted exactly;
                 # should that take too long, every file is counted (what this packer did before estimating).
                 corrections += 1
+                list_counted = False
                 if corrections >= MAX_CORRECTION_ROUNDS:
                     with timed(self.stats, "count"):
                         costs.count_exactly(range(len(files)))
+                continue
+            if not list_counted:
+                # Settled on the list's estimate (a margin over its tokens): the same selection again, now with the
+                # list counted exactly, shrinking should it not fit.
+                list_counted = True
                 continue
             packed = self._result(files, excluded, views, costs.values, outlines, outline_costs, unshown_cost, True)
             pieces = packed.stats.total_tokens
@@ -237,7 +307,7 @@ class _Packer:
         """With exact counts, replace the sum of the pieces by the count of the whole text, then compare."""
         if self.counter.exact:
             with timed(self.stats, "count"):
-                packed.stats.total_tokens = self.counter.count_text(packed.text)
+                packed.stats.total_tokens = packed.count(self.counter)
         return packed.stats.total_tokens <= budget
 
     def _inventory(self, collector: SymbolCollector | None) -> tuple[list[TextFile], list[ExcludedFile]]:
@@ -293,58 +363,74 @@ class _Packer:
             rankings.close()
 
     def _select(
-        self, files: list[TextFile], ranked: list[int], full_costs: list[int], budget: int
+        self,
+        files: list[TextFile],
+        ranked: list[int],
+        full_costs: list[int],
+        budget: int,
+        outlines: _LazyOutlines,
+        *,
+        count_list: bool,
     ) -> tuple[dict[int, View], dict[int, str], dict[int, int], int]:
-        paths = [text_file.path for text_file in files]
+        """Views that fit budget; count_list: the list of unshown paths counted exactly (else its estimate)."""
+        paths = self._paths
         with timed(self.stats, "count"):
             fixed = sum(
                 self.counter.count_text(piece)
                 for piece in (self.renderer.header(partial=True), self.renderer.footer(self.stats.commit))
             )
             list_wrapper = self.counter.count_text(self.renderer.unshown_open() + self.renderer.unshown_close())
-        ratio = self.counter.tokens_per_byte * PATH_ESTIMATE_MARGIN
-        candidates = [
-            Candidate(
-                index=index,
-                full=full_costs[index],
-                outlinable=language_for(paths[index]) is not None,
-                path=math.ceil(len(self.renderer.unshown_line(paths[index]).encode()) * ratio),
-            )
-            for index in ranked
-        ]
-        outlines = _LazyOutlines(
-            [candidate.index for candidate in candidates if candidate.outlinable],
-            Outlines(self.repo_dir, files, self.cache_dir),
-            lambda texts: self._count_outlines(files, texts),
-            self.stats,
-        )
+        if self._candidates is None:
+            path_costs = self._path_costs(paths)
+            self._candidates = [
+                Candidate(index, full_costs[index], outlines.may_have(index), path_costs[index]) for index in ranked
+            ]
+        else:  # a round later only the files counted since have new costs
+            self._candidates = [
+                candidate
+                if candidate.full == full_costs[candidate.index]
+                else candidate._replace(full=full_costs[candidate.index])
+                for candidate in self._candidates
+            ]
+        candidates = self._candidates
         selecting = time.perf_counter()
         nested = self.stats.elapsed_s.get("outline", 0.0) + self.stats.elapsed_s["count"]
-        try:
-            # Path lines are estimates: count the resulting list exactly, and shrink until the total fits.
-            shortfall = 0
-            for _ in range(MAX_SELECTION_ROUNDS):
-                views = fill_budget(candidates, max(0, budget - fixed - list_wrapper - shortfall), outlines.cost)
-                unshown = [paths[index] for index in range(len(files)) if views[index] == "path"]
+        # Path lines are estimates: count the resulting list exactly, and shrink until the total fits.
+        shortfall = 0
+        for _ in range(MAX_SELECTION_ROUNDS):
+            views = fill_budget(candidates, max(0, budget - fixed - list_wrapper - shortfall), outlines.cost)
+            unshown = [paths[index] for index in range(len(files)) if views[index] == "path"]
+            if count_list:
                 with timed(self.stats, "count"):
                     unshown_cost = self._unshown_cost(unshown, list_wrapper)
-                shown_cost = sum(
-                    full_costs[index] if view == "full" else outlines.costs[index] or 0
-                    for index, view in views.items()
-                    if view in ("full", "outline")
-                )
-                overshoot = fixed + shown_cost + unshown_cost - budget
-                if overshoot <= 0:
-                    break
-                shortfall += overshoot
-        finally:
-            outlines.close()
-        # Outlines are made and counted inside the selection: those phases are timed apart.
+            else:  # the estimates fill_budget kept within the budget
+                listed = sum(candidate.path for candidate in candidates if views[candidate.index] == "path")
+                unshown_cost = list_wrapper + listed if unshown else 0
+            shown_cost = sum(
+                full_costs[index] if view == "full" else outlines.costs[index] or 0
+                for index, view in views.items()
+                if view in ("full", "outline")
+            )
+            overshoot = fixed + shown_cost + unshown_cost - budget
+            if overshoot <= 0:
+                break
+            shortfall += overshoot
+        # Outlines are made and counted inside the selection: those phases are timed apart. Over every round.
         nested = self.stats.elapsed_s.get("outline", 0.0) + self.stats.elapsed_s["count"] - nested
-        self.stats.elapsed_s["select"] = round(time.perf_counter() - selecting - nested, 4)
+        selected = self.stats.elapsed_s.get("select", 0.0) + time.perf_counter() - selecting - nested
+        self.stats.elapsed_s["select"] = round(selected, 4)
         shown_outlines = {index: outlines.texts[index] for index, view in views.items() if view == "outline"}
         outline_costs = {index: outlines.costs[index] or 0 for index in shown_outlines}
         return views, shown_outlines, outline_costs, unshown_cost
+
+    def _path_costs(self, paths: list[str]) -> list[int]:
+        """Estimated tokens of each path's line in the list of unshown files, with the tokens per byte of the list
+        of every path (counted once: paths tokenize unlike code, with their slashes, underscores and dots)."""
+        lines = [self.renderer.unshown_line(path) for path in paths]
+        sizes = [len(line.encode("utf-8", errors="surrogatepass")) for line in lines]
+        with timed(self.stats, "count"):
+            ratio = self.counter.count_joined(lines) / max(1, sum(sizes)) * PATH_ESTIMATE_MARGIN
+        return [math.ceil(size * ratio) for size in sizes]
 
     def _count_outlines(self, files: list[TextFile], outlines: dict[int, str]) -> dict[int, int]:
         renderer, fmt = self.renderer, self.options.format
@@ -363,7 +449,7 @@ class _Packer:
     def _unshown_cost(self, unshown: list[str], list_wrapper: int) -> int:
         if not unshown:
             return 0
-        return list_wrapper + self.counter.count_text("".join(self.renderer.unshown_line(path) for path in unshown))
+        return list_wrapper + self.counter.count_joined([self.renderer.unshown_line(path) for path in unshown])
 
     def _result(
         self,

@@ -7,10 +7,11 @@ last time a server was seen.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -37,6 +38,10 @@ class TokenCounter(Protocol):
 
     def count_text(self, text: str) -> int: ...
 
+    def count_joined(self, pieces: Sequence[str]) -> int:
+        """Tokens of "".join(pieces): exactly the text's count, the pieces only say where it may be cut."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -60,8 +65,12 @@ class Calibration:
         return ratio if 0.01 < ratio < 2.0 else DEFAULT_TOKENS_PER_BYTE
 
     def save(self, ratio: float, tokenizer: str | None) -> None:
+        text = json.dumps({"tokens_per_byte": ratio, "tokenizer": tokenizer})
+        with contextlib.suppress(OSError):
+            if self.path.read_text() == text:  # a warm run measures what the cold one did: no write to wait for
+                return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps({"tokens_per_byte": ratio, "tokenizer": tokenizer}))
+        self.path.write_text(text)
 
 
 class EstimatingCounter:
@@ -80,6 +89,9 @@ class EstimatingCounter:
 
     def count_text(self, text: str) -> int:
         return math.ceil(len(text.encode("utf-8", errors="surrogatepass")) * self._ratio)
+
+    def count_joined(self, pieces: Sequence[str]) -> int:
+        return self.count_text("".join(pieces))
 
     def close(self) -> None:
         return None
