@@ -87,6 +87,14 @@ def user_git(repo: git.Repo, hooks_dir: Path) -> SafeGit:
     return SafeGit(Path(repo.git_dir), Path(str(repo.working_tree_dir)), hooks_dir)
 
 
+def head_commit(repo: git.Repo) -> str:
+    """The user's HEAD as a commit id, read by a git process of its own: GitPython's object lookups share one
+    `cat-file --batch` pipe per Repo, and two tasks reading it from their threads at once (--parallel, a fleet)
+    hang on each other's replies."""
+    with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks_dir:
+        return user_git(repo, Path(hooks_dir)).run("rev-parse", "--verify", "HEAD^{commit}").strip().decode()
+
+
 def dirty_description(repo: git.Repo) -> str | None:
     """What `git status` reports, read without writing the user's index (no stat refresh written back)."""
     with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks_dir:
@@ -178,7 +186,7 @@ class Workspace:
             label=task,
             prefix=f"refactor-agent-{run_id}-",
             branch=branch,
-            start=repo.head.commit.hexsha,
+            start=head_commit(repo),
             max_file_bytes=max_file_bytes,
             scratch_root=scratch_root,
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import git
@@ -445,3 +447,27 @@ def test_a_git_file_redirected_from_the_sandbox_changes_only_the_task_branch(tmp
         workspace.remove()
     assert checkout_fingerprint(repo_path) == before
     assert commit is not None and committed_files(repo_path, commit) == ["pkg/geometry.py"]
+
+
+def test_tasks_in_threads_create_their_worktrees_at_once_from_one_repo_object(tmp_path: Path) -> None:
+    """--parallel and a fleet create the tasks' worktrees from their threads, sharing the run's git.Repo."""
+    repo = open_repository(make_repo(tmp_path / "repo"))
+    created: list[Workspace] = []
+    start = threading.Barrier(8)
+
+    def one(index: int) -> None:
+        start.wait()
+        created.append(Workspace.create(repo, run_id="r", task=f"task {index}", max_file_bytes=MAX_FILE_BYTES))
+
+    threads = [threading.Thread(target=one, args=(index,), daemon=True) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    try:
+        assert not any(thread.is_alive() for thread in threads), "a task hung creating its worktree"
+        assert len({workspace.base_commit for workspace in created}) == 1 and len(created) == 8
+    finally:
+        for workspace in created:
+            workspace.remove()
