@@ -41,8 +41,11 @@ def start_cli(command: list[str], scratch: Path, **popen: object) -> subprocess.
     """The CLI in a process of its own, for signals; its scratch directories go under `scratch` (TMPDIR)."""
     scratch.mkdir(exist_ok=True)
 
-    def default_signals() -> None:  # a test runner started in the background ignores SIGINT; the run must not
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    def default_signals() -> None:
+        # A test runner started in the background ignores SIGINT, under nohup SIGHUP, and its children inherit
+        # that (the CLI rightly keeps a signal it was started ignoring): the run under test must see them.
+        for stop in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(stop, signal.SIG_DFL)
 
     # cwd outside any repository: a git call that lost its worktree must not find the one the tests run from;
     # PYTHONPATH then names the code under test, which the cwd no longer does.

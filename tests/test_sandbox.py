@@ -423,7 +423,14 @@ def _sandbox_in_child_process(workspace: Path, run_id: str, then: str) -> tuple[
             {then}
         """
     )
-    child = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    # A test runner started in the background ignores SIGINT, and the child would inherit that.
+    child = subprocess.Popen(
+        [sys.executable, "-c", program],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert child.stdout is not None
     return child, child.stdout.readline().strip()
 
