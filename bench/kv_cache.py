@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from agent.config import LLMConfig, SamplingConfig  # noqa: E402
 from agent.events import PrefixCacheEvent  # noqa: E402
@@ -36,11 +36,7 @@ from agent.server.kv_cache import KVCacheStore, PrefixCache  # noqa: E402
 from agent.server.launcher import start_server, stop_server  # noqa: E402
 from agent.server.presets import PresetRequest, build_preset  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from llama_fixtures import free_port  # noqa: E402
 
 
 class Sample(BaseModel):

@@ -48,7 +48,7 @@ from agent.server.launcher import start_server, stop_server  # noqa: E402
 from agent.server.presets import EMBEDDED_MAX_CTX, PresetRequest, ServerPreset, build_preset  # noqa: E402
 
 KVLayout = Literal["split", "unified"]
-KV_FLAGS: dict[KVLayout, str] = {"split": "--no-kv-unified", "unified": "--kv-unified"}
+KV_LAYOUTS: tuple[KVLayout, ...] = ("split", "unified")
 # llama-server rounds each slot's share of a split cache up to a multiple of 256 tokens (llama-context.cpp).
 CTX_PAD = 256
 # Request k asks for PROMPT_STEP * k more tokens than request 0, so the slot check can tell the requests apart by
@@ -254,9 +254,12 @@ def summarise(
     )
 
 
-def slots_preset(base: ServerPreset, slots: int, window: int, kv: KVLayout, threads: int | None) -> ServerPreset:
-    extra = [*base.extra_args, KV_FLAGS[kv], *(["--threads", str(threads)] if threads is not None else [])]
-    return base.model_copy(update={"parallel": slots, "ctx_size": slots * window, "extra_args": extra})
+def slots_preset(port: int, save_dir: Path, slots: int, window: int, kv: KVLayout, threads: int | None) -> ServerPreset:
+    """What `server start --preset embedded --parallel N --ctx WINDOW` starts (N × window, a split cache), with
+    the unified cache forced on for the comparison."""
+    extra = [*(["--kv-unified"] if kv == "unified" else []), *(["--threads", str(threads)] if threads else [])]
+    request = PresetRequest(port=port, slot_save_path=save_dir, parallel=slots, ctx_size=window, extra_args=extra)
+    return build_preset(request)
 
 
 class Options(BaseModel):
@@ -277,7 +280,7 @@ def parse_options() -> Options:
     parser.add_argument("--max-tokens", type=int, default=64, help="D, the tokens every reply generates")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--window", type=int, default=2048, help="each slot's context in tokens")
-    parser.add_argument("--kv", nargs="+", choices=list(KV_FLAGS), default=["split"], help="KV layouts to measure")
+    parser.add_argument("--kv", nargs="+", choices=list(KV_LAYOUTS), default=["split"], help="KV layouts to measure")
     parser.add_argument("--threads", type=int, help="llama-server's --threads (default: its own)")
     parser.add_argument("--port", type=int, default=8116)
     arguments = parser.parse_args()
@@ -299,14 +302,13 @@ def parse_options() -> Options:
 def run(options: Options) -> list[BatchSample]:
     binary = find_binary()
     state_dir = OUT / "parallel-slots"
-    base = build_preset(PresetRequest(port=options.port, slot_save_path=state_dir / "kv"))
     configurations = [(slots, kv) for slots in options.slots for kv in options.kv if slots > 1 or kv == "split"]
     prompts: list[str] = []
     batches: list[BatchSample] = []
     for repeat in range(1, options.repeats + 1):
         for slots, kv in configurations:
             state = start_server(
-                slots_preset(base, slots, options.window, kv, options.threads),
+                slots_preset(options.port, state_dir / "kv", slots, options.window, kv, options.threads),
                 binary=binary,
                 state_dir=state_dir,
                 log=lambda _: None,
