@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
 # The test command: sets up what the tests need (scripts/setup.sh), then runs every test, the ones that
-# need Docker, a real llama-server and a local Ray cluster included (markers `docker`, `llama_server`, `ray`:
-# run, never skipped).
+# need Docker, a real llama-server, a browser and a local Ray cluster included (markers `docker`,
+# `llama_server`, `browser`, `bootstrap`, `ray`: run, never skipped).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-# Ray is an optional extra for users (`--executor ray`); the tests run the Ray executor on a local cluster.
-echo "test: installing the ray extra"
-.venv/bin/python -m pip install --quiet -e ".[dev,ray]"
-# The morning report is checked as a person sees it, in a real headless browser: Debian's chromium.
-if ! command -v chromium >/dev/null; then
-    echo "test: installing chromium"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+VENV="${VENV:-.venv}"
+# The set-up promises one line per step on the terminal: a line of anything else (a tool's warning that
+# escaped the log) fails the tests here.
+setup_out=$(mktemp)
+bash scripts/setup.sh | tee "$setup_out"
+if grep -Ev '^setup( [0-9]+/[0-9]+)?: ' "$setup_out"; then
+    echo "test: error: scripts/setup.sh printed the lines above besides its one line per step" >&2
+    exit 1
 fi
-.venv/bin/ruff check .
-.venv/bin/pytest "$@"
+rm -f "$setup_out"
+LOG="$VENV/setup.log"
+# Ray is an optional extra for users (`--executor ray`); the tests run the Ray executor on a local cluster.
+echo "test 1/3: the ray extra (log: $LOG)"
+"$VENV/bin/python" -m pip install --quiet -e ".[dev,ray]" >>"$LOG" 2>&1
+# The morning report is checked as a person sees it, in a real headless browser: Debian's chromium.
+echo "test 2/3: chromium (Debian's package)"
+if ! command -v chromium >/dev/null; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >>"$LOG" 2>&1
+fi
+echo "test 3/3: ruff and every test"
+"$VENV/bin/ruff" check .
+"$VENV/bin/pytest" "$@"

