@@ -9,6 +9,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
+from rich.text import Text
 
 from agent.events import (
     Baseline,
@@ -27,6 +28,7 @@ from agent.events import (
     ToolResultEvent,
 )
 from agent.fallback_stream import FallbackStream
+from agent.printable import printable
 
 
 def _tool_label(event: ToolResultEvent) -> str:
@@ -73,11 +75,12 @@ class RunView:
         return self.console.is_terminal
 
     def log(self, message: str) -> None:
-        # soft_wrap: a line stays one line in logs and cron mail, whatever the terminal width.
-        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
+        # soft_wrap: a line stays one line in logs and cron mail, whatever the terminal width. Lines quote what the
+        # repository and the model wrote (test output, reasons), so their control characters are shown, not sent.
+        self.console.print(printable(message), markup=False, highlight=False, soft_wrap=True)
 
     def error(self, message: str) -> None:
-        self.errors.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+        self.errors.print(printable(f"error: {message}"), markup=False, highlight=False, soft_wrap=True)
 
     def handle(self, event: Event) -> None:
         line = self._update(event)
@@ -192,6 +195,6 @@ def _add_task_rows(table: Table, state: dict[str, Any]) -> None:
         ("last tool", state["tool"]),
         ("status", state["status"]),
     ):
-        table.add_row(f"[bold]{label}[/bold]", value)
+        table.add_row(Text(label, style="bold"), Text(printable(value)))  # Text: a reason's "[/tmp]" is no markup
     if state["prefill"] is not None:
         table.add_row("[bold]prefill[/bold]", _prefill_bar(*state["prefill"]))

@@ -7,6 +7,7 @@ import io
 from rich.console import Console
 
 from agent.events import (
+    Baseline,
     PrefillProgress,
     PrefixCacheEvent,
     Response,
@@ -169,3 +170,31 @@ def test_with_tasks_in_parallel_the_panel_shows_each_task_in_flight() -> None:
         assert view.tasks[2]["prefill"] == (1_000, 4_000) and view.tasks[1]["prefill"] is None
     screen = output.getvalue()
     assert "1: Rename compute_area" in screen and "2: Add type hints" in screen
+
+
+# A repository's own test output, as the baseline reports its last line: colours (pytest's --color=yes), a
+# terminal title (OSC) and what rich would read as markup.
+HOSTILE = "did not run: \x1b]0;owned\x07\x1b[31m6 errors\x1b[0m in 2.38s [/tmp] [link=http://example.com]x"
+
+
+def test_repository_text_cannot_drive_the_terminal_in_plain_lines() -> None:
+    output = io.StringIO()
+    with RunView(Console(file=output, force_terminal=False, width=200)) as view:
+        view.handle(Baseline(task=1, ran=False, cached=False, result=HOSTILE))
+    line = output.getvalue()
+    assert "\x1b" not in line
+    assert "\\x1b]0;owned\\x07\\x1b[31m6 errors\\x1b[0m in 2.38s [/tmp] [link=http://example.com]x" in line
+
+
+def test_live_panel_shows_repository_text_as_is_and_inert() -> None:
+    output = io.StringIO()
+    ended = TaskEnd(
+        task=1,
+        outcome=TaskSummary(index=1, task="Rename [/x] area", status="failed", verdict="unverified", reason=HOSTILE),
+    )
+    with RunView(Console(file=output, force_terminal=True, width=300)) as view:
+        view.handle(TaskStart(task=1, text="Rename [/x] area", branch="refactor-agent/r/1-rename"))
+        view.handle(ended)
+    screen = output.getvalue()
+    assert "Rename [/x] area" in screen and "[link=http://example.com]x" in screen
+    assert "\x1b]" not in screen and "\x07" not in screen and "\\x1b[31m6 errors" in screen

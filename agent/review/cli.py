@@ -22,12 +22,13 @@ from rich.syntax import Syntax
 from typer.core import TyperGroup
 
 from agent.config import RunConfig
+from agent.printable import printable
 from agent.report import TaskSummary
 from agent.review.change import TaskChange, read_change
 from agent.review.pager import TerminalPager
 from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
 from agent.review.repository import UserRepository, user_repository
-from agent.review.views import change_json, evidence_text, printable, run_json, run_line, run_table, task_rows
+from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
 from agent.safe_git import GitError
 from agent.workspace import WorkspaceError
 from sandbox.errors import SandboxError

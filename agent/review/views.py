@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rich.table import Table
@@ -17,17 +16,11 @@ from agent.morning_report import (
     verdict_counts,
     verdict_tally,
 )
+from agent.printable import printable
 from agent.review.change import TaskChange
 from agent.review.records import RunRecord
 
 WRAPPED_COLUMNS = ("task", "tests")
-# Control characters (C0 but tab and newline, DEL, C1): a diff, message or file name the model wrote could drive
-# the reviewer's terminal with them (escape sequences), so they are shown as \xNN instead.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def run_line(record: RunRecord) -> str:
