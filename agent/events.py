@@ -149,6 +149,7 @@ class GateEvent(_Event):
     result: str | None = None
     regressed: list[str] = []
     syntax_errors: list[str] = []
+    test_infrastructure: list[str] = []  # the verdict is shown marked (agent.gate.verdict.marked)
 
 
 class Repair(_Event):

@@ -1,4 +1,8 @@
-"""What a person watching the run sees: a live panel on a terminal, plain lines in a log or cron mail."""
+"""What a person watching the run sees: a live panel on a terminal, plain lines in a log or cron mail.
+
+Reasons, test output, build output, task texts and server messages are someone else's text: every line and every
+cell goes through agent.printable (escape sequences shown, never obeyed; rich markup never parsed in them).
+"""
 
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ from agent.events import (
     ToolResultEvent,
 )
 from agent.fallback_stream import FallbackStream
-from agent.printable import printable
+from agent.gate.verdict import marked
+from agent.printable import printable, rich_text
 
 
 def _tool_label(event: ToolResultEvent) -> str:
@@ -130,7 +135,8 @@ class RunView:
                 if outcome.index in self.in_flight:
                     self.in_flight.remove(outcome.index)
                 state["prefill"] = None  # a task that failed mid-prefill leaves no stale bar
-                words = outcome.status if outcome.verdict == outcome.status else f"{outcome.status}, {outcome.verdict}"
+                verdict = outcome.shown_verdict
+                words = outcome.status if verdict == outcome.status else f"{outcome.status}, {verdict}"
                 state["status"] = f"{words}: {outcome.reason}"
                 where = f" ({outcome.commit[:12]})" if outcome.commit else ""
                 return f"task {outcome.index} {words}{where}: {outcome.reason}"
@@ -153,7 +159,7 @@ class RunView:
             case Baseline():
                 return f"baseline: {event.result}" + (" (cached)" if event.cached else "")
             case GateEvent():
-                return f"gate: {event.verdict}, {event.reason}"
+                return f"gate: {marked(event.verdict, event.test_infrastructure)}, {event.reason}"
             case Repair():
                 return f"repair round {event.round}: {event.reason}"
             case PrefillProgress():  # the live panel's bar; a log gets the response line when it is done
@@ -195,6 +201,6 @@ def _add_task_rows(table: Table, state: dict[str, Any]) -> None:
         ("last tool", state["tool"]),
         ("status", state["status"]),
     ):
-        table.add_row(Text(label, style="bold"), Text(printable(value)))  # Text: a reason's "[/tmp]" is no markup
+        table.add_row(Text(label, style="bold"), rich_text(value))  # Text: a reason's "[/tmp]" is no markup
     if state["prefill"] is not None:
-        table.add_row("[bold]prefill[/bold]", _prefill_bar(*state["prefill"]))
+        table.add_row(Text("prefill", style="bold"), _prefill_bar(*state["prefill"]))

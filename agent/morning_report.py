@@ -3,6 +3,8 @@
 Both are rendered from summary.json's models and patch.diff alone, and rewritten after every task, so a night cut
 short still leaves a report. The HTML is one self-contained file (no external CSS, fonts or scripts): it opens from
 file:// on an air-gapped laptop. Diffs are highlighted by Pygments, collapsed in <details> until asked for.
+Everything a task, the model, a repository or its tests wrote is text in both: escaped by agent.markdown_text
+and html.escape, and the model's own message comes after our verdict and before our evidence, never around it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
+from agent import markdown_text as md
 from agent.report import EnvironmentRecord, RunSummary, TaskSummary
 
 # journal.append_patch writes "# task <n>: <task>" before each task's diff; diff lines never start with "#".
@@ -30,7 +33,7 @@ VERDICT_COLOURS = {
     "interrupted": "#9a6700",
 }
 # The evidence lists a task section names, in the order a reviewer cares about them.
-EVIDENCE_LISTS = ("regressed", "removed", "syntax_errors", "flaky", "fixed", "still_failing")
+EVIDENCE_LISTS = ("test_infrastructure", "regressed", "removed", "syntax_errors", "flaky", "fixed", "still_failing")
 LISTED_PER_KIND = 30
 # Highlighting costs time in proportion to the text, and a page of megabytes helps nobody: past this, the report
 # shows the beginning and points at patch.diff.
@@ -90,7 +93,7 @@ def task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str]
     return {
         "#": str(task.index),
         "task": task.task,
-        "verdict": task.verdict,
+        "verdict": task.shown_verdict,
         "branch": task.branch or "-",
         "commit": (task.commit or "")[:12] or "-",
         "files": str(len(changes)),
@@ -129,10 +132,10 @@ def evidence_lines(task: TaskSummary) -> list[tuple[str, list[str]]]:
 
 
 def verdict_tally(summary: RunSummary) -> dict[str, int]:
-    """How many tasks ended with each verdict, by verdict name."""
+    """How many tasks ended with each verdict, by verdict as shown (`verified*` is not counted as `verified`)."""
     counts: dict[str, int] = {}
     for task in summary.tasks:
-        counts[task.verdict] = counts.get(task.verdict, 0) + 1
+        counts[task.shown_verdict] = counts.get(task.shown_verdict, 0) + 1
     return dict(sorted(counts.items()))
 
 
@@ -183,33 +186,30 @@ def _header_lines(summary: RunSummary) -> list[tuple[str, str]]:
     ]
 
 
-def markdown_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def render_markdown(summary: RunSummary, diffs: dict[int, str]) -> str:
-    lines = [f"# refactor-agent run {summary.run_id}", ""]
-    lines += [f"- **{label}**: {value}" for label, value in _header_lines(summary)]
-    lines += [f"- **warning**: {warning}" for warning in summary.warnings]
+    lines = [f"# refactor-agent run {md.inline(summary.run_id)}", ""]
+    lines += [f"- **{label}**: {md.inline(value)}" for label, value in _header_lines(summary)]
+    lines += [f"- **warning**: {md.inline(warning)}" for warning in summary.warnings]
     rows = [task_figures(task, file_changes(diffs.get(task.index, ""))) for task in summary.tasks]
     if rows:
         columns = list(rows[0])
         lines += ["", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-        lines += ["| " + " | ".join(markdown_cell(row[column]) for column in columns) + " |" for row in rows]
+        lines += ["| " + " | ".join(md.inline(row[column]) for column in columns) + " |" for row in rows]
     for task in summary.tasks:
-        lines += ["", f"## Task {task.index}: {task.task}", "", f"{task.verdict}: {task.reason}"]
+        lines += ["", f"## Task {task.index}: {md.inline(task.task)}", ""]
+        lines.append(f"{md.inline(task.shown_verdict)}: {md.inline(task.reason)}")
         if len(summary.repos) > 1:  # a night over several repositories: say which one
-            lines += ["", f"Repository: `{task.repo}`"]
-        lines += [f"- warning: {warning}" for warning in task.warnings]
-        if task.tests is not None:
-            lines += ["", f"Tests: {tests_cell(task)}"]
-            for kind, names in evidence_lines(task):
-                lines += ["", f"{kind}:", ""] + [f"- `{name}`" for name in names]
+            lines += ["", f"Repository: {md.code(task.repo or '-')}"]
+        lines += [f"- warning: {md.inline(warning)}" for warning in task.warnings]
         if task.summary:
-            lines += ["", "Commit message:", "", "```text", task.summary, "```"]
+            lines += ["", "Commit message (the model's):", "", md.fenced(task.summary)]
+        if task.tests is not None:
+            lines += ["", f"Tests: {md.inline(tests_cell(task))}"]
+            for kind, names in evidence_lines(task):
+                lines += ["", f"{md.inline(kind)}:", ""] + [f"- {md.code(name)}" for name in names]
         changes = file_changes(diffs.get(task.index, ""))
         if changes:
-            lines += ["", "Files:", ""] + [f"- `{c.path}` +{c.added}/-{c.removed}" for c in changes]
+            lines += ["", "Files:", ""] + [f"- {md.code(c.path)} +{c.added}/-{c.removed}" for c in changes]
     return "\n".join(lines) + "\n"
 
 
@@ -228,25 +228,25 @@ details { margin: 0.5rem 0 1rem; }
 """
 
 
-def _verdict_html(verdict: str) -> str:
-    colour = VERDICT_COLOURS.get(verdict, "#1f2328")
-    return f'<span class="verdict" style="color: {colour}">{html.escape(verdict)}</span>'
+def _verdict_html(task: TaskSummary) -> str:
+    colour = VERDICT_COLOURS.get(task.verdict, "#1f2328")
+    return f'<span class="verdict" style="color: {colour}">{html.escape(task.shown_verdict)}</span>'
 
 
 def _task_section(task: TaskSummary, diff: str, formatter: HtmlFormatter) -> str:
     parts = [
         f'<section class="task" id="task-{task.index}">',
         f"<h2>Task {task.index}: {html.escape(task.task)}</h2>",
-        f"<p>{_verdict_html(task.verdict)}: {html.escape(task.reason)}</p>",
+        f"<p>{_verdict_html(task)}: {html.escape(task.reason)}</p>",
     ]
     parts += [f'<p class="warning">warning: {html.escape(warning)}</p>' for warning in task.warnings]
+    if task.summary:
+        parts.append(f'<pre class="message">{html.escape(task.summary)}</pre>')
     if task.tests is not None:
         parts.append(f'<p class="tests">Tests: {html.escape(tests_cell(task))}</p>')
         for kind, names in evidence_lines(task):
             items = "".join(f"<li><code>{html.escape(name)}</code></li>" for name in names)
             parts.append(f'<div class="evidence"><strong>{html.escape(kind)}</strong><ul>{items}</ul></div>')
-    if task.summary:
-        parts.append(f'<pre class="message">{html.escape(task.summary)}</pre>')
     if diff:
         shown = (
             diff[: diff.rfind("\n", 0, MAX_RENDERED_DIFF_CHARS) + 1] if len(diff) > MAX_RENDERED_DIFF_CHARS else diff
@@ -276,7 +276,7 @@ def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
         body = "\n".join(
             '<tr class="task-row">'
             + "".join(
-                f"<td>{_verdict_html(task.verdict) if column == 'verdict' else html.escape(figures[column])}</td>"
+                f"<td>{_verdict_html(task) if column == 'verdict' else html.escape(figures[column])}</td>"
                 for column in columns
             )
             + "</tr>"

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agent.gate.verdict import marked
 from agent.metrics import MetricsSummary
 
 
@@ -34,6 +35,8 @@ class GateEvidence(BaseModel):
     flaky: list[str] = []
     still_failing: list[str] = []
     syntax_errors: list[str] = []
+    # Test infrastructure the task changed (conftest.py, pytest configuration, ...): the suite ran it as changed.
+    test_infrastructure: list[str] = []
     repair_rounds: int = 0
 
 
@@ -75,6 +78,11 @@ class TaskSummary(BaseModel):
     metrics: MetricsSummary | None = None
     warnings: list[str] = []
     uncommitted_files: dict[str, str] = {}  # new files the commit left out (too large, a nested repository): why
+
+    @property
+    def shown_verdict(self) -> str:
+        """The verdict as every view shows it: `verified*` when the task changed the test infrastructure it rests on."""
+        return marked(self.verdict, self.tests.test_infrastructure if self.tests is not None else [])
 
 
 class RunSummary(BaseModel):

@@ -15,6 +15,7 @@ import shutil
 import stat
 import tempfile
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 
 import git
@@ -308,10 +309,15 @@ class Workspace:
                 left_out[name] = f"{info.st_size} bytes, above the limit of {self.max_file_bytes}"
         return left_out
 
+    @property
+    def _exclude(self) -> tuple[str, str]:
+        """Our ignore file for git: the user's global one and the artifacts tests leave (agent's ARTIFACT_PATTERNS)."""
+        return ("-c", f"core.excludesFile={self.excludes_file}")
+
     def _stage_everything(self, env: dict[str, str] | None = None) -> None:
         """Stage every change into the worktree's index, or the index file `env` names."""
         self.restore_git_file()
-        exclude = ("-c", f"core.excludesFile={self.excludes_file}")
+        exclude = self._exclude
         left_out = self._left_out(exclude, env)
         self.uncommitted_files = {os.fsdecode(name): reason for name, reason in left_out.items()}
         # Pathspecs on stdin: any number of them, and names need not be UTF-8.
@@ -374,6 +380,14 @@ class Workspace:
         self._stage_everything()
         names = self.git.run("diff", "--cached", "--name-only", "-z", "--no-renames", self.base_commit)
         return [os.fsdecode(name) for name in names.split(b"\0") if name]
+
+    def ignored_files(self, pathspecs: Sequence[str]) -> list[str]:
+        """Untracked files that git ignores (a .gitignore line, our artifact patterns), among `pathspecs`: never
+        committed, yet there for whatever runs in the worktree."""
+        listing = self.git.run(
+            *self._exclude, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--", *pathspecs
+        )
+        return [os.fsdecode(name) for name in listing.split(b"\0") if name]
 
     def file_at(self, path: str, which: str, *, limit: int) -> bytes | None:
         """A file's bytes at the base commit ("before") or as staged now ("after"), from git's blobs (never from

@@ -8,8 +8,12 @@ from rich.console import Console
 
 from agent.events import (
     Baseline,
+    EnvironmentProgress,
+    EnvironmentReady,
+    GateEvent,
     PrefillProgress,
     PrefixCacheEvent,
+    Repair,
     Response,
     Retry,
     TaskEnd,
@@ -19,7 +23,7 @@ from agent.events import (
 )
 from agent.live import RunView
 from agent.metrics import RequestStats
-from agent.report import TaskSummary
+from agent.report import EnvironmentRecord, GateEvidence, TaskSummary
 
 EVENTS = [
     TaskStart(task=1, text="Rename compute_area", branch="refactor-agent/r/1-rename"),
@@ -198,3 +202,70 @@ def test_live_panel_shows_repository_text_as_is_and_inert() -> None:
     screen = output.getvalue()
     assert "Rename [/x] area" in screen and "[link=http://example.com]x" in screen
     assert "\x1b]" not in screen and "\x07" not in screen and "\\x1b[31m6 errors" in screen
+
+
+# What a repository's tests, its build, a server or the model can print: an OSC 52 clipboard write, a screen clear,
+# a bidi override, and rich markup that closes nothing.
+CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4=\x07"
+CLEAR = "\x1b[2J\x1b[H"
+EVERY_ESCAPE = f"out {CLIPBOARD}{CLEAR}\u202e [/] [bold]x"
+EVERY_ESCAPE_SHOWN = "out \\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b[2J\\x1b[H\\u202e [/] [bold]x"
+
+
+def _hostile_events() -> list:
+    """Every event whose line carries someone else's text, each carrying EVERY_ESCAPE."""
+    failed_build = EnvironmentRecord(
+        source="devcontainer", description="d", image="img", status="failed", error=EVERY_ESCAPE, log="/runs/env.log"
+    )
+    outcome = TaskSummary(
+        index=1,
+        task=EVERY_ESCAPE,
+        status="committed",
+        verdict="verified",
+        reason=EVERY_ESCAPE,
+        commit="0123456789abcdef",
+        tests=GateEvidence(test_infrastructure=["conftest.py"]),
+    )
+    return [
+        EnvironmentProgress(message=EVERY_ESCAPE),
+        EnvironmentReady(record=failed_build),
+        TaskStart(task=1, text=EVERY_ESCAPE, branch="refactor-agent/r/1-x"),
+        TaskServer(task=1, server="http://gpu1:8080/v1", reason=EVERY_ESCAPE),
+        Retry(task=1, message=EVERY_ESCAPE),
+        PrefixCacheEvent(task=1, action="warning", message=EVERY_ESCAPE),
+        Baseline(task=1, ran=False, cached=False, result=f"did not run: {EVERY_ESCAPE}"),
+        GateEvent(task=1, verdict="regressed", reason=EVERY_ESCAPE),
+        Repair(task=1, round=1, reason=EVERY_ESCAPE),
+        GateEvent(task=1, verdict="verified", reason=EVERY_ESCAPE, test_infrastructure=["conftest.py"]),
+        TaskEnd(task=1, outcome=outcome),
+    ]
+
+
+def test_escape_sequences_and_markup_in_plain_lines_are_shown_as_text() -> None:
+    output, errors = io.StringIO(), io.StringIO()
+    view = RunView(Console(file=output, force_terminal=False, width=60), Console(file=errors, force_terminal=False))
+    with view:
+        for event in _hostile_events():
+            view.handle(event)
+        view.log(f"preflight: {EVERY_ESCAPE}")
+    view.error(EVERY_ESCAPE)
+    lines = output.getvalue().splitlines()
+    assert "\x1b" not in output.getvalue() + errors.getvalue() and "\u202e" not in output.getvalue()
+    assert len(lines) == 12 and [line for line in lines if EVERY_ESCAPE_SHOWN not in line] == [
+        "task 1 started on branch refactor-agent/r/1-x"  # its text is the live panel's
+    ]
+    assert f"gate: verified*, {EVERY_ESCAPE_SHOWN}" in lines
+    assert lines[-2].startswith("task 1 committed, verified* (0123456789ab): ")
+    assert errors.getvalue() == f"error: {EVERY_ESCAPE_SHOWN}\n"
+
+
+def test_escape_sequences_and_markup_in_the_live_panel_are_shown_as_text() -> None:
+    output = io.StringIO()
+    with RunView(Console(file=output, force_terminal=True, width=400)) as view:
+        for event in _hostile_events():
+            view.handle(event)
+        view.log(f"task 1 committed: {EVERY_ESCAPE}")  # what the run prints after the panel, per task
+    screen = output.getvalue()
+    assert CLIPBOARD not in screen and "\x1b]52" not in screen and "\x1b[2J" not in screen
+    assert "[/] [bold]x" in screen and "\\x1b]52;c;" in screen
+    assert "committed, verified*" in screen

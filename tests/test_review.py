@@ -6,6 +6,7 @@ One night is run once per module; every test works on its own copy of the reposi
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
 import agent
@@ -151,16 +153,25 @@ def test_review_lists_runs_newest_first_with_their_verdict_counts(copy: Night) -
     lines = copy.review().splitlines()
     assert len(lines) == 2, "the runs directory's .baselines/ is no run"
     assert lines[0].startswith(f"{LATER}  {copy.repo}  1 tasks  1 no_changes  wall ")
-    assert lines[1].startswith(f"{NIGHT}  {copy.repo}  4 tasks  1 failed, 1 regressed, 2 verified  wall ")
+    # Task 1 changed pytest.ini: its verdict rests on the configuration it changed, and is counted apart.
+    assert lines[1].startswith(f"{NIGHT}  {copy.repo}  4 tasks  1 failed, 1 regressed, 1 verified, 1 verified*  wall ")
     listed = json.loads(copy.review("--json"))
     assert [run["run_id"] for run in listed] == [LATER, NIGHT]
-    assert listed[1]["verdicts"] == {"failed": 1, "regressed": 1, "verified": 2} and listed[1]["tasks"] == 4
+    assert listed[1]["verdicts"] == {"failed": 1, "regressed": 1, "verified": 1, "verified*": 1}
+    assert listed[1]["tasks"] == 4
     assert checkout_fingerprint(copy.repo) == before
 
 
 def _report_rows(report_md: str) -> list[list[str]]:
-    table = [line for line in report_md.splitlines() if line.startswith("| ")]
-    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in table[2:]]  # after the head
+    """The task table's body cells as a Markdown renderer shows them (escapes resolved)."""
+    rows: list[list[str]] = []
+    tokens = MarkdownIt("commonmark").enable("table").parse(report_md)
+    for token, following in itertools.pairwise(tokens):
+        if token.type == "tr_open" and following.type == "td_open":  # a body row (the head's cells are th)
+            rows.append([])
+        elif token.type == "td_open":
+            rows[-1].append("".join(child.content for child in following.children or []))
+    return rows
 
 
 def test_review_run_shows_the_rows_of_the_morning_report(copy: Night, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -168,7 +179,7 @@ def test_review_run_shows_the_rows_of_the_morning_report(copy: Night, monkeypatc
     shown = json.loads(copy.review(NIGHT, "--json"))
     rows = [list(row.values()) for row in shown["rows"]]
     assert rows == _report_rows((copy.runs / NIGHT / "report.md").read_text())
-    assert [row["verdict"] for row in shown["rows"]] == ["verified", "verified", "regressed", "failed"]
+    assert [row["verdict"] for row in shown["rows"]] == ["verified*", "verified", "regressed", "failed"]
     assert shown["rows"][2]["regressed/fixed/flaky"] == "2/0/0"
     table = copy.review(NIGHT)
     assert all(verdict in table for verdict in ("verified", "regressed", "failed"))
@@ -249,6 +260,7 @@ def test_pr_is_markdown_with_evidence_files_risks_and_provenance(copy: Night, tm
     before = checkout_fingerprint(copy.repo)
     text = copy.review("pr", f"{NIGHT}/1")
     sections = [line for line in text.splitlines() if line.startswith("#")]
+    assert text.splitlines()[2].startswith("**Verdict: verified\\***: the model called finish; gate: "), "ours first"
     assert sections == [
         "# Document compute_area",
         "## What changed and why",
@@ -258,17 +270,20 @@ def test_pr_is_markdown_with_evidence_files_risks_and_provenance(copy: Night, tm
         "## How this was made",
     ]
     part = {title: body for title, _, body in (s.partition("\n") for s in text.split("\n## "))}
-    assert part["What changed and why"].strip() == "The docstring says what the area is; a test checks it."
+    assert part["What changed and why"].strip() == (
+        "In the model's words:\n\n```text\nThe docstring says what the area is; a test checks it.\n```"
+    )
     assert "Refactor-Agent-" not in text, "the trailers are said as evidence, not repeated"
     evidence = part["Test evidence"]
-    assert "- Verdict: **verified**" in evidence
     assert "- Tests: 2 passed, 1 failed → 3 passed, 1 failed" in evidence
+    assert "- Test infrastructure (1): `pytest.ini`" in evidence
     assert f"- Still failing (1): `{KNOWN_BUG}`" in evidence
     assert "| `pkg/geometry.py` | 1 | 1 |" in part["Files touched"]
     assert "| `NOTES.txt` | 0 | 1 |" in part["Files touched"]
     risks = part["Risk notes"]
     assert "- Changes tests: `tests/test_docs.py`." in risks
-    assert "- Changes configuration, build or CI: `pytest.ini`." in risks
+    assert "- Changes the test infrastructure its verdict rests on: `pytest.ini`." in risks
+    assert "Changes configuration" not in risks, "said once, as what it is"
     assert "- Deletes files: `NOTES.txt`." in risks
     assert "`big.txt` (2000 bytes, above the limit of 1000)" in risks
     made = part["How this was made"]

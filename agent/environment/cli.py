@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from agent.printable import printable
 from sandbox.models import DEFAULT_IMAGE
 
 env_app = typer.Typer(help="Build, list and prune the repositories' environment images.", no_args_is_help=True)
@@ -15,8 +16,13 @@ EXIT_USAGE = 2
 
 
 def _usage(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {printable(message)}", err=True)
     return typer.Exit(EXIT_USAGE)
+
+
+def _say(line: str, *, err: bool = False) -> None:
+    """A build's output is the repository's: its escape sequences are shown, never obeyed."""
+    typer.echo(printable(line), err=err)
 
 
 @env_app.command()
@@ -49,19 +55,19 @@ def build(
         spec=spec,
         test_command=test_cmd,
         log_path=log_path.absolute(),
-        progress=typer.echo,
+        progress=_say,
     )
     if record.status == "failed":
         for line in record.log_tail:
-            typer.echo(f"  | {line}", err=True)
-        typer.echo(f"error: {record.error}" + (f" (log: {record.log})" if record.log else ""), err=True)
+            _say(f"  | {line}", err=True)
+        _say(f"error: {record.error}" + (f" (log: {record.log})" if record.log else ""), err=True)
         raise typer.Exit(1)
     collected = (
         f"{record.tests_collected} tests collected" if record.tests_collected is not None else "tests not counted"
     )
     note = f" ({record.collect_note})" if record.collect_note else ""
     where = f"; log: {record.log}" if record.log else ""
-    typer.echo(f"environment {record.status}: {record.image} in {record.build_s:.1f}s; {collected}{note}{where}")
+    _say(f"environment {record.status}: {record.image} in {record.build_s:.1f}s; {collected}{note}{where}")
 
 
 @env_app.command("list")

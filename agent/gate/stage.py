@@ -6,12 +6,13 @@ file before and after; the runner decides what to do with a regression (ask for 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent.events import Baseline, Event, GateEvent
 from agent.gate.baseline import BaselineCache
 from agent.gate.compare import compare, settle_flaky
+from agent.gate.infrastructure import infrastructure_in
 from agent.gate.results import SuiteRun
 from agent.gate.suite import rerun_selected, run_suite
 from agent.gate.syntax import syntax_regressions
@@ -71,8 +72,11 @@ class Gate:
         )
         return suite
 
-    def check(self, changed_paths: list[str], read: ReadFile) -> GateCheck:
-        """The suite again, compared with the baseline (new failures re-run once alone), and the parse check."""
+    def check(self, changed_paths: list[str], read: ReadFile, *, unstaged: Sequence[str] = ()) -> GateCheck:
+        """The suite again, compared with the baseline (new failures re-run once alone), and the parse check.
+
+        `unstaged`: files the task made that the commit leaves out (ignored, too large); the suite reads them too,
+        so they count when the gate looks for changed test infrastructure."""
         baseline = self.baseline_run
         final = comparison = None
         if baseline is not None and baseline.ran and self.test_command is not None:
@@ -81,7 +85,8 @@ class Gate:
             if comparison.regressed and final.ran:
                 rerun = rerun_selected(self.executor, self.test_command, comparison.regressed, timeout_s=self.timeout_s)
                 comparison = settle_flaky(comparison, rerun)
-        check = judge(baseline, final, comparison, syntax_regressions(changed_paths, read))
+        infrastructure = infrastructure_in([*changed_paths, *unstaged], self.test_command, read)
+        check = judge(baseline, final, comparison, syntax_regressions(changed_paths, read), infrastructure)
         self.emit(
             GateEvent(
                 verdict=check.verdict,
@@ -89,6 +94,7 @@ class Gate:
                 result=final.describe() if final else None,
                 regressed=comparison.regressed if comparison else [],
                 syntax_errors=check.syntax_errors,
+                test_infrastructure=check.test_infrastructure,
             )
         )
         return check

@@ -24,6 +24,9 @@ from tools.base import Executor
 
 REPORT_DIR = "/tmp/.refactor-agent"
 JUNIT_PATH = f"{REPORT_DIR}/junit.xml"
+# Python reads compiled modules from here, emptied before each run, instead of the worktree's __pycache__: a .pyc
+# the model planted there with the header of a broken source would otherwise run in its place.
+PYCACHE_DIR = f"{REPORT_DIR}/pycache"
 # A JUnit report of tens of thousands of tests is megabytes; one larger than this is judged by its counts.
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 MAX_OUTPUT_BYTES = 256_000
@@ -37,11 +40,13 @@ def _is_pytest(test_command: str) -> bool:
 
 
 def instrumented(test_command: str) -> str:
-    """The command as the gate runs it: a JUnit report for pytest, JSON events for go test."""
+    """The command as the gate runs it: a JUnit report for pytest, JSON events for go test; Python with no user
+    site-packages (HOME is the sandbox's /tmp, where the model can write a .pth) and no bytecode of the model's."""
     command = _GO_TEST.sub(r"\1 -json", test_command, count=1)
     junit = f"--junitxml={JUNIT_PATH} -o junit_family=xunit1"
     return (
-        f"mkdir -p {REPORT_DIR} && rm -f {JUNIT_PATH} && "
+        f"mkdir -p {REPORT_DIR} && rm -rf {JUNIT_PATH} {PYCACHE_DIR} && "
+        f"export PYTHONNOUSERSITE=1 PYTHONPYCACHEPREFIX={PYCACHE_DIR} && "
         f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} {junit}" && {command}'
     )
 

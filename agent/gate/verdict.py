@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel
 
 from agent.gate.compare import Comparison
 from agent.gate.results import SuiteRun
+from agent.printable import printable
 
 Verdict = Literal["verified", "unverified", "regressed"]
 # How many regressed tests the repair message names with their output; the rest are listed by id only.
 DETAILED_TESTS = 5
 LISTED_TESTS = 50
+# A verdict the task's own test infrastructure helped to reach (agent.gate.infrastructure) is shown marked, in
+# every view and in the trailer: `verified*`. The verdict itself stays one of the enum's values.
+INFRASTRUCTURE_MARK = "*"
+NAMED_IN_REASON = 3
+VERDICT_TRAILER = "Refactor-Agent-Verdict"
+TESTS_TRAILER = "Refactor-Agent-Tests"
+INFRASTRUCTURE_TRAILER = "Refactor-Agent-Test-Infrastructure"
+_TESTS_VALUE = re.compile(r"^(?P<final>.*) \(baseline (?P<baseline>.*)\)$")
 
 
 class GateCheck(BaseModel):
@@ -23,9 +33,36 @@ class GateCheck(BaseModel):
     final: SuiteRun | None = None
     comparison: Comparison | None = None
     syntax_errors: list[str] = []
+    # Files the task changed that the suite reads besides the tests: the verdict rests on them.
+    test_infrastructure: list[str] = []
+
+
+def marked(verdict: str, test_infrastructure: list[str]) -> str:
+    """The verdict as it is shown: `verified*` when the task changed the test infrastructure it rests on."""
+    return f"{verdict}{INFRASTRUCTURE_MARK}" if test_infrastructure else verdict
+
+
+def infrastructure_note(test_infrastructure: list[str]) -> str:
+    named = ", ".join(test_infrastructure[:NAMED_IN_REASON])
+    more = len(test_infrastructure) - NAMED_IN_REASON
+    return f"test configuration changed: {named}" + (f" and {more} more" if more > 0 else "")
 
 
 def judge(
+    baseline: SuiteRun | None,
+    final: SuiteRun | None,
+    comparison: Comparison | None,
+    syntax_errors: list[str],
+    test_infrastructure: list[str] | None = None,
+) -> GateCheck:
+    check = _judge(baseline, final, comparison, syntax_errors)
+    if not test_infrastructure:
+        return check
+    reason = f"{infrastructure_note(test_infrastructure)}; {check.reason}"
+    return check.model_copy(update={"test_infrastructure": test_infrastructure, "reason": reason})
+
+
+def _judge(
     baseline: SuiteRun | None, final: SuiteRun | None, comparison: Comparison | None, syntax_errors: list[str]
 ) -> GateCheck:
     facts = {"final": final, "comparison": comparison, "syntax_errors": syntax_errors}
@@ -74,3 +111,31 @@ def evidence_trailer(baseline: SuiteRun | None, final: SuiteRun | None) -> str |
         return None
     after = final.describe() if final is not None else "not run"
     return f"{after} (baseline {baseline.describe()})"
+
+
+def verdict_trailers(baseline: SuiteRun | None, check: GateCheck) -> dict[str, str]:
+    """The verdict (marked), the tests before and after, and the test infrastructure the task changed; each one
+    line (a test's output or a file name could otherwise add a trailer line of its own)."""
+    trailers = {VERDICT_TRAILER: marked(check.verdict, check.test_infrastructure)}
+    tests = evidence_trailer(baseline, check.final)
+    if tests:
+        trailers[TESTS_TRAILER] = tests
+    if check.test_infrastructure:
+        trailers[INFRASTRUCTURE_TRAILER] = ", ".join(check.test_infrastructure)
+    return {key: printable(value, one_line=True) for key, value in trailers.items()}
+
+
+def read_trailers(message: str) -> dict[str, str]:
+    """refactor-agent's trailers from a commit message: its last paragraph only (the model's text comes before)."""
+    lines = message.strip().rpartition("\n\n")[2].splitlines()
+    return dict(line.split(": ", 1) for line in lines if line.startswith("Refactor-Agent-") and ": " in line)
+
+
+def unmarked(verdict: str) -> str:
+    return verdict.removesuffix(INFRASTRUCTURE_MARK)
+
+
+def split_tests_trailer(value: str) -> tuple[str, str] | None:
+    """(baseline, final) from a Tests trailer's value."""
+    found = _TESTS_VALUE.match(value)
+    return (found["baseline"], found["final"]) if found else None

@@ -1,13 +1,15 @@
 """A pull-request description in Markdown for one task's branch: `gh pr create --body-file` or GitLab's
-`glab mr create --description "$(cat FILE)"` take it as it is."""
+`glab mr create --description "$(cat FILE)"` take it as it is. Everything the model or the repository wrote in it
+is text (agent.markdown_text): it cannot hide the verdict, the evidence or the risk notes, nor pass for them."""
 
 from __future__ import annotations
 
 from fnmatch import fnmatch
 from pathlib import PurePosixPath
 
+from agent import markdown_text as md
 from agent.config import RunConfig
-from agent.morning_report import evidence_lines, markdown_cell, tests_cell
+from agent.morning_report import evidence_lines, tests_cell
 from agent.review.change import TaskChange
 
 # Files whose change alters how the code is built, configured, tested or deployed: a reviewer looks twice.
@@ -40,51 +42,64 @@ def is_config_file(path: str) -> bool:
     return any(fnmatch(name, pattern) for pattern in CONFIG_PATTERNS) or path.startswith(CI_DIRECTORIES)
 
 
-def _code(path: str) -> str:
-    """A path as inline code; a backtick in it would end the span early."""
-    return "`" + path.replace("`", "'") + "`"
-
-
 def risk_notes(change: TaskChange) -> list[str]:
     paths = [file.path for file in change.files]
+    task = change.ref.task
+    infrastructure = task.tests.test_infrastructure if task.tests is not None else []
     notes = []
-    if tests := [path for path in paths if is_test_file(path)]:
-        notes.append(f"Changes tests: {', '.join(map(_code, tests))}. Check that they still test what they did.")
-    if config := [path for path in paths if is_config_file(path)]:
-        notes.append(f"Changes configuration, build or CI: {', '.join(map(_code, config))}.")
+    if infrastructure:
+        notes.append(
+            f"Changes the test infrastructure its verdict rests on: {_names(infrastructure)}. The suite ran with "
+            "the task's version of these files: read them before trusting the verdict."
+        )
+    others = [path for path in paths if path not in infrastructure]
+    if tests := [path for path in others if is_test_file(path)]:
+        notes.append(f"Changes tests: {_names(tests)}. Check that they still test what they did.")
+    if config := [path for path in others if is_config_file(path)]:
+        notes.append(f"Changes configuration, build or CI: {_names(config)}.")
     if change.deleted:
-        notes.append(f"Deletes files: {', '.join(map(_code, change.deleted))}.")
-    uncommitted = change.ref.task.uncommitted_files
-    if uncommitted:
-        listed = ", ".join(f"{_code(path)} ({why})" for path, why in uncommitted.items())
+        notes.append(f"Deletes files: {_names(change.deleted)}.")
+    if task.uncommitted_files:
+        listed = ", ".join(f"{md.code(path)} ({md.inline(why)})" for path, why in task.uncommitted_files.items())
         notes.append(f"Files the task made that were left out of the commit: {listed}.")
     if change.cut_note:
         notes.append(f"A large change: the file list below covers {change.cut_note} of the diff.")
     return notes
 
 
+def _names(paths: list[str]) -> str:
+    return ", ".join(map(md.code, paths))
+
+
+def _verdict(change: TaskChange) -> str:
+    """The body's first line: our verdict, before anything the model wrote."""
+    task = change.ref.task
+    return f"**Verdict: {md.inline(task.shown_verdict)}**: {md.inline(task.reason)}"
+
+
 def _evidence(change: TaskChange) -> list[str]:
     task = change.ref.task
-    lines = [f"- Verdict: **{task.verdict}**: {task.reason}"]
     if task.tests is None:
-        return [*lines, "- Tests: none were run for this task."]
-    lines.append(f"- Tests: {tests_cell(task)}")
+        return ["- Tests: none were run for this task."]
+    lines = [f"- Tests: {md.inline(tests_cell(task))}"]
     if task.tests.repair_rounds:
         lines.append(f"- Repair rounds: {task.tests.repair_rounds}")
     for kind, names in evidence_lines(task):
-        lines.append(f"- {kind[:1].upper()}{kind[1:]}: " + ", ".join(map(_code, names)))
+        lines.append(f"- {md.inline(kind[:1].upper() + kind[1:])}: " + _names(names))
     return lines
 
 
 def pull_request(change: TaskChange, config: RunConfig | None) -> tuple[str, str]:
-    """(title, body)."""
+    """(title, body): the body opens with our verdict; the model's message follows as a block nothing in it can
+    close, then our evidence."""
     task, run = change.ref.task, change.ref.run
-    body = ["## What changed and why", "", change.body or change.title, ""]
+    body = [_verdict(change), "", "## What changed and why", "", "In the model's words:", ""]
+    body += [md.fenced(change.body or change.title), ""]
     body += ["## Test evidence", "", *_evidence(change), ""]
     body += ["## Files touched", ""]
     if change.files:
         body += ["| file | + | - |", "| --- | ---: | ---: |"]
-        body += [f"| {markdown_cell(_code(file.path))} | {file.added} | {file.removed} |" for file in change.files]
+        body += [f"| {md.code(file.path, in_table=True)} | {file.added} | {file.removed} |" for file in change.files]
     else:
         body.append("No files changed.")
     notes = risk_notes(change)
@@ -94,10 +109,11 @@ def pull_request(change: TaskChange, config: RunConfig | None) -> tuple[str, str
         "",
         *([f"- {note}" for note in notes] or ["- None found (no tests, configuration or deletions touched)."]),
     ]
+    effort = f", reasoning effort {md.code(config.llm.effort)}" if config else ""
     made = [
-        f"- refactor-agent run `{run.run_id}`, task {task.index}: {task.task}",
-        f"- Model: `{run.summary.model}`" + (f", reasoning effort `{config.llm.effort}`" if config else ""),
-        f"- Branch `{task.branch}`" + (f", commit `{change.tip}`" if change.tip else ""),
+        f"- refactor-agent run {md.code(run.run_id)}, task {task.index}: {md.inline(task.task)}",
+        f"- Model: {md.code(run.summary.model)}{effort}",
+        f"- Branch {md.code(task.branch or '-')}" + (f", commit {md.code(change.tip)}" if change.tip else ""),
         f"- {task.turns} model turns, {task.wall_time_s:.0f}s",
     ]
     body += ["", "## How this was made", "", *made]
@@ -106,4 +122,4 @@ def pull_request(change: TaskChange, config: RunConfig | None) -> tuple[str, str
 
 def pull_request_markdown(change: TaskChange, config: RunConfig | None) -> str:
     title, body = pull_request(change, config)
-    return f"# {title}\n\n{body}"
+    return f"# {md.inline(title)}\n\n{body}"

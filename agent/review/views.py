@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
-from rich.text import Text
 
 from agent.morning_report import (
     VERDICT_COLOURS,
@@ -16,7 +15,7 @@ from agent.morning_report import (
     verdict_counts,
     verdict_tally,
 )
-from agent.printable import printable
+from agent.printable import rich_text
 from agent.review.change import TaskChange
 from agent.review.records import RunRecord
 
@@ -54,16 +53,14 @@ def task_rows(record: RunRecord) -> list[dict[str, str]]:
 
 def run_table(record: RunRecord) -> Table:
     rows = task_rows(record)
-    table = Table(title=f"run {record.run_id}  {record.summary.repo}", title_justify="left")
+    # Text, never markup: a `[/]` in a repository's path or a task would otherwise end the command.
+    table = Table(title=rich_text(f"run {record.run_id}  {record.summary.repo}"), title_justify="left")
     for column in rows[0] if rows else ("#", "task", "verdict"):
         # Names a reviewer copies (branch, commit) stay whole; prose wraps.
         table.add_column(column, overflow="fold", no_wrap=column not in WRAPPED_COLUMNS)
-    for row in rows:
-        cells = [
-            Text(printable(value), style=f"bold {VERDICT_COLOURS.get(value, '')}" if column == "verdict" else "")
-            for column, value in row.items()
-        ]
-        table.add_row(*cells)
+    for task, row in zip(record.summary.tasks, rows, strict=True):
+        colour = f"bold {VERDICT_COLOURS.get(task.verdict, '')}"
+        table.add_row(*(rich_text(value, colour if column == "verdict" else "") for column, value in row.items()))
     return table
 
 
@@ -73,7 +70,7 @@ def evidence_text(change: TaskChange) -> str:
     lines = [
         f"task {task.index} of run {run.run_id}: {task.task}",
         f"branch: {task.branch or '-'}" + (f"  commit: {change.tip}" if change.tip else ""),
-        f"verdict: {task.verdict}: {task.reason}",
+        f"verdict: {task.shown_verdict}: {task.reason}",
     ]
     if task.tests is not None:
         lines.append(f"tests: {tests_cell(task)}")

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import partial
 
 from agent.events import Event, Repair
+from agent.gate.infrastructure import IGNORED_PATHSPECS
 from agent.gate.stage import Gate, GateRecord
 from agent.gate.syntax import MAX_CHECKED_BYTES
 from agent.gate.verdict import GateCheck, repair_message
@@ -28,7 +29,9 @@ def gate_with_repairs(
     record = GateRecord(baseline=gate.baseline_run)
     while result.outcome in ("finished", "stopped") or record.repair_rounds:
         changed = workspace.changed_paths()
-        record.check = gate.check(changed, partial(workspace.file_at, limit=MAX_CHECKED_BYTES)) if changed else None
+        unstaged = [*workspace.uncommitted_files, *workspace.ignored_files(IGNORED_PATHSPECS)]
+        read = partial(workspace.file_at, limit=MAX_CHECKED_BYTES)
+        record.check = gate.check(changed, read, unstaged=unstaged) if changed else None
         finished = result.outcome in ("finished", "stopped")
         if record.check is None or record.check.verdict != "regressed" or not finished:
             break
@@ -48,6 +51,7 @@ def evidence(record: GateRecord, check: GateCheck) -> GateEvidence:
         baseline=record.baseline.describe() if record.baseline else None,
         final=check.final.describe() if check.final else None,
         syntax_errors=check.syntax_errors,
+        test_infrastructure=check.test_infrastructure,
         repair_rounds=record.repair_rounds,
         **lists,
     )

@@ -9,11 +9,19 @@ from __future__ import annotations
 import contextlib
 
 from agent.gate.stage import GateRecord
-from agent.gate.verdict import evidence_trailer
+from agent.gate.verdict import (
+    INFRASTRUCTURE_TRAILER,
+    TESTS_TRAILER,
+    VERDICT_TRAILER,
+    read_trailers,
+    split_tests_trailer,
+    unmarked,
+    verdict_trailers,
+)
 from agent.journal import PATCH_MAX_BYTES, RunJournal
 from agent.loop import LoopResult
 from agent.morning_report import split_patch
-from agent.report import TaskSummary
+from agent.report import GateEvidence, TaskSummary
 from agent.stages.gate import evidence
 from agent.workspace import Workspace
 
@@ -45,10 +53,7 @@ def settle(
         if check is not None:
             outcome.tests = evidence(record, check)
             outcome.reason = f"{result.reason}; gate: {check.reason}"
-            trailers["Refactor-Agent-Verdict"] = check.verdict
-            tests = evidence_trailer(record.baseline, check.final)
-            if tests:
-                trailers["Refactor-Agent-Tests"] = tests
+            trailers.update(verdict_trailers(record.baseline, check))
         message = result.summary.strip() or f"refactor-agent: {outcome.task}"
         outcome.commit = workspace.commit(message, trailers)
     # After the commit, so a cut patch can name it; a commit that fails still gets the patch (the runner).
@@ -80,14 +85,25 @@ def already_committed(journal: RunJournal, workspace: Workspace, outcome: TaskSu
     """The task's commit was made, but the process died before it recorded the task as settled."""
     outcome.commit = workspace.head()
     message = workspace.git.run("log", "-1", "--format=%B", outcome.commit).decode("utf-8", errors="replace")
-    trailers = dict(
-        line.split(": ", 1) for line in message.splitlines() if line.startswith("Refactor-Agent-") and ": " in line
-    )
+    trailers = read_trailers(message)
     outcome.status = "committed"
-    outcome.verdict = trailers.get("Refactor-Agent-Verdict", trailers.get("Refactor-Agent-Status", "unverified"))
+    verdict = trailers.get(VERDICT_TRAILER)
+    outcome.verdict = unmarked(verdict) if verdict else trailers.get("Refactor-Agent-Status", "unverified")
+    outcome.tests = _evidence_from(trailers)
     outcome.reason = "committed before the process stopped; recorded on resume"
     patch = journal.directory / "patch.diff"
     recorded = split_patch(patch.read_text(encoding="utf-8", errors="replace")) if patch.exists() else {}
     if outcome.index not in recorded:  # the kill came between the commit and its patch
         save_patch(journal, workspace, outcome)
     return outcome
+
+
+def _evidence_from(trailers: dict[str, str]) -> GateEvidence | None:
+    """What the trailers kept of the gate's evidence: the tests before and after, and the test infrastructure the
+    task changed (so a verdict that rests on it stays marked)."""
+    tests = split_tests_trailer(trailers.get(TESTS_TRAILER, ""))
+    infrastructure = [path for path in trailers.get(INFRASTRUCTURE_TRAILER, "").split(", ") if path]
+    if tests is None and not infrastructure:
+        return None
+    baseline, final = tests if tests is not None else (None, None)
+    return GateEvidence(baseline=baseline, final=final, test_infrastructure=infrastructure)
