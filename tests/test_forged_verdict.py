@@ -18,10 +18,11 @@ from typer.testing import CliRunner
 from agent.cli import app
 from agent.config import RunConfig
 from agent.gate.compare import compare
-from agent.gate.infrastructure import infrastructure_in
+from agent.gate.infrastructure import IGNORED_PATHSPECS, infrastructure_in
 from agent.gate.results import SuiteRun
 from agent.gate.verdict import judge, read_trailers, split_tests_trailer, verdict_trailers
 from agent.report import TaskSummary
+from agent.workspace import Workspace, open_repository
 
 from repos import SAMPLE_FILES, make_repo
 from scripted_model import ScriptedModel, run_in_process
@@ -119,6 +120,20 @@ def _forging_task(tmp_path: Path, files: dict[str, str]) -> tuple[Path, TaskSumm
     config = RunConfig(repo=repo, tasks=["Simplify compute_area"], runs_dir=tmp_path / "runs", max_turns=10)
     (task,) = run_in_process(config, ScriptedModel(script)).tasks
     return repo, task
+
+
+def test_ignored_test_infrastructure_is_found_but_not_in_a_runners_own_environment(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {**SAMPLE_FILES, ".gitignore": "generated/\n.venv/\n"})
+    workspace = Workspace.create(open_repository(repo), run_id="r", task="t", max_file_bytes=1000)
+    try:
+        planted = ["generated/conftest.py", "tests/__pycache__/sitecustomize.py", ".tox/py/lib/site-packages/a.pth"]
+        for path in [*planted, "generated/helpers.py", ".venv/lib/sitecustomize.py"]:
+            (workspace.path / path).parent.mkdir(parents=True, exist_ok=True)
+            (workspace.path / path).write_text("x = 1\n")
+        assert workspace.changed_paths() == []
+        assert sorted(workspace.ignored_files(IGNORED_PATHSPECS)) == planted[:2]
+    finally:
+        workspace.remove()
 
 
 @pytest.mark.docker

@@ -36,8 +36,14 @@ _DASH_P = re.compile(r"(?:^|\s)-p\s*(?!no:)([\w.]+)")
 _PYTEST_PLUGINS = re.compile(r"^pytest_plugins\s*[:=][^\n]*(?:\n[ \t]+[^\n]*)*", re.MULTILINE)
 _MODULE_NAME = re.compile(r"""["']([\w.]+)["']""")
 _ROOT_CONFIG = (*PYTEST_CONFIG, *SHARED_CONFIG, "conftest.py")
-# The names git is asked for among ignored files (a task may hide a conftest.py with a .gitignore line).
-IGNORED_PATHSPECS = tuple(f":(glob)**/{name}" for name in (*ALWAYS, *ALWAYS_PATTERNS))
+# The names git is asked for among ignored files (a task may hide a conftest.py with a .gitignore line); not inside
+# the environments a runner builds in the worktree (tox's, nox's, a virtualenv: their .pth files are the runner's,
+# and a test run the model starts makes them as well).
+ENVIRONMENT_DIRECTORIES = (".tox", ".nox", ".venv", "venv", "node_modules", "site-packages")
+IGNORED_PATHSPECS = (
+    *(f":(glob)**/{name}" for name in (*ALWAYS, *ALWAYS_PATTERNS)),
+    *(f":(glob,exclude)**/{directory}/**" for directory in ENVIRONMENT_DIRECTORIES),
+)
 
 Read = Callable[[str, str], bytes | None]
 
