@@ -14,6 +14,7 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +46,10 @@ BRANCH_PREFIX = "refactor-agent/"
 WIP_REF_PREFIX = "refs/refactor-agent/wip/"
 # A patch `git apply` takes, binary files included; no external diff or textconv program of anyone's runs.
 DIFF_OPTIONS = ("--binary", "--no-ext-diff", "--no-textconv", "--no-color")
+# `git worktree add/remove` read every worktree's admin files, and one being written by another thread's call
+# fails them ("failed to read .../worktrees/worktreeN/commondir"): tasks in threads (--parallel, a fleet) take
+# turns. Other processes never work on the same repository at once (agent/repo_lock.py).
+_WORKTREE_CHANGES = threading.Lock()
 FALLBACK_IDENTITY = {
     "GIT_AUTHOR_NAME": "refactor-agent",
     "GIT_AUTHOR_EMAIL": "refactor-agent@localhost",
@@ -262,7 +267,8 @@ class Workspace:
         try:
             # `worktree add -b` creates the branch at `start` without touching the user's HEAD or index;
             # with hooks off, neither post-checkout nor reference-transaction of the user's runs.
-            user_git(repo, hooks_dir).run("worktree", "add", "--quiet", *new_branch, str(path), start)
+            with _WORKTREE_CHANGES:
+                user_git(repo, hooks_dir).run("worktree", "add", "--quiet", *new_branch, str(path), start)
             admin_dir = _admin_dir(Path(repo.common_dir).resolve(), path)
         except (GitError, OSError) as error:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -470,7 +476,8 @@ class Workspace:
         """Drop the scratch checkout; the branch and its commits stay in the user's repository."""
         try:
             self.restore_git_file()
-            self.user_side.run("worktree", "remove", "--force", str(self.path))
+            with _WORKTREE_CHANGES:
+                self.user_side.run("worktree", "remove", "--force", str(self.path))
         except (GitError, OSError):
             # Our own bookkeeping directory, named exactly; `worktree prune` would also prune the user's.
             shutil.rmtree(self.path, ignore_errors=True)
