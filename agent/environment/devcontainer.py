@@ -23,8 +23,17 @@ LOCATIONS = (".devcontainer/devcontainer.json", ".devcontainer.json")
 LIFECYCLE = ("onCreateCommand", "postCreateCommand")
 # The repository's file is parsed on the host: a real one is a few KB, and the comment scan must stay cheap.
 MAX_DEVCONTAINER_BYTES = 256 * 1024
-# JSON with comments: strings are matched first so that `//` inside a string is kept.
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/', re.DOTALL)
+# JSON with comments, one token at a time from left to right: strings first, so that `//` inside one is kept.
+# No pattern can fail once started (an unterminated string or comment runs to the end), so nothing backtracks and
+# the scan is linear in the text (the former search-and-replace took minutes on 128 KB of unterminated strings).
+_JSONC_TOKENS = re.compile(
+    r'(?P<string>"[^"\\]*(?:\\.[^"\\]*)*"?)'
+    r"|(?P<comment>//[^\n]*|/\*[^*]*(?:\*+[^*/][^*]*)*(?:\*+/)?)"
+    r"|(?P<comma>,)"
+    r"|(?P<blank>\s+)"
+    r'|(?P<other>[^",/\s]+|/)',
+    re.DOTALL,
+)
 
 Command = str | list[str] | dict[str, str | list[str]]
 
@@ -52,14 +61,21 @@ class Devcontainer(BaseModel):
 
 def strip_jsonc(text: str) -> str:
     """Comments out, trailing commas out: what the Dev Containers spec allows beyond JSON."""
-    without_comments = _TOKENS.sub(lambda match: match.group(0) if match.group(0).startswith('"') else "", text)
-    out, position = [], 0
-    for match in re.finditer(r'"(?:[^"\\]|\\.)*"|,(?=\s*[}\]])', without_comments):
-        out.append(without_comments[position : match.start()])
-        out.append(match.group(0) if match.group(0).startswith('"') else "")
-        position = match.end()
-    out.append(without_comments[position:])
-    return "".join(out)
+    pieces: list[str] = []
+    pending_comma: int | None = None  # where a comma waits to learn whether `}` or `]` comes next
+    for token in _JSONC_TOKENS.finditer(text):
+        kind, value = token.lastgroup, token.group()
+        if kind == "comment":
+            pieces.append(" ")
+            continue
+        if kind != "blank" and pending_comma is not None:
+            if kind == "other" and value[0] in "}]":
+                pieces[pending_comma] = ""
+            pending_comma = None
+        if kind == "comma":
+            pending_comma = len(pieces)
+        pieces.append(value)
+    return "".join(pieces)
 
 
 def find_devcontainer(tree: CommittedTree) -> str | None:
