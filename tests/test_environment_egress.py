@@ -1,15 +1,17 @@
-"""The build's egress proxy, on loopback only: allowed hosts are relayed byte for byte, others refused and named."""
+"""The build's egress proxy, on loopback only: allowed hosts and ports are relayed byte for byte, others refused and
+named; silent clients are dropped; each refused or failed connection is one line, never a traceback."""
 
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from agent.environment.egress import EgressProxy
+from agent.environment.egress import EgressProxy, host_endpoints, url_endpoint
 
 
 @pytest.fixture
@@ -38,7 +40,7 @@ def ask(socket_path: Path, request: bytes) -> socket.socket:
 
 
 def test_an_allowed_host_is_tunnelled_and_any_other_is_refused_by_name(tmp_path: Path, echo_server: int) -> None:
-    with EgressProxy(tmp_path / "egress.sock", {"127.0.0.1"}) as proxy:
+    with EgressProxy(tmp_path / "egress.sock", {("127.0.0.1", echo_server)}) as proxy:
         with ask(tmp_path / "egress.sock", f"CONNECT 127.0.0.1:{echo_server} HTTP/1.1\r\n\r\n".encode()) as tunnel:
             assert tunnel.recv(1024).startswith(b"HTTP/1.1 200")
             tunnel.sendall(b"abc")
@@ -47,7 +49,7 @@ def test_an_allowed_host_is_tunnelled_and_any_other_is_refused_by_name(tmp_path:
             answer = refused.recv(1024)
         with ask(tmp_path / "egress.sock", b"GET http://other.example/simple/ HTTP/1.1\r\n\r\n") as plain:
             plain_answer = plain.recv(1024)
-    assert answer.startswith(b"HTTP/1.1 403") and b"files.example.com is not an allowed" in answer
+    assert answer.startswith(b"HTTP/1.1 403") and b"files.example.com:443 is not an allowed" in answer
     assert plain_answer.startswith(b"HTTP/1.1 403")
     assert proxy.denied == ["files.example.com:443", "other.example:80"]
 
@@ -69,7 +71,7 @@ def test_connections_are_chained_to_the_hosts_own_proxy_with_its_credentials(tmp
     thread.start()
     address = f"http://user:p%40ss@127.0.0.1:{upstream.getsockname()[1]}"
     with (
-        EgressProxy(tmp_path / "egress.sock", {"pypi.org"}, address),
+        EgressProxy(tmp_path / "egress.sock", {("pypi.org", 443)}, address),
         ask(tmp_path / "egress.sock", b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n") as tunnel,
     ):
         assert tunnel.recv(1024).startswith(b"HTTP/1.1 200")
@@ -78,3 +80,46 @@ def test_connections_are_chained_to_the_hosts_own_proxy_with_its_credentials(tmp
     thread.join(5)
     assert heads[0].startswith(b"CONNECT pypi.org:443 HTTP/1.1\r\n")
     assert b"Proxy-Authorization: Basic dXNlcjpwQHNz\r\n" in heads[0], "user:p@ss, percent-decoded"
+
+
+def test_only_the_ports_of_the_indexes_are_relayed(tmp_path: Path, echo_server: int) -> None:
+    """An allowed host on another port (the host's own services on loopback, say) is refused like any host."""
+    other = socket.create_server(("127.0.0.1", 0))
+    port = other.getsockname()[1]
+    lines: list[str] = []
+    with other, EgressProxy(tmp_path / "egress.sock", {("127.0.0.1", echo_server)}, log=lines.append) as proxy:
+        with ask(tmp_path / "egress.sock", f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n".encode()) as refused:
+            assert refused.recv(1024).startswith(b"HTTP/1.1 403")
+    assert proxy.denied == [f"127.0.0.1:{port}"]
+    assert lines == [f"egress: refused 127.0.0.1:{port}: not an allowed package index (host and port)"]
+    assert url_endpoint("https://pypi.org/simple") == ("pypi.org", 443)
+    assert url_endpoint("http://mirror.example:8080/simple") == ("mirror.example", 8080)
+    assert url_endpoint("file:///srv/simple") is None
+    assert host_endpoints("deb.debian.org") == {("deb.debian.org", 443), ("deb.debian.org", 80)}
+    assert host_endpoints("apt.internal:3142") == {("apt.internal", 3142)}
+
+
+def test_a_silent_client_is_dropped_and_failures_are_one_line_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracebacks: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", tracebacks.append)
+    closed = socket.create_server(("127.0.0.1", 0))
+    unreachable = closed.getsockname()[1]
+    closed.close()
+    lines: list[str] = []
+    proxy = EgressProxy(tmp_path / "egress.sock", {("127.0.0.1", unreachable)}, log=lines.append, head_timeout_s=0.5)
+    with proxy:
+        with ask(tmp_path / "egress.sock", b"") as silent:
+            assert silent.recv(1024) == b"", "the proxy closes a connection that sends no request"
+        with ask(tmp_path / "egress.sock", f"CONNECT 127.0.0.1:{unreachable} HTTP/1.1\r\n\r\n".encode()) as failed:
+            assert failed.recv(1024).startswith(b"HTTP/1.1 502")
+        reset = ask(tmp_path / "egress.sock", b"CONNECT pypi.org:4")
+        reset.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        reset.close()
+        with ask(tmp_path / "egress.sock", b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n") as last:
+            last.recv(1024)  # answered: every earlier connection has been handled by now
+    assert lines[0] == "egress: dropped a connection that sent no request within 0.5s"
+    assert lines[1].startswith(f"egress: cannot reach 127.0.0.1:{unreachable}: ")
+    assert all("\n" not in line and "Traceback" not in line for line in lines)
+    assert tracebacks == [], "no connection's failure reaches the thread's exception hook"

@@ -16,6 +16,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel
 
+from agent.environment.egress import Endpoint, url_endpoint
+
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 CA_VARIABLES = ("PIP_CERT", "UV_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 DEFAULT_CA_BUNDLES = (Path("/etc/ssl/certs/ca-certificates.crt"), Path("/etc/pki/tls/certs/ca-bundle.crt"))
@@ -58,14 +60,16 @@ class IndexConfig(BaseModel):
             lines.append("no-index = true")
         return "\n".join(lines) + "\n"
 
-    def allowed_hosts(self) -> set[str]:
-        """The hosts the build may reach: the indexes' (PyPI's file host with PyPI) and remote find-links'."""
+    def allowed_endpoints(self) -> set[Endpoint]:
+        """What the build may reach: each remote index's and find-links' host on its URL's port (PyPI's file host
+        with PyPI), nothing with no index."""
+        if self.no_index:
+            return set()
         locations = [self.index_url or PYPI, *self.extra_index_urls, *self.find_links]
-        hosts = {address.hostname.lower() for address in map(urlsplit, locations) if address.hostname}
-        hosts -= {""}
-        if "pypi.org" in hosts:
-            hosts.add(PYPI_FILES_HOST)
-        return set() if self.no_index else hosts
+        endpoints = {endpoint for location in locations if (endpoint := url_endpoint(location))}
+        if ("pypi.org", 443) in endpoints:
+            endpoints.add((PYPI_FILES_HOST, 443))
+        return endpoints
 
     def upstream_proxy(self) -> tuple[str | None, str]:
         """The host's own proxy for HTTPS (and its NO_PROXY): the build's connections are chained to it."""
