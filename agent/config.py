@@ -95,6 +95,9 @@ class RunConfig(BaseModel):
     image: str = DEFAULT_IMAGE
     image_explicit: bool = Field(False, description="--image given: used as is, no environment is built")
     environment: EnvironmentSpec | None = Field(None, description="the [environment] table of --environment FILE")
+    allowed_base_images: list[str] = Field(
+        [], description="images a repository's devcontainer may build on besides the sandbox image (the user's list)"
+    )
     runs_dir: Path = Path("runs")
     max_turns: int = Field(100, ge=1)
     test_cmd: str | None = None

@@ -59,6 +59,8 @@ class EnvironmentRecord(BaseModel):
     error: str | None = None
     failed_step: str | None = None
     log_tail: list[str] = []
+    sources: list[str] = []  # what the environment was made from
+    skipped: list[str] = []  # sources found and not used, each with the reason
 
 
 class TaskSummary(BaseModel):

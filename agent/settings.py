@@ -47,6 +47,7 @@ class Options(BaseModel):
     idle_timeout: float | None = None
     image: str | None = None
     environment: Path | None = None
+    allowed_base_images: list[str] | None = None
     runs_dir: Path | None = None
     max_turns: int | None = None
     test_cmd: str | None = None
@@ -131,6 +132,7 @@ RUN_FIELDS: dict[str, tuple[tuple[str, ...], Callable[[Any], Any]]] = {
     "idle_timeout": (("llm", "idle_timeout_s"), _identity),
     "image": (("image",), _identity),
     "environment": (("environment",), load_environment_file),
+    "allowed_base_images": (("allowed_base_images",), _identity),
     "symbol_tools": (("symbol_tools",), lambda switch: switch == "on"),
     "ledger": (("ledger",), lambda switch: switch == "on"),
     "runs_dir": (("runs_dir",), _identity),
@@ -273,6 +275,13 @@ def config_file_layers(cwd: Path | None = None) -> list[Layer]:
         if path.is_file():
             layers.append(options_from(read_toml(path), Source(str(path), path)))
     return layers
+
+
+def user_setting(option: str) -> Any:
+    """One option as the user's config files set it (None if they do not): for commands that take no settings
+    layers of their own (`env build`, `doctor`)."""
+    values, _ = merged(config_file_layers())
+    return values.get(option)
 
 
 def merged(layers: list[Layer]) -> tuple[dict[str, Any], dict[str, Source]]:

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
+from agent.environment.bases import BaseImages
 from agent.environment.committed import committed_tree
 from agent.environment.devcontainer import DevcontainerError, parse_devcontainer, strip_jsonc
 from agent.environment.indexes import IndexConfig, host_index_config
@@ -24,9 +25,20 @@ SANDBOX = "refactor-agent-sandbox:latest"
 NO_INDEX_CONFIG = IndexConfig()
 
 
-def plan_of(repo: Path, *, spec: EnvironmentSpec | None = None, explicit: bool = False) -> EnvironmentPlan:
+def plan_of(
+    repo: Path,
+    *,
+    spec: EnvironmentSpec | None = None,
+    explicit: bool = False,
+    allowed: tuple[str, ...] = (),
+    present: tuple[str, ...] = (SANDBOX,),
+) -> EnvironmentPlan:
+    """The plan for `repo`, with `present` the images on this (pretend) machine: the real daemon is not asked."""
+    bases = BaseImages.of(SANDBOX, allowed, lambda image: image in present)
     with committed_tree(git.Repo(repo)) as tree:
-        return resolve_plan(tree, sandbox_image=SANDBOX, image_explicit=explicit, spec=spec, host_index=NO_INDEX_CONFIG)
+        return resolve_plan(
+            tree, sandbox_image=SANDBOX, image_explicit=explicit, spec=spec, bases=bases, host_index=NO_INDEX_CONFIG
+        )
 
 
 def commands(plan: EnvironmentPlan) -> str:
@@ -96,22 +108,89 @@ def test_uncommitted_and_symlinked_dependency_files_are_not_read(tmp_path: Path)
     assert plan.source == "none" and plan.files == {}
 
 
-def test_first_match_wins_image_then_devcontainer_then_table_then_detection(tmp_path: Path) -> None:
+def test_the_users_image_and_table_win_over_the_repositorys_devcontainer_then_detection(tmp_path: Path) -> None:
+    """Issue 19: a devcontainer silently won over an explicit --environment."""
     files = {
         "pyproject.toml": PYPROJECT,
         ".devcontainer/devcontainer.json": '{"image": "team/dev:1", "postCreateCommand": "make deps"}',
     }
     repo = make_repo(tmp_path / "demo", files)
-    assert plan_of(repo, explicit=True).source == "image"
-    plan = plan_of(repo, spec=EnvironmentSpec(setup=["true"]))
-    assert (plan.source, plan.base_image) == ("devcontainer", "team/dev:1")
+    image = plan_of(repo, explicit=True, allowed=("team/dev:1",), present=("team/dev:1", SANDBOX))
+    assert image.source == "image"
+    assert image.skipped == [
+        "devcontainer: .devcontainer/devcontainer.json: not used, an explicit image wins over the repository's"
+    ]
+    table = plan_of(repo, spec=EnvironmentSpec(setup=["true"]), allowed=("team/dev:1",), present=("team/dev:1",))
+    assert table.source == "environment-file" and table.used == ["[environment] table", table.used[1]]
+    assert table.used[1].startswith("detection: python (pyproject.toml")
+    assert table.skipped == [
+        "devcontainer: .devcontainer/devcontainer.json: not used, the [environment] table given wins over the "
+        "repository's"
+    ]
+    plan = plan_of(repo, allowed=("team/dev:1",), present=("team/dev:1",))
+    assert (plan.source, plan.base_image, plan.skipped) == ("devcontainer", "team/dev:1", [])
     assert [step.command for step in plan.steps] == ["make deps"] and plan.steps[0].workdir == "/workspace"
     run_git(repo, "rm", "-q", ".devcontainer/devcontainer.json")
     run_git(repo, "commit", "-qm", "no devcontainer")
     table = plan_of(repo, spec=EnvironmentSpec(base_image="ci:py", packages=["rich"], setup=["echo ready"]))
-    assert (table.source, table.base_image) == ("environment-file", "ci:py")
+    assert (table.source, table.base_image, table.skipped) == ("environment-file", "ci:py", [])
     assert commands(table).endswith("pip install rich\necho ready")
     assert plan_of(repo).source == "detected"
+
+
+@pytest.mark.parametrize(
+    ("image", "allowed", "present", "reason"),
+    [
+        (
+            "mcr.microsoft.com/devcontainers/python:3.11",
+            (),
+            (),
+            "base image mcr.microsoft.com/devcontainers/python:3.11 is neither the sandbox image "
+            f"({SANDBOX}) nor in your allowed_base_images",
+        ),
+        (
+            "mcr.microsoft.com/devcontainers/python:3.11",
+            ("mcr.microsoft.com/devcontainers/python:3.11",),
+            (),
+            "base image mcr.microsoft.com/devcontainers/python:3.11 is not on this machine (no registry is used)",
+        ),
+        (
+            "refactor-agent-env:other-0123456789ab",
+            (),
+            ("refactor-agent-env:other-0123456789ab",),
+            "base image refactor-agent-env:other-0123456789ab is neither the sandbox image "
+            f"({SANDBOX}) nor in your allowed_base_images",
+        ),
+    ],
+    ids=["registry-image", "allowed-but-absent", "another-repositorys-environment"],
+)
+def test_a_devcontainer_on_a_base_not_allowed_or_not_here_falls_back_to_detection(
+    tmp_path: Path, image: str, allowed: tuple[str, ...], present: tuple[str, ...], reason: str
+) -> None:
+    """Issue 18/19: any local image was accepted as a base, and a registry image failed the build with no
+    fallback."""
+    files = {"pyproject.toml": PYPROJECT, ".devcontainer/devcontainer.json": f'{{"image": "{image}"}}'}
+    plan = plan_of(make_repo(tmp_path / "demo", files), allowed=allowed, present=present)
+    assert plan.source == "detected"
+    assert plan.skipped == [f"devcontainer: .devcontainer/devcontainer.json: {reason}"]
+    assert plan.used == [f"detection: {plan.description.removeprefix('detected ')}"]
+
+
+def test_the_sandbox_image_and_allowed_ones_are_matched_however_they_are_spelled(tmp_path: Path) -> None:
+    dockerfile = (
+        "ARG VARIANT=3.11\nFROM docker.io/library/python:${VARIANT} AS tools\n"
+        f"FROM {SANDBOX}\nCOPY --from=tools /usr/bin/x /x\n"
+    )
+    files = {
+        ".devcontainer/devcontainer.json": '{"build": {"dockerfile": "Dockerfile", "args": {"VARIANT": "3.12"}}}',
+        ".devcontainer/Dockerfile": dockerfile,
+    }
+    repo = make_repo(tmp_path / "demo", files)
+    plan = plan_of(repo, allowed=("python:3.12",), present=(SANDBOX, "docker.io/library/python:3.12"))
+    assert plan.source == "devcontainer" and plan.dockerfile is not None
+    assert plan.dockerfile.base_images == ["docker.io/library/python:3.12", SANDBOX]
+    refused = plan_of(repo, allowed=("python:3.11",), present=(SANDBOX, "docker.io/library/python:3.12"))
+    assert refused.source == "none" and "python:3.12 is neither the sandbox image" in refused.skipped[0]
 
 
 def test_devcontainer_json_takes_comments_and_trailing_commas_and_refuses_features() -> None:
@@ -128,8 +207,8 @@ def test_devcontainer_json_takes_comments_and_trailing_commas_and_refuses_featur
 def test_a_devcontainer_dockerfile_outside_the_repository_is_refused(tmp_path: Path) -> None:
     bad = '{"build": {"dockerfile": "../../Dockerfile", "context": ".."}}'
     repo = make_repo(tmp_path / "demo", {".devcontainer/devcontainer.json": bad})
-    with pytest.raises(DevcontainerError, match="leads outside the repository"):
-        plan_of(repo)
+    (skipped,) = plan_of(repo).skipped
+    assert "leads outside the repository" in skipped
 
 
 def test_the_hosts_pip_configuration_carries_over_and_local_indexes_are_mounted(tmp_path: Path) -> None:
@@ -150,7 +229,7 @@ def test_the_hosts_pip_configuration_carries_over_and_local_indexes_are_mounted(
     environment = index.build_environment("http://127.0.0.1:3128")
     assert environment["HTTPS_PROXY"] == "http://127.0.0.1:3128" and environment["SSL_CERT_FILE"].startswith("/run/")
     assert index.upstream_proxy() == ("http://proxy:3128", ""), "the host's proxy is where the build's egress goes"
-    assert index.allowed_hosts() == {"mirror.example"}
+    assert index.allowed_endpoints() == {("mirror.example", 443)}
     assert 'index-url = "https://user:secret@mirror.example/simple"' in index.uv_config()
     offline = host_index_config({"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"file://{local}", "HOME": "/x"})
     assert offline.offline, "indexes that are all local directories need no network"

@@ -2,7 +2,9 @@
 
 Supported: `image`, or `build.dockerfile`/`context`/`args`; `containerEnv`; `onCreateCommand` and
 `postCreateCommand`, run at build time in a copy of the committed tree at /workspace. Features are refused: they
-are fetched from registries, which an air-gapped build cannot reach.
+are fetched from registries, which an air-gapped build cannot reach. The image, or every image the Dockerfile
+builds on, must be allowed and on this machine (bases.py), and the Dockerfile must fetch nothing (dockerfile.py);
+otherwise the devcontainer is not used, with the reason.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agent.environment.bases import BaseImages
 from agent.environment.committed import CommittedTree
+from agent.environment.dockerfile import DockerfileError, base_images
 from agent.environment.plan import DockerfileBase, SetupStep
 from sandbox.container import WORKSPACE
 
@@ -125,13 +129,21 @@ def _inside(base: str, relative: str, what: str, path: str) -> str:
     return "" if joined == "." else joined
 
 
+def _allowed(images: list[str], bases: BaseImages, path: str) -> None:
+    for image in images:
+        if (refusal := bases.refusal(image)) is not None:
+            raise DevcontainerError(f"{path}: {refusal}")
+
+
 def devcontainer_parts(
-    tree: CommittedTree, path: str
+    tree: CommittedTree, path: str, bases: BaseImages
 ) -> tuple[str | None, DockerfileBase | None, list[SetupStep], dict[str, str]]:
     """Base image or Dockerfile build, lifecycle steps, and the environment variables to keep."""
     config = parse_devcontainer(tree.text(path), path)
     steps = [step for name in LIFECYCLE for step in _commands(name, getattr(config, name))]
     if config.build is None:
+        assert config.image is not None
+        _allowed([config.image], bases, path)
         return config.image, None, steps, config.containerEnv
     folder = posixpath.dirname(path)
     context = _inside(folder, config.build.context, "build.context", path)
@@ -141,7 +153,16 @@ def devcontainer_parts(
         raise DevcontainerError(f"{path}: build.dockerfile {dockerfile} is outside build.context {context or '.'}")
     if not tree.regular(dockerfile):
         raise DevcontainerError(f"{path}: build.dockerfile {dockerfile} is not in the repository")
+    try:
+        images = base_images(tree.text(dockerfile), dockerfile, config.build.args)
+    except DockerfileError as error:
+        raise DevcontainerError(str(error)) from None
+    _allowed(images, bases, dockerfile)
     base = DockerfileBase(
-        context=context, dockerfile=relative, args=config.build.args, context_tree=tree.tree_id(context)
+        context=context,
+        dockerfile=relative,
+        args=config.build.args,
+        context_tree=tree.tree_id(context),
+        base_images=images,
     )
     return None, base, steps, config.containerEnv

@@ -37,6 +37,7 @@ class DockerfileBase(BaseModel):
     dockerfile: str  # relative to the context
     args: dict[str, str] = {}
     context_tree: str = ""  # git tree id: the digest follows every change under the context
+    base_images: list[str] = []  # what its FROM and COPY --from name outside it: allowed, and on this machine
 
 
 class EnvironmentPlan(BaseModel):
@@ -51,6 +52,9 @@ class EnvironmentPlan(BaseModel):
     index: IndexConfig = IndexConfig()
     hosts: list[str] = []  # reachable in the build besides the package indexes (npm's registry, an apt mirror)
     needs_snapshot: bool = False  # lifecycle commands (devcontainer) run in a copy of the committed tree
+    # For the record, not the image: what the plan was made from, and what was found and not used, with why.
+    used: list[str] = []
+    skipped: list[str] = []
 
     @property
     def builds(self) -> bool:

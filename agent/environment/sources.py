@@ -1,13 +1,16 @@
-"""Where the environment comes from, first match wins: an explicit --image, the repository's devcontainer.json,
-an [environment] table, detection, or nothing (the bare sandbox image, as before environments existed)."""
+"""Where the environment comes from. What the user says wins over what the repository holds: an explicit image
+(`--image`, or `image` in a config or night file), then an [environment] table (`--environment`, the night file),
+then the repository's devcontainer.json when its base is allowed and on this machine, then detection, or nothing
+(the bare sandbox image). Each source found and not used is named in the plan, with the reason."""
 
 from __future__ import annotations
 
 import shlex
 
+from agent.environment.bases import BaseImages
 from agent.environment.committed import CommittedTree
 from agent.environment.detect import UV, VENV, Detected, detect, python_path, venv_step
-from agent.environment.devcontainer import devcontainer_parts, find_devcontainer
+from agent.environment.devcontainer import DevcontainerError, devcontainer_parts, find_devcontainer
 from agent.environment.indexes import IndexConfig, host_index_config, with_table
 from agent.environment.plan import WHEELHOUSE_DIR, EnvironmentPlan, SetupStep
 from agent.environment.spec import EnvironmentSpec
@@ -19,34 +22,60 @@ def resolve_plan(
     sandbox_image: str,
     image_explicit: bool,
     spec: EnvironmentSpec | None,
+    bases: BaseImages,
     host_index: IndexConfig | None = None,
 ) -> EnvironmentPlan:
-    if image_explicit:
-        return EnvironmentPlan(
-            source="image", description=f"--image {sandbox_image}, used as is", base_image=sandbox_image
-        )
-    host_index = host_index if host_index is not None else host_index_config()
     devcontainer = find_devcontainer(tree)
-    if devcontainer is not None:
-        image, dockerfile, steps, env = devcontainer_parts(tree, devcontainer)
-        base = f"image {image}" if image else f"Dockerfile {dockerfile.dockerfile} in {dockerfile.context or '.'}"
-        detected = detect(tree)
-        if any(name.startswith("python") for name in detected.ecosystems):
-            env = {"PYTHONPATH": python_path(tree), **env}
-        return EnvironmentPlan(
-            source="devcontainer",
-            description=f"{devcontainer}: {base}, {len(steps)} lifecycle command(s)",
-            base_image=image,
-            dockerfile=dockerfile,
-            files={devcontainer: tree.read(devcontainer)},
-            steps=steps,
-            env=env,
-            index=host_index,
-            needs_snapshot=bool(steps),
-            hosts=spec.allowed_hosts if spec is not None else [],
+    if image_explicit:
+        plan = EnvironmentPlan(
+            source="image",
+            description=f"--image {sandbox_image}, used as is",
+            base_image=sandbox_image,
+            used=[f"image {sandbox_image}, used as is"],
         )
+        return _skipping(plan, devcontainer, "an explicit image wins over the repository's")
+    host_index = host_index if host_index is not None else host_index_config()
     if spec is not None:
-        return _from_table(tree, spec, sandbox_image, host_index)
+        plan = _from_table(tree, spec, sandbox_image, host_index)
+        return _skipping(plan, devcontainer, "the [environment] table given wins over the repository's")
+    skipped = []
+    if devcontainer is not None:
+        try:
+            return _from_devcontainer(tree, devcontainer, bases, host_index)
+        except DevcontainerError as error:
+            skipped.append(f"devcontainer: {error}")
+    return _detected(tree, sandbox_image, host_index).model_copy(update={"skipped": skipped})
+
+
+def _skipping(plan: EnvironmentPlan, devcontainer: str | None, reason: str) -> EnvironmentPlan:
+    if devcontainer is None:
+        return plan
+    return plan.model_copy(update={"skipped": [*plan.skipped, f"devcontainer: {devcontainer}: not used, {reason}"]})
+
+
+def _from_devcontainer(tree: CommittedTree, path: str, bases: BaseImages, host_index: IndexConfig) -> EnvironmentPlan:
+    image, dockerfile, steps, env = devcontainer_parts(tree, path, bases)
+    base = f"image {image}" if image else f"Dockerfile {dockerfile.dockerfile} in {dockerfile.context or '.'}"
+    used = [f"devcontainer: {path}"]
+    detected = detect(tree)
+    if any(name.startswith("python") for name in detected.ecosystems):
+        env = {"PYTHONPATH": python_path(tree), **env}
+        used.append("detection: PYTHONPATH only")
+    return EnvironmentPlan(
+        source="devcontainer",
+        description=f"{path}: {base}, {len(steps)} lifecycle command(s)",
+        base_image=image,
+        dockerfile=dockerfile,
+        files={path: tree.read(path)},
+        steps=steps,
+        env=env,
+        index=host_index,
+        needs_snapshot=bool(steps),
+        used=used,
+    )
+
+
+def _detected(tree: CommittedTree, sandbox_image: str, host_index: IndexConfig) -> EnvironmentPlan:
     detected = detect(tree)
     if not detected.steps:
         what = f" ({', '.join(detected.ecosystems)})" if detected.ecosystems else ""
@@ -54,6 +83,7 @@ def resolve_plan(
             source="none",
             description=f"no dependencies detected{what}: the sandbox image as is",
             base_image=sandbox_image,
+            used=[f"sandbox image {sandbox_image} as is: no dependencies detected{what}"],
         )
     return EnvironmentPlan(
         source="detected",
@@ -65,6 +95,7 @@ def resolve_plan(
         path_prepend=detected.path_prepend,
         index=host_index,
         hosts=detected.hosts,
+        used=[f"detection: {', '.join(detected.ecosystems)}"],
     )
 
 
@@ -105,4 +136,5 @@ def _from_table(
         path_prepend=detected.path_prepend,
         index=index,
         hosts=[*detected.hosts, *spec.allowed_hosts],
+        used=["[environment] table", *([f"detection: {found}"] if detected.ecosystems else [])],
     )
