@@ -9,15 +9,20 @@ are never deleted here: a branch is the night's result, and resume reuses it.
 In the user's repository only git's records of our own worktrees (<git dir>/worktrees/<name>, found by the path
 git wrote in them) are deleted, no git command runs; the worktrees themselves (model-written, hostile) are never
 read, only deleted without following symlinks.
+
+An environment build's scratch directory (the committed tree it builds from, its tools and the egress proxy's
+socket) carries the same kind of owner record, without a git directory: it holds no worktree.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -25,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 from sandbox.owner import current_owner, owner_is_gone
 
 SCRATCH_PREFIX = "refactor-agent-run-"
+BUILD_SCRATCH_PREFIX = "refactor-agent-env-"
 OWNER_RECORD = "owner.json"
 # Our owner record and git's worktree records are a few hundred bytes: anything larger is not one of them.
 MAX_RECORD_BYTES = 64 * 1024
@@ -32,8 +38,8 @@ MAX_RECORD_BYTES = 64 * 1024
 
 class ScratchOwner(BaseModel):
     owner: str
-    run_id: str
-    git_dir: Path
+    run_id: str = ""
+    git_dir: Path | None = None  # the repository whose worktrees it holds; None for a build's
 
 
 def create_run_scratch(run_id: str, git_dir: Path, *, root: Path | None = None) -> Path:
@@ -45,11 +51,24 @@ def create_run_scratch(run_id: str, git_dir: Path, *, root: Path | None = None) 
     return directory
 
 
-def remove_run_scratch(directory: Path, git_dir: Path) -> None:
+def remove_run_scratch(directory: Path, git_dir: Path | None) -> None:
     """Delete the directory and every worktree in it, and git's record of those worktrees; idempotent."""
     scratch = directory.resolve()
-    _forget_worktrees_in(scratch, git_dir)
+    if git_dir is not None:
+        _forget_worktrees_in(scratch, git_dir)
     shutil.rmtree(scratch, ignore_errors=True)  # never follows a symlink out of the tree
+
+
+@contextlib.contextmanager
+def build_scratch(*, root: Path | None = None) -> Iterator[Path]:
+    """An environment build's scratch directory (mode 0700, owner record first), removed when the block ends; a
+    kill -9 leaves it to the next run's sweep."""
+    directory = Path(tempfile.mkdtemp(prefix=BUILD_SCRATCH_PREFIX, dir=root))
+    (directory / OWNER_RECORD).write_text(ScratchOwner(owner=current_owner()).model_dump_json(), encoding="utf-8")
+    try:
+        yield directory
+    finally:
+        remove_run_scratch(directory, None)
 
 
 def _forget_worktrees_in(scratch: Path, git_dir: Path) -> None:
@@ -106,10 +125,11 @@ def _owner_record(directory: Path) -> ScratchOwner | None:
         return None
 
 
-def sweep_run_scratch(*, root: Path | None = None) -> int:
-    """Remove the scratch directories (and worktrees) of runs whose process has ended; returns how many."""
+def sweep_run_scratch(*, root: Path | None = None, prefix: str = SCRATCH_PREFIX) -> int:
+    """Remove the scratch directories (and worktrees) of runs whose process has ended, or with BUILD_SCRATCH_PREFIX
+    those of environment builds; returns how many."""
     removed = 0
-    for directory in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+    for directory in Path(root or tempfile.gettempdir()).glob(f"{prefix}*"):
         record = _owner_record(directory)
         if record is None or not owner_is_gone(record.owner):
             continue

@@ -322,6 +322,8 @@ class Run:
             test_command=config.test_cmd,
             log_path=self.journal.directory / log_name,
             progress=lambda message: self.emit(EnvironmentProgress(message=message)),
+            allowed_base_images=config.allowed_base_images,
+            deadline=self.night.deadline_at.timestamp() if self.night.deadline_at is not None else None,
         )
         self.record_environment(config, record)
 

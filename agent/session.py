@@ -14,7 +14,7 @@ from agent.config import NightConfig
 from agent.events import Event, Retry
 from agent.interrupt import Interrupted, stop_signals
 from agent.journal import RunJournal, new_run_id, run_directories
-from agent.leftovers import sweep_run_scratch
+from agent.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from agent.live import RunView
 from agent.llm import OpenAIChatModel
 from agent.preflight import PreflightError, Prepared, preflight
@@ -108,6 +108,9 @@ def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunVie
     swept = sweep_run_scratch()
     if swept:
         view.log(f"removed the worktrees of {swept} earlier run(s) that did not finish (their branches are kept)")
+    swept = sweep_run_scratch(prefix=BUILD_SCRATCH_PREFIX)
+    if swept:
+        view.log(f"removed the scratch directories of {swept} environment build(s) that did not finish")
     server = {"llm": night.repos[0].llm.model_copy(update={"server_url": prepared.server_url})}
     night = night.model_copy(update={"repos": [config.model_copy(update=server) for config in night.repos]})
     journal = RunJournal(night.runs_dir, run_id, resume=resume)

@@ -39,9 +39,11 @@ def build(
 
 @sandbox_app.command()
 def sweep() -> None:
-    """Remove sandbox containers, worktrees and scratch directories left behind by runs that crashed or were
-    killed. Their branches are kept (with any commits on them) and can be deleted with `git branch -D`."""
-    from agent.leftovers import sweep_run_scratch  # the run's scratch layout is the agent's; loaded only here
+    """Remove sandbox and build containers, worktrees and scratch directories left behind by runs and builds
+    that crashed or were killed. Their branches are kept (with any commits on them) and can be deleted with
+    `git branch -D`."""
+    # The run's scratch layout is the agent's; loaded only here.
+    from agent.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
     from sandbox.container import sweep_leftovers
     from sandbox.daemon import docker_client
 
@@ -51,3 +53,5 @@ def sweep() -> None:
         raise _fail(error) from error
     typer.echo(f"removed {removed} leftover sandbox container(s)")
     typer.echo(f"removed the worktrees and scratch directories of {sweep_run_scratch()} unfinished run(s)")
+    builds = sweep_run_scratch(prefix=BUILD_SCRATCH_PREFIX)
+    typer.echo(f"removed the scratch directories of {builds} unfinished environment build(s)")

@@ -52,7 +52,7 @@ def _container_name(run_id: str) -> str:
     return f"refactor-agent-{safe_run_id}-{secrets.token_hex(3)}"
 
 
-def _os_socket(exec_socket: Any) -> socket.socket:
+def os_socket(exec_socket: Any) -> socket.socket:
     """docker-py hands out a SocketIO wrapping the OS socket over a unix socket, the socket itself otherwise."""
     return getattr(exec_socket, "_sock", exec_socket)
 
@@ -65,7 +65,7 @@ class _CommandStream:
         self.flooded = threading.Event()
         self._socket = exec_socket
         # The client's request timeout would otherwise end the stream of any command silent for that long.
-        _os_socket(exec_socket).settimeout(None)
+        os_socket(exec_socket).settimeout(None)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
@@ -74,11 +74,11 @@ class _CommandStream:
             threading.Thread(target=self._write, args=(stdin,), daemon=True).start()
 
     def _write(self, data: bytes) -> None:
-        os_socket = _os_socket(self._socket)
+        raw = os_socket(self._socket)
         try:
-            os_socket.sendall(data)
+            raw.sendall(data)
             # Half-closing the hijacked connection is how the daemon learns to close the command's stdin (EOF).
-            os_socket.shutdown(socket.SHUT_WR)
+            raw.shutdown(socket.SHUT_WR)
         except OSError as error:  # the command ended (or was killed) before it read everything
             log.debug("exec stdin ended with %s", error)
 
@@ -92,9 +92,9 @@ class _CommandStream:
         except OSError as error:  # the stream cut by `abandon` or by the daemon ends the output, nothing more
             log.debug("exec stream ended with %s", error)
         finally:
-            os_socket = _os_socket(self._socket)
+            raw = os_socket(self._socket)
             self._socket.close()
-            os_socket.close()
+            raw.close()
 
     def wait(self, timeout_s: float) -> bool:
         self._thread.join(timeout_s)
@@ -103,7 +103,7 @@ class _CommandStream:
     def abandon(self) -> None:
         """Cut the stream: output that a stray process still writes is not worth waiting for."""
         with contextlib.suppress(OSError, AttributeError):  # the reader may have closed it already
-            _os_socket(self._socket).shutdown(socket.SHUT_RDWR)
+            os_socket(self._socket).shutdown(socket.SHUT_RDWR)
         self._thread.join(STREAM_END_GRACE_S)
 
     def render(self) -> tuple[str, int, bool]:
@@ -309,7 +309,8 @@ class DockerSandbox:
         if container is None:
             return
         try:
-            container.remove(force=True)
+            # v: the anonymous volumes of the image's VOLUMEs go too, or every task would leave a set behind.
+            container.remove(force=True, v=True)
         except Exception as error:
             log.warning("could not remove sandbox container %s: %s", container.name, one_line(error))
 
@@ -328,7 +329,7 @@ def sweep_leftovers(client: docker.DockerClient, *, older_than_run: str | None =
         if not owner_is_gone(labels.get(OWNER_LABEL, "")):
             continue
         try:
-            container.remove(force=True)
+            container.remove(force=True, v=True)
             removed += 1
         except docker.errors.NotFound:
             continue
@@ -343,6 +344,6 @@ def remove_run_containers(client: docker.DockerClient, run_id: str) -> int:
     removed = 0
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"}):
         with contextlib.suppress(docker.errors.NotFound):
-            container.remove(force=True)
+            container.remove(force=True, v=True)
             removed += 1
     return removed

@@ -4,6 +4,7 @@ import os
 
 import docker
 import docker.errors
+from docker.utils import kwargs_from_env
 
 from sandbox.errors import DockerUnavailable, ImageMissing, one_line
 
@@ -19,6 +20,11 @@ def docker_client(*, timeout_s: float = 120) -> docker.DockerClient:
     except docker.errors.DockerException as error:
         raise DockerUnavailable(f"Docker daemon unreachable at {address}: {one_line(error)}") from error
     return client
+
+
+def build_api_client(timeout_s: float) -> docker.APIClient:
+    """A low-level client of its own for one long request (a build): it can be cut without touching others'."""
+    return docker.APIClient(timeout=int(timeout_s), **kwargs_from_env())
 
 
 def require_image(client: docker.DockerClient, image: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import git
 
-from agent.config import RunConfig
+from agent.config import NightConfig, RunConfig
 from agent.events import Event
 from agent.journal import RunJournal
 from agent.llm import AssistantTurn, ChatModel, LLMError, ToolCall
@@ -64,21 +64,22 @@ class ScriptedModel:
 
 
 def run_in_process(
-    config: RunConfig,
+    config: RunConfig | NightConfig,
     model: ChatModel,
     *,
     run_id: str = "run-under-test",
     observe: Callable[[Event], None] = lambda event: None,
 ) -> RunSummary:
     """The runner with a scripted model, the real Docker sandbox and real git; a scripted server stands in only
-    for the packer's token counts and the metrics probes."""
+    for the packer's token counts and the metrics probes. A NightConfig brings its night-wide settings (deadline)."""
+    night = config if isinstance(config, NightConfig) else NightConfig(repos=[config], runs_dir=config.runs_dir)
     with ScriptedServer([]) as server:
-        journal = RunJournal(config.runs_dir, run_id)
-        journal.write_config(config)
+        journal = RunJournal(night.runs_dir, run_id)
+        journal.write_config(night.repos[0])
         try:
             return Run(
-                config,
-                repos={config.repo: git.Repo(config.repo)},
+                night,
+                repos={path: git.Repo(path) for path in night.repositories()},
                 docker_client=docker_client(),
                 model=model,
                 server_url=server.url,

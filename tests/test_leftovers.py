@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.leftovers import OWNER_RECORD, ScratchOwner, create_run_scratch, sweep_run_scratch
+from agent.leftovers import BUILD_SCRATCH_PREFIX, OWNER_RECORD, ScratchOwner, create_run_scratch, sweep_run_scratch
+from sandbox import DEFAULT_IMAGE, docker_client
+from sandbox.container import sweep_leftovers
 
 from repos import git, make_repo
 
@@ -80,3 +86,56 @@ def test_sandbox_sweep_removes_the_worktrees_of_killed_runs(tmp_path: Path, monk
     assert "scratch directories of 1 unfinished run(s)" in result.output
     assert not dead.exists() and listed_worktrees(repo) == [str(repo)]
     git(repo, "branch", "-D", DEAD_BRANCH)
+
+
+BUILD_UNTIL_KILLED = """
+import sys
+from pathlib import Path
+import git
+from agent.environment.stage import prepare_environment
+from sandbox import DEFAULT_IMAGE, docker_client
+prepare_environment(git.Repo(sys.argv[1]), client=docker_client(), sandbox_image=DEFAULT_IMAGE, image_explicit=False,
+                    spec=None, test_command=None, log_path=Path(sys.argv[2]), progress=print)
+"""
+
+
+@pytest.mark.docker
+def test_a_build_killed_with_sigkill_leaves_scratch_that_the_next_sweep_removes(tmp_path: Path) -> None:
+    """Issue 18: after kill -9 the build's scratch directories (the committed tree, the build's tools) were never
+    swept. Its build containers carry the owner label and go with the same sweep."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    dockerfile = f"FROM {DEFAULT_IMAGE}\nRUN echo step-under-way && sleep 600\n"
+    files = {
+        ".devcontainer/devcontainer.json": '{"build": {"dockerfile": "Dockerfile"}}',
+        ".devcontainer/Dockerfile": dockerfile,
+    }
+    repo = make_repo(tmp_path / "killed-build", files)
+    log = tmp_path / "build.log"
+    environment = {**os.environ, "TMPDIR": str(root), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    environment.pop("PIP_FIND_LINKS", None)
+    environment["PIP_CONFIG_FILE"] = os.devnull  # a remote index: the RUN steps get the forwarder's container
+    build = subprocess.Popen(
+        [sys.executable, "-c", BUILD_UNTIL_KILLED, str(repo), str(log)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "stderr").open("wb"),
+    )
+    try:
+        for _ in range(600):
+            if log.exists() and "\nstep-under-way" in log.read_text():
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the build never reached its RUN step: {(tmp_path / 'stderr').read_text()}")
+    finally:
+        build.send_signal(signal.SIGKILL)
+        build.wait()
+    (scratch,) = root.glob(f"{BUILD_SCRATCH_PREFIX}*")
+    assert (scratch / "tree" / ".devcontainer" / "Dockerfile").is_file()
+    assert sweep_run_scratch(root=root, prefix=BUILD_SCRATCH_PREFIX) == 1
+    assert not scratch.exists()
+    client = docker_client()
+    assert sweep_leftovers(client) >= 1, "the forwarder's container of the killed build"
+    owners = [container.labels.get("refactor-agent.owner", "") for container in client.containers.list(all=True)]
+    assert not [owner for owner in owners if owner.startswith(f"{socket.gethostname()}:{build.pid}:")]

@@ -474,7 +474,7 @@ def test_a_sweep_racing_another_sweep_does_not_fail() -> None:
         def labels(self) -> dict[str, str]:
             return {LABEL: "dead-run", OWNER_LABEL: f"{socket.gethostname()}:999999999:0"}  # no such process
 
-        def remove(self, force: bool) -> None:
+        def remove(self, force: bool, v: bool) -> None:
             raise docker.errors.APIError("409 Client Error: Conflict (removal of container is already in progress)")
 
     class Containers:

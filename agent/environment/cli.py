@@ -36,15 +36,17 @@ def build(
     """Build REPO's environment image now (or find it already built), and check its tests collect."""
     from agent.environment.spec import EnvironmentFileError, load_environment_file
     from agent.environment.stage import prepare_environment
+    from agent.settings import SettingsError, user_setting
     from agent.workspace import WorkspaceError, open_repository
     from sandbox import SandboxError, docker_client, require_image
 
     try:
+        allowed_base_images = user_setting("allowed_base_images") or []
         spec = load_environment_file(environment) if environment is not None else None
         repository = open_repository(repo.resolve())
         client = docker_client()
         require_image(client, base)
-    except (EnvironmentFileError, WorkspaceError, SandboxError) as error:
+    except (EnvironmentFileError, SettingsError, WorkspaceError, SandboxError) as error:
         raise _usage(str(error)) from None
     log_path = log or Path("runs") / f"env-build-{repo.resolve().name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     record = prepare_environment(
@@ -56,6 +58,7 @@ def build(
         test_command=test_cmd,
         log_path=log_path.absolute(),
         progress=_say,
+        allowed_base_images=allowed_base_images,
     )
     if record.status == "failed":
         for line in record.log_tail:

@@ -1,26 +1,27 @@
 """The environment as a stage of a run (and of `env build`): resolve the plan, reuse or build the image, and
 check the test command collects in it with the committed tree mounted. Never raises for a build that fails:
-the record says so, and the tasks run unverified with that reason."""
+the record says so, and the tasks run unverified with that reason. The night's deadline stops it like a failure."""
 
 from __future__ import annotations
 
 import re
-import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import docker
 import docker.errors
 import git
 
-from agent.environment.build import BuildLog, EnvironmentBuilder, EnvironmentBuildError
-from agent.environment.committed import CommittedFileError, committed_tree
+from agent.environment.bases import BaseImages
+from agent.environment.build import BuildClock, BuildLog, EnvironmentBuilder, EnvironmentBuildError
+from agent.environment.committed import CommittedFileError, CommittedTree, committed_tree
 from agent.environment.detect import DetectionError
 from agent.environment.devcontainer import DevcontainerError
 from agent.environment.plan import EnvironmentPlan
 from agent.environment.sources import resolve_plan
 from agent.environment.spec import EnvironmentSpec
+from agent.leftovers import build_scratch
 from agent.report import EnvironmentRecord
 from sandbox import DockerSandbox, SandboxError, SandboxLimits
 from sandbox.errors import one_line
@@ -35,15 +36,19 @@ Log = Callable[[str], None]
 
 
 def collect_tests(
-    client: docker.DockerClient, image: str, snapshot: Path, test_command: str | None
+    client: docker.DockerClient, image: str, snapshot: Path, test_command: str | None, clock: BuildClock
 ) -> tuple[int | None, str]:
     """How many tests the test command finds in the environment, run with no network on the committed tree."""
     if test_command is None:
         return None, "no test command found"
     if "pytest" not in test_command:
         return None, f"collection is checked for pytest only, not for `{test_command}`"
+    seconds, _ = clock.step_limit()
+    if seconds <= 0:
+        return None, "not checked: the night's deadline has passed"
     with DockerSandbox(image, snapshot, run_id="env-check", client=client, limits=SandboxLimits()) as sandbox:
-        result = sandbox.execute(f"{test_command} --collect-only -p no:cacheprovider", timeout_s=COLLECT_TIMEOUT_S)
+        timeout = min(COLLECT_TIMEOUT_S, seconds)
+        result = sandbox.execute(f"{test_command} --collect-only -p no:cacheprovider", timeout_s=timeout)
     lines = [line for line in result.output.splitlines() if line.strip()]
     found = next((match for line in reversed(lines) if (match := _COLLECTED.search(line))), None)
     collected = int(found.group(1) or found.group(2)) if found else None
@@ -51,6 +56,19 @@ def collect_tests(
         return collected, ""
     last = lines[-1][:300] if lines else "no output"
     return collected, f"collection exit code {result.exit_code}: {last}"
+
+
+def _plan(
+    tree: CommittedTree,
+    client: docker.DockerClient,
+    *,
+    sandbox_image: str,
+    image_explicit: bool,
+    spec: EnvironmentSpec | None,
+    allowed_base_images: Sequence[str],
+) -> EnvironmentPlan:
+    bases = BaseImages.of(sandbox_image, allowed_base_images, lambda image: _exists(client, image))
+    return resolve_plan(tree, sandbox_image=sandbox_image, image_explicit=image_explicit, spec=spec, bases=bases)
 
 
 def prepare_environment(
@@ -63,46 +81,68 @@ def prepare_environment(
     test_command: str | None,
     log_path: Path,
     progress: Log,
+    allowed_base_images: Sequence[str] = (),
+    deadline: float | None = None,
 ) -> EnvironmentRecord:
+    """`deadline` (time.time()) is the night's end: a build still going then is stopped and recorded as failed."""
     repository = Path(str(repo.working_tree_dir)).name
-    with committed_tree(repo) as tree, tempfile.TemporaryDirectory(prefix="refactor-agent-env-") as scratch:
+    with committed_tree(repo) as tree, build_scratch() as scratch:
         try:
-            plan = resolve_plan(tree, sandbox_image=sandbox_image, image_explicit=image_explicit, spec=spec)
+            plan = _plan(
+                tree,
+                client,
+                sandbox_image=sandbox_image,
+                image_explicit=image_explicit,
+                spec=spec,
+                allowed_base_images=allowed_base_images,
+            )
         except PLAN_ERRORS as error:
             return EnvironmentRecord(
                 source="unknown", description="", image=sandbox_image, status="failed", error=str(error)
             )
-        snapshot = Path(scratch) / "tree"
+        for skipped in plan.skipped:
+            progress(f"environment: {skipped}; using {plan.source}: {plan.description}")
+        snapshot, tools = scratch / "tree", scratch / "tools"
+        tools.mkdir()
         tree.snapshot(snapshot)
-        return _realise(client, plan, repository, snapshot, test_command, log_path, progress)
+        builder = EnvironmentBuilder(
+            client, plan, repository=repository, sandbox_image=sandbox_image, clock=BuildClock(deadline)
+        )
+        return _realise(builder, snapshot, tools, test_command, log_path, progress)
 
 
 def _realise(
-    client: docker.DockerClient,
-    plan: EnvironmentPlan,
-    repository: str,
+    builder: EnvironmentBuilder,
     snapshot: Path,
+    tools: Path,
     test_command: str | None,
     log_path: Path,
     progress: Log,
 ) -> EnvironmentRecord:
+    plan, client = builder.plan, builder.client
     test_command = test_command or detect_test_command(snapshot)
     record = EnvironmentRecord(
-        source=plan.source, description=plan.description, image=plan.base_image or "", status="as_is"
+        source=plan.source,
+        description=plan.description,
+        image=plan.base_image or "",
+        status="as_is",
+        sources=plan.used,
+        skipped=plan.skipped,
     )
     started = time.monotonic()
     try:
         if plan.builds:
-            builder = EnvironmentBuilder(client, plan, repository=repository)
             record.image = builder.tag()
             if _exists(client, record.image):
                 record.status = "reused"
                 progress(f"reusing {record.image} ({plan.description})")
             else:
                 with BuildLog(log_path, progress) as log:
-                    builder.build(record.image, snapshot, log)
+                    builder.build(record.image, snapshot, tools, log)
                 record.status, record.log = "built", str(log_path)
-        record.tests_collected, record.collect_note = collect_tests(client, record.image, snapshot, test_command)
+        record.tests_collected, record.collect_note = collect_tests(
+            client, record.image, snapshot, test_command, builder.clock
+        )
     except EnvironmentBuildError as error:
         record.status, record.error, record.failed_step = "failed", str(error), error.step
         record.log, record.log_tail = str(error.log_path), error.tail
@@ -128,19 +168,29 @@ def describe_environment(
     sandbox_image: str,
     image_explicit: bool,
     spec: EnvironmentSpec | None,
+    allowed_base_images: Sequence[str] = (),
 ) -> tuple[bool, str]:
-    """For `doctor --repo`: which source wins, and whether its image is built; (False, why) when it cannot be."""
+    """For `doctor --repo`: which source wins, the sources used and skipped (with why), and whether its image is
+    built; (False, why) when it cannot be."""
     repository = Path(str(repo.working_tree_dir)).name
     with committed_tree(repo) as tree:
         try:
-            plan = resolve_plan(tree, sandbox_image=sandbox_image, image_explicit=image_explicit, spec=spec)
+            plan = _plan(
+                tree,
+                client,
+                sandbox_image=sandbox_image,
+                image_explicit=image_explicit,
+                spec=spec,
+                allowed_base_images=allowed_base_images,
+            )
         except PLAN_ERRORS as error:
             return False, str(error)
+    sources = f"{plan.source}: {plan.description}" + "".join(f"; skipped {line}" for line in plan.skipped)
     if not plan.builds:
-        return True, f"{plan.source}: {plan.description}"
+        return True, sources
     try:
-        tag = EnvironmentBuilder(client, plan, repository=repository).tag()
+        tag = EnvironmentBuilder(client, plan, repository=repository, sandbox_image=sandbox_image).tag()
     except (SandboxError, docker.errors.DockerException) as error:
-        return False, f"{plan.source}: {plan.description}: {one_line(error)}"
+        return False, f"{sources}: {one_line(error)}"
     state = "built" if _exists(client, tag) else "not built yet (the next run builds it, or `refactor-agent env build`)"
-    return True, f"{plan.source}: {plan.description}; image {tag} {state}"
+    return True, f"{sources}; image {tag} {state}"

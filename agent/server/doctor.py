@@ -286,9 +286,11 @@ def check_docker(image: str) -> CheckResult:
 
 
 def check_environment(repo: Path, image: str, environment: Path | None) -> CheckResult:
-    """Which environment source wins for the repository, and whether its image is already built."""
+    """Which environment source wins for the repository, which were skipped and why, and whether its image is
+    already built."""
     from agent.environment.spec import EnvironmentFileError, load_environment_file
     from agent.environment.stage import describe_environment
+    from agent.settings import SettingsError, user_setting
     from agent.workspace import WorkspaceError, open_repository
     from sandbox import SandboxError, docker_client
 
@@ -300,8 +302,9 @@ def check_environment(repo: Path, image: str, environment: Path | None) -> Check
             sandbox_image=image,
             image_explicit=False,
             spec=spec,
+            allowed_base_images=user_setting("allowed_base_images") or [],
         )
-    except (EnvironmentFileError, WorkspaceError, SandboxError) as error:
+    except (EnvironmentFileError, SettingsError, WorkspaceError, SandboxError) as error:
         return CheckResult(name="environment", status="fail", message=str(error))
     return CheckResult(name="environment", status="ok" if ready else "fail", message=message)
 
