@@ -239,6 +239,8 @@ def test_environment_images_declare_no_volumes_and_tasks_leave_no_volume_behind(
     assert record.status == "built", record
     client = docker.from_env()
     assert set(client.images.get(record.image).attrs["Config"].get("Volumes") or {}) == {"/data"}
+    with pytest.raises(docker.errors.ImageNotFound):
+        client.images.get(f"{record.image}-base")  # the Dockerfile's intermediate tag is not left behind
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     with DockerSandbox(record.image, workspace, run_id=f"{name}-volumes") as sandbox:
@@ -272,5 +274,17 @@ def test_a_devcontainer_image_from_a_registry_falls_back_to_detection(tmp_path: 
     reason = f"devcontainer: .devcontainer/devcontainer.json: base image {image} is not on this machine"
     assert record.skipped == [f"{reason} (no registry is used)"]
     assert [line for line in lines if line.startswith("environment: ")] == [
-        f"environment: {reason} (no registry is used); using none: no dependencies detected: the sandbox image as is"
+        f"environment: {reason} (no registry is used); instead: no dependencies detected: the sandbox image as is"
     ]
+
+
+def test_lifecycle_steps_run_with_the_six_build_capabilities_only(tmp_path: Path, name: str) -> None:
+    """Root in the build container may install files and let apt drop privileges; nothing else (no NET_RAW)."""
+    command = 'grep -E \\"^Cap(Eff|Bnd)\\" /proc/self/status'
+    devcontainer = f'{{"image": "{DEFAULT_IMAGE}", "postCreateCommand": "{command}"}}'
+    repo = devcontainer_repo(tmp_path / name, "", {".devcontainer/devcontainer.json": devcontainer})
+    record = prepare(repo, tmp_path / "build.log")
+    assert record.status == "built", record
+    log = (tmp_path / "build.log").read_text()
+    # CHOWN 0, DAC_OVERRIDE 1, FOWNER 3, KILL 5, SETGID 6, SETUID 7: 0xeb.
+    assert "CapEff:\t00000000000000eb" in log and "CapBnd:\t00000000000000eb" in log, log

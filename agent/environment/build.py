@@ -285,13 +285,19 @@ class EnvironmentBuilder:
         with EgressProxy(tools / "egress.sock", allowed, upstream, no_proxy, log=self.log.event) as proxy:
             if self.plan.dockerfile is not None:
                 base = self._build_dockerfile(f"{tag}-base", snapshot, tools, offline, proxy)
-            container = self._container(base, tools, snapshot)
             try:
-                proxy_url = None if offline else self._start_forwarder(container)
-                self._run_steps(container, proxy_url, proxy)
-                self._commit(container, base, tag)
+                container = self._container(base, tools, snapshot)
+                try:
+                    proxy_url = None if offline else self._start_forwarder(container)
+                    self._run_steps(container, proxy_url, proxy)
+                    self._commit(container, base, tag)
+                finally:
+                    container.remove(force=True, v=True)
             finally:
-                container.remove(force=True, v=True)
+                if self.plan.dockerfile is not None:
+                    # Only the tag goes: the layers stay under the environment image (and in the builder's cache).
+                    with contextlib.suppress(docker.errors.APIError):
+                        self.client.images.remove(base, noprune=True)
 
     def _start_forwarder(self, container: Any) -> str:
         """The forwarder inside the container, and the proxy URL the steps use to reach it."""
@@ -387,6 +393,7 @@ class EnvironmentBuilder:
                         rm=True,
                         forcerm=True,
                         decode=True,
+                        use_config_proxy=False,  # the client's own proxy settings would lead nowhere, or elsewhere
                     )
                     for chunk in stream:
                         if "error" in chunk:

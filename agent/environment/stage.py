@@ -101,7 +101,7 @@ def prepare_environment(
                 source="unknown", description="", image=sandbox_image, status="failed", error=str(error)
             )
         for skipped in plan.skipped:
-            progress(f"environment: {skipped}; using {plan.source}: {plan.description}")
+            progress(f"environment: {skipped}; instead: {plan.description}")
         snapshot, tools = scratch / "tree", scratch / "tools"
         tools.mkdir()
         tree.snapshot(snapshot)

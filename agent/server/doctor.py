@@ -290,6 +290,7 @@ def check_environment(repo: Path, image: str, environment: Path | None) -> Check
     already built."""
     from agent.environment.spec import EnvironmentFileError, load_environment_file
     from agent.environment.stage import describe_environment
+    from agent.printable import printable
     from agent.settings import SettingsError, user_setting
     from agent.workspace import WorkspaceError, open_repository
     from sandbox import SandboxError, docker_client
@@ -306,7 +307,8 @@ def check_environment(repo: Path, image: str, environment: Path | None) -> Check
         )
     except (EnvironmentFileError, SettingsError, WorkspaceError, SandboxError) as error:
         return CheckResult(name="environment", status="fail", message=str(error))
-    return CheckResult(name="environment", status="ok" if ready else "fail", message=message)
+    # The message quotes the repository (image names, paths): its control characters are shown, not sent.
+    return CheckResult(name="environment", status="ok" if ready else "fail", message=printable(message))
 
 
 def _server_checks(options: DoctorOptions) -> list[CheckResult]:
