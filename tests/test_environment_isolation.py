@@ -3,6 +3,7 @@ daemon fetches nothing for it, it builds only on allowed local images, and it en
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -15,9 +16,9 @@ from pathlib import Path
 import docker
 import git
 import pytest
+from environment_images import own_repository_name
 
 from agent.config import NightConfig, RunConfig
-from agent.environment.plan import ENV_REPOSITORY
 from agent.environment.spec import EnvironmentSpec
 from agent.environment.stage import prepare_environment
 from agent.report import EnvironmentRecord
@@ -54,6 +55,11 @@ class Listener:
                     self.received.append(b"")
 
     def close(self) -> None:
+        # Shut down first, and wait: an accept() still on its way would otherwise take connections meant for the
+        # next socket given the same descriptor (another test's server).
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)
+        self._thread.join(10)
         self.server.close()
 
 
@@ -75,14 +81,8 @@ def online_index(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def name() -> Iterator[str]:
-    """A repository name of this test's own; the images built for it are removed after."""
-    unique = f"isolation-{secrets.token_hex(4)}"
-    yield unique
-    client = docker.from_env()
-    for image in client.images.list(name=ENV_REPOSITORY):
-        for tag in image.tags:
-            if tag.startswith(f"{ENV_REPOSITORY}:{unique}"):
-                client.images.remove(tag, force=True)
+    with own_repository_name("isolation") as unique:
+        yield unique
 
 
 def devcontainer_repo(path: Path, dockerfile: str, extra: dict[str, str] | None = None) -> Path:

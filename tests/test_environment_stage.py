@@ -5,20 +5,18 @@ wheelhouse with no index at all, and a failing build that leaves the tasks unver
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import git
 import pytest
+from environment_images import own_repository_name
 from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.config import RunConfig
-from agent.environment.plan import ENV_REPOSITORY
 from agent.environment.spec import EnvironmentSpec
 from agent.environment.stage import prepare_environment
 from agent.report import EnvironmentRecord, RunSummary
@@ -62,14 +60,8 @@ def pyproject(name: str, dependencies: list[str]) -> str:
 
 @pytest.fixture(scope="session")
 def repository_name() -> Iterator[str]:
-    """A name of this session's own: its images are built here, whatever earlier sessions left, and removed after."""
-    name = f"tiny-{secrets.token_hex(4)}"
-    yield name
-    client = docker.from_env()
-    for image in client.images.list(name=ENV_REPOSITORY):
-        for tag in image.tags:
-            if tag.startswith(f"{ENV_REPOSITORY}:{name}"):
-                client.images.remove(tag, force=True)
+    with own_repository_name("tiny") as name:
+        yield name
 
 
 @pytest.fixture(autouse=True)

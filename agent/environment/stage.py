@@ -61,12 +61,12 @@ def collect_tests(
 def _plan(
     tree: CommittedTree,
     client: docker.DockerClient,
-    *,
     sandbox_image: str,
     image_explicit: bool,
     spec: EnvironmentSpec | None,
     allowed_base_images: Sequence[str],
 ) -> EnvironmentPlan:
+    """The plan, with the images on this machine as the daemon knows them."""
     bases = BaseImages.of(sandbox_image, allowed_base_images, lambda image: _exists(client, image))
     return resolve_plan(tree, sandbox_image=sandbox_image, image_explicit=image_explicit, spec=spec, bases=bases)
 
@@ -88,14 +88,7 @@ def prepare_environment(
     repository = Path(str(repo.working_tree_dir)).name
     with committed_tree(repo) as tree, build_scratch() as scratch:
         try:
-            plan = _plan(
-                tree,
-                client,
-                sandbox_image=sandbox_image,
-                image_explicit=image_explicit,
-                spec=spec,
-                allowed_base_images=allowed_base_images,
-            )
+            plan = _plan(tree, client, sandbox_image, image_explicit, spec, allowed_base_images)
         except PLAN_ERRORS as error:
             return EnvironmentRecord(
                 source="unknown", description="", image=sandbox_image, status="failed", error=str(error)
@@ -175,14 +168,7 @@ def describe_environment(
     repository = Path(str(repo.working_tree_dir)).name
     with committed_tree(repo) as tree:
         try:
-            plan = _plan(
-                tree,
-                client,
-                sandbox_image=sandbox_image,
-                image_explicit=image_explicit,
-                spec=spec,
-                allowed_base_images=allowed_base_images,
-            )
+            plan = _plan(tree, client, sandbox_image, image_explicit, spec, allowed_base_images)
         except PLAN_ERRORS as error:
             return False, str(error)
     sources = f"{plan.source}: {plan.description}" + "".join(f"; skipped {line}" for line in plan.skipped)
