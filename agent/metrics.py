@@ -41,14 +41,18 @@ class SpecCounters(BaseModel):
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
-    """`name{labels} value` lines -> {"name{labels}": value}, prefix dropped; comments skipped."""
+    """`name{labels} value` lines -> {"name{labels}": value}, prefix dropped; comments skipped, and so is any line
+    that is not a sample (whatever answers on the server's port, the report's numbers must not fail a task)."""
     samples: dict[str, float] = {}
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         name, _, value = line.rpartition(" ")
-        samples[name.removeprefix(METRIC_PREFIX)] = float(value)
+        try:
+            samples[name.removeprefix(METRIC_PREFIX)] = float(value)
+        except ValueError:
+            continue
     return samples
 
 

@@ -48,6 +48,12 @@ def test_parse_prometheus_drops_prefix_and_comments_and_reads_exponents():
     assert not any(key.startswith("#") or key.startswith("llamacpp:") for key in samples)
 
 
+def test_a_metrics_answer_that_is_not_prometheus_text_gives_what_it_can_and_never_raises():
+    text = "<html>not metrics</html>\nllamacpp:spec_decode_num_drafts_total 4\nllamacpp:tokens_predicted_total n/a\n"
+    assert parse_prometheus(text) == {"spec_decode_num_drafts_total": 4.0}
+    assert spec_counters_from_text("<!doctype html>\n<title>x</title>").drafts == 0
+
+
 def test_spec_counters_give_acceptance_and_accepted_per_pass():
     counters = spec_counters_from_text(METRICS_TEXT)
     assert counters == SpecCounters(drafts=51, draft_tokens=245, accepted_tokens=102)
