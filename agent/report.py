@@ -38,6 +38,7 @@ class GateEvidence(BaseModel):
     # Test infrastructure the task changed (conftest.py, pytest configuration, ...): the suite ran it as changed.
     test_infrastructure: list[str] = []
     repair_rounds: int = 0
+    renamed: dict[str, str] = {}  # baseline ids whose parameters changed between runs (the time): old -> new
 
 
 EnvironmentStatus = Literal["built", "reused", "as_is", "failed"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.gate.baseline import BaselineCache, baseline_key
-from agent.gate.compare import compare, settle_flaky
+from agent.gate.compare import compare, function_of, settle_flaky
 from agent.gate.results import WHOLE_SUITE, SuiteRun, count, parse_counts, parse_go_json, parse_junit
 from agent.gate.suite import rerun_selected, run_suite
 from agent.gate.syntax import syntax_regressions
@@ -127,6 +127,63 @@ def test_regressions_are_tests_that_passed_before_and_not_now() -> None:
     assert comparison.still_failing == ["c"]
     flaky = settle_flaky(comparison, _suite({"b": "passed", "new": "error"}))
     assert flaky.regressed == ["e", "new"] and flaky.flaky == ["b"]
+
+
+# Parametrize ids that differ every run of the same tree: the time, a random number.
+RUN_DEPENDENT_IDS = """
+import datetime
+import random
+
+import pytest
+
+
+@pytest.mark.parametrize("when", [datetime.datetime.now().strftime("%d-%m-%Y %H:%M:%S.%f")])
+def test_at(when):
+    assert when
+
+
+@pytest.mark.parametrize("value", [random.random(), random.random()])
+def test_random(value):
+    assert value < 1
+
+
+def test_stable():
+    assert True
+"""
+
+
+def _junit_run(root: Path, name: str) -> SuiteRun:
+    report = root / f"{name}.xml"
+    pytest_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
+    subprocess.run([*pytest_run, f"--junitxml={report}", "tests"], cwd=root, capture_output=True)
+    parsed = parse_junit(report.read_bytes())
+    assert parsed is not None
+    return _suite(parsed[0])
+
+
+def test_ids_that_change_between_runs_of_the_same_tree_are_not_regressions(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_ids.py").write_text(RUN_DEPENDENT_IDS)
+    baseline, after = _junit_run(tmp_path, "baseline"), _junit_run(tmp_path, "after")
+    assert set(baseline.outcomes) != set(after.outcomes), "the set-up: the ids differ between the two runs"
+    assert baseline.counts == after.counts == {"passed": 4}
+    comparison = compare(baseline, after)
+    assert comparison.regressed == [] and comparison.removed == []
+    assert len(comparison.renamed) == 3
+    assert {function_of(old) for old in comparison.renamed} == {
+        "tests/test_ids.py::test_at",
+        "tests/test_ids.py::test_random",
+    }
+
+
+def test_renamed_ids_are_matched_by_count_and_what_stays_unmatched_counts() -> None:
+    baseline = _suite({"t::a[1]": "passed", "t::a[2]": "passed", "t::b[x]": "passed", "t::c[old]": "failed"})
+    after = _suite({"t::a[3]": "passed", "t::b[y]": "failed", "t::c[new]": "passed", "t::d[z]": "failed"})
+    comparison = compare(baseline, after)
+    # a: two gone, one new: one pair, one gone. b: matched, and it fails now. c: matched, and it passes now.
+    assert comparison.renamed == {"t::a[1]": "t::a[3]", "t::b[x]": "t::b[y]", "t::c[old]": "t::c[new]"}
+    assert comparison.regressed == ["t::a[2]", "t::b[y]", "t::d[z]"]
+    assert comparison.removed == ["t::a[2]"] and comparison.fixed == ["t::c[old]"]
 
 
 def test_verdicts_trailer_and_repair_message() -> None:

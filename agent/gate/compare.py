@@ -1,6 +1,14 @@
-"""Baseline against after: what the change broke, fixed, or left as it was."""
+"""Baseline against after: what the change broke, fixed, or left as it was.
+
+A test's id is not always stable between two runs of the same tree: parametrize ids made from the time, random
+values or memory addresses (`test_x[12-01-2026 20:54:23]`) differ every run. A baseline id that is gone and a new id
+of the same test function (the id before `[`) are matched by count, and compared as one test; only what stays
+unmatched is gone or new.
+"""
 
 from __future__ import annotations
+
+from collections import defaultdict
 
 from pydantic import BaseModel
 
@@ -14,26 +22,52 @@ class Comparison(BaseModel):
     fixed: list[str] = []
     still_failing: list[str] = []
     flaky: list[str] = []
+    # Baseline ids matched to a new id of the same test function (an id that changes every run): old -> new.
+    renamed: dict[str, str] = {}
+
+
+def function_of(test: str) -> str:
+    """The id without its parameters: `tests/t.py::test_x[12-01-2026 20:54:23]` -> `tests/t.py::test_x`."""
+    return test.split("[", 1)[0]
+
+
+def match_renamed(gone: list[str], new: list[str]) -> dict[str, str]:
+    """Gone and new ids of the same test function paired by count, in order (old -> new)."""
+    by_function: dict[str, list[str]] = defaultdict(list)
+    for test in sorted(new):
+        by_function[function_of(test)].append(test)
+    pairs = {}
+    for test in sorted(gone):
+        candidates = by_function.get(function_of(test))
+        if candidates:
+            pairs[test] = candidates.pop(0)
+    return pairs
 
 
 def compare(baseline: SuiteRun, after: SuiteRun) -> Comparison:
     before, now = baseline.outcomes, after.outcomes
+    renamed = match_renamed([test for test in before if test not in now], [test for test in now if test not in before])
+    matched_new = set(renamed.values())
     regressed, removed, fixed, still_failing = [], [], [], []
     for test, outcome in sorted(before.items()):
-        current = now.get(test)
+        current = now.get(renamed.get(test, test))
         if outcome == "passed":
             if current is None:
                 removed.append(test)
                 regressed.append(test)
             elif current != "passed":
-                regressed.append(test)
+                regressed.append(renamed.get(test, test))
         elif outcome in ("failed", "error"):
             if current == "passed":
                 fixed.append(test)
             elif current in ("failed", "error"):
                 still_failing.append(test)
-    regressed += sorted(test for test, outcome in now.items() if test not in before and outcome in ("failed", "error"))
-    return Comparison(regressed=regressed, removed=removed, fixed=fixed, still_failing=still_failing)
+    regressed += sorted(
+        test
+        for test, outcome in now.items()
+        if test not in before and test not in matched_new and outcome in ("failed", "error")
+    )
+    return Comparison(regressed=regressed, removed=removed, fixed=fixed, still_failing=still_failing, renamed=renamed)
 
 
 def settle_flaky(comparison: Comparison, rerun: SuiteRun | None) -> Comparison:
