@@ -38,6 +38,7 @@ class GateEvidence(BaseModel):
     # Test infrastructure the task changed (conftest.py, pytest configuration, ...): the suite ran it as changed.
     test_infrastructure: list[str] = []
     repair_rounds: int = 0
+    unimportable: list[str] = []  # test modules that imported at baseline and do not now
     renamed: dict[str, str] = {}  # baseline ids whose parameters changed between runs (the time): old -> new
 
 
@@ -57,6 +58,9 @@ class EnvironmentRecord(BaseModel):
     build_s: float | None = None
     tests_collected: int | None = None
     collect_note: str = ""
+    # The command the gate runs the tests with, and why that one: `--test-cmd`, `tox.ini [testenv] commands`, ...
+    test_command: str | None = None
+    test_command_source: str = ""
     error: str | None = None
     failed_step: str | None = None
     log_tail: list[str] = []

@@ -54,17 +54,25 @@ def _suite(outcomes: dict, ran: bool = True) -> SuiteRun:
 def test_junit_from_real_pytest_names_tests_by_their_node_ids(tmp_path: Path) -> None:
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_mixed.py").write_text(MIXED_TESTS)
+    (tmp_path / "tests" / "test_unimportable.py").write_text("import not_installed_here\n\ndef test_x():\n    pass\n")
     report = tmp_path / "junit.xml"
     pytest_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
-    subprocess.run([*pytest_run, f"--junitxml={report}", "tests"], cwd=tmp_path, capture_output=True)
+    subprocess.run(
+        [*pytest_run, f"--junitxml={report}", "--continue-on-collection-errors", "tests"],
+        cwd=tmp_path,
+        capture_output=True,
+    )
     collected = subprocess.run(
         [*pytest_run, "--collect-only", "-q", "tests"], cwd=tmp_path, capture_output=True, text=True
     ).stdout
     node_ids = {line for line in collected.splitlines() if "::" in line}
     parsed = parse_junit(report.read_bytes())
     assert parsed is not None
-    outcomes, details = parsed
+    outcomes, details = parsed.outcomes, parsed.details
     assert set(outcomes) == node_ids
+    assert parsed.import_errors == {
+        "tests/test_unimportable.py": "ModuleNotFoundError: No module named 'not_installed_here'"
+    }
     assert outcomes == {
         "tests/test_mixed.py::test_passes": "passed",
         "tests/test_mixed.py::test_fails": "failed",
@@ -158,7 +166,7 @@ def _junit_run(root: Path, name: str) -> SuiteRun:
     subprocess.run([*pytest_run, f"--junitxml={report}", "tests"], cwd=root, capture_output=True)
     parsed = parse_junit(report.read_bytes())
     assert parsed is not None
-    return _suite(parsed[0])
+    return _suite(parsed.outcomes)
 
 
 def test_ids_that_change_between_runs_of_the_same_tree_are_not_regressions(tmp_path: Path) -> None:
@@ -294,3 +302,34 @@ def test_other_runners_are_judged_by_exit_code_and_counts(sandboxed_repo: tuple[
     assert failing.ran and failing.outcomes == {WHOLE_SUITE: "failed"}
     assert compare(passing, failing).regressed == [WHOLE_SUITE]
     assert rerun_selected(sandbox, "make test", [WHOLE_SUITE], timeout_s=30) is None
+
+
+@pytest.mark.docker
+def test_modules_that_cannot_be_imported_are_recorded_and_the_rest_of_the_suite_counts(
+    sandboxed_repo: tuple[Path, DockerSandbox],
+) -> None:
+    repo, sandbox = sandboxed_repo
+    (repo / "tests" / "test_needs_extra.py").write_text("import not_installed_anywhere\n\n\ndef test_x():\n    pass\n")
+    (repo / "tests" / "test_plain.py").write_text("def test_plain():\n    assert True\n")
+    command = "python3 -m pytest -q"
+    baseline = run_suite(sandbox, command, timeout_s=120)
+    missing = "ModuleNotFoundError: No module named 'not_installed_anywhere'"
+    assert baseline.ran and baseline.counts == {"passed": 3}
+    assert baseline.import_errors == {"tests/test_needs_extra.py": missing}
+    assert baseline.describe() == f"3 passed; 1 module could not be imported (tests/test_needs_extra.py: {missing})"
+    assert judge(baseline, baseline, compare(baseline, baseline), []).verdict == "verified"
+    # The change makes test_geometry.py unimportable: one regression, named by the module.
+    (repo / "pkg" / "report.py").write_text("import also_not_installed\n")
+    after = run_suite(sandbox, command, timeout_s=120)
+    assert after.ran and after.counts == {"passed": 1} and len(after.import_errors) == 2
+    comparison = compare(baseline, after)
+    assert comparison.regressed == comparison.unimportable == ["tests/test_geometry.py"]
+    check = judge(baseline, after, comparison, [])
+    assert check.verdict == "regressed"
+    message = repair_message(check)
+    assert "- tests/test_geometry.py (this test module could not be imported any more)" in message
+    assert "also_not_installed" in message
+    # Only a suite none of whose modules imports did not run.
+    (repo / "tests" / "test_plain.py").write_text("import also_not_installed\n")
+    nothing = run_suite(sandbox, command, timeout_s=120)
+    assert not nothing.ran and nothing.reason.startswith("3 modules could not be imported (")

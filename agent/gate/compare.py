@@ -4,6 +4,9 @@ A test's id is not always stable between two runs of the same tree: parametrize 
 values or memory addresses (`test_x[12-01-2026 20:54:23]`) differ every run. A baseline id that is gone and a new id
 of the same test function (the id before `[`) are matched by count, and compared as one test; only what stays
 unmatched is gone or new.
+
+A test module that imported at baseline and does not now is one regression, named by its path; its tests are not
+listed one by one as gone.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ class Comparison(BaseModel):
     fixed: list[str] = []
     still_failing: list[str] = []
     flaky: list[str] = []
+    unimportable: list[str] = []  # modules among the regressed that imported at baseline and do not now
     # Baseline ids matched to a new id of the same test function (an id that changes every run): old -> new.
     renamed: dict[str, str] = {}
 
@@ -44,8 +48,14 @@ def match_renamed(gone: list[str], new: list[str]) -> dict[str, str]:
     return pairs
 
 
+def _in_module(test: str, modules: list[str]) -> bool:
+    return any(test.startswith(f"{module}::") for module in modules)
+
+
 def compare(baseline: SuiteRun, after: SuiteRun) -> Comparison:
-    before, now = baseline.outcomes, after.outcomes
+    unimportable = sorted(set(after.import_errors) - set(baseline.import_errors))
+    before = {test: outcome for test, outcome in baseline.outcomes.items() if not _in_module(test, unimportable)}
+    now = after.outcomes
     renamed = match_renamed([test for test in before if test not in now], [test for test in now if test not in before])
     matched_new = set(renamed.values())
     regressed, removed, fixed, still_failing = [], [], [], []
@@ -67,7 +77,15 @@ def compare(baseline: SuiteRun, after: SuiteRun) -> Comparison:
         for test, outcome in now.items()
         if test not in before and test not in matched_new and outcome in ("failed", "error")
     )
-    return Comparison(regressed=regressed, removed=removed, fixed=fixed, still_failing=still_failing, renamed=renamed)
+    regressed += unimportable
+    return Comparison(
+        regressed=regressed,
+        removed=removed,
+        fixed=fixed,
+        still_failing=still_failing,
+        renamed=renamed,
+        unimportable=unimportable,
+    )
 
 
 def settle_flaky(comparison: Comparison, rerun: SuiteRun | None) -> Comparison:

@@ -2,6 +2,8 @@
 
 pytest reports through --junitxml (xunit1, which names each test's file, so a test can be re-run by its node id);
 `go test -json` through its event stream; any other runner through the counts it prints and its exit code.
+A test module that could not be imported is not a test: it is recorded apart (its path and the first line of its
+error), so the rest of the suite still counts.
 Everything parsed here was written inside the sandbox by the repository's own code: it is hostile input, parsed
 with defusedxml and bounded regular expressions, and never executed.
 """
@@ -23,6 +25,9 @@ WHOLE_SUITE = "(whole suite)"
 # pytest's exit codes for "the suite did not run": interrupted, internal error, usage error, nothing collected.
 PYTEST_DID_NOT_RUN = {2: "interrupted (collection errors?)", 3: "internal error", 4: "usage error", 5: "no tests"}
 MAX_DETAIL_CHARS = 3000
+MAX_ERROR_LINE_CHARS = 300
+# How many unimportable modules describe() names; the rest are counted.
+NAMED_IMPORT_ERRORS = 3
 
 
 class SuiteRun(BaseModel):
@@ -31,6 +36,8 @@ class SuiteRun(BaseModel):
     reason: str = ""
     exit_code: int | None = None
     outcomes: dict[str, Outcome] = {}
+    # Test modules that could not be imported (collected with errors), by path: the first line of the error.
+    import_errors: dict[str, str] = {}
     # What a failing test printed (its failure message and traceback), capped: the repair message quotes it.
     details: dict[str, str] = {}
     counts: dict[str, int] = {}
@@ -39,14 +46,23 @@ class SuiteRun(BaseModel):
     duration_s: float = 0.0
 
     def describe(self) -> str:
-        """'412 passed, 3 failed' as runners print it; why it did not run otherwise."""
+        """'1,289 passed, 3 failed; 2 modules could not be imported (...)'; why it did not run otherwise."""
         if not self.ran:
             return f"did not run: {self.reason}"
-        parts = [f"{self.counts[name]} {name}" for name in OUTCOMES if self.counts.get(name)]
-        return ", ".join(parts) or (f"exit code {self.exit_code}" if self.exit_code is not None else "no result")
+        parts = [f"{self.counts[name]:,} {name}" for name in OUTCOMES if self.counts.get(name)]
+        ran = ", ".join(parts) or (f"exit code {self.exit_code}" if self.exit_code is not None else "no result")
+        return f"{ran}; {describe_import_errors(self.import_errors)}" if self.import_errors else ran
 
     def failing(self) -> set[str]:
         return {test for test, outcome in self.outcomes.items() if outcome in ("failed", "error")}
+
+
+def describe_import_errors(errors: dict[str, str]) -> str:
+    """'2 modules could not be imported (tests/a.py: ModuleNotFoundError: ..., tests/b.py: ...)'."""
+    named = [f"{module}: {line}" for module, line in sorted(errors.items())[:NAMED_IMPORT_ERRORS]]
+    more = f", and {len(errors) - len(named)} more" if len(errors) > len(named) else ""
+    modules = "1 module" if len(errors) == 1 else f"{len(errors)} modules"
+    return f"{modules} could not be imported ({', '.join(named)}{more})"
 
 
 def count(outcomes: dict[str, Outcome]) -> dict[str, int]:
@@ -76,15 +92,43 @@ def _failure_text(element: Any) -> str:
     return f"{combined[:head]}\n[...]\n{combined[-(MAX_DETAIL_CHARS - head) :]}"
 
 
-def parse_junit(xml: bytes) -> tuple[dict[str, Outcome], dict[str, str]] | None:
-    """Per-test outcomes and failure texts from a JUnit XML report; None when it is not one (truncated, a bomb)."""
+def first_error_line(text: str) -> str:
+    """The exception a traceback ends in: pytest marks its lines `E   `; the last of them names it."""
+    marked = [line[1:].strip() for line in text.splitlines() if line.startswith("E ") and line[1:].strip()]
+    lines = marked or [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:MAX_ERROR_LINE_CHARS] if lines else "no error text"
+
+
+class RunnerReport(BaseModel):
+    outcomes: dict[str, Outcome] = {}
+    details: dict[str, str] = {}
+    import_errors: dict[str, str] = {}
+
+
+def _collection_failure(case: Any) -> tuple[str, str] | None:
+    """(module path, error text) when the testcase is pytest's record of a module that failed to collect."""
+    error = case.find("error")
+    if case.get("classname") or error is None or error.get("message") != "collection failure":
+        return None
+    return case.get("file") or case.get("name") or "?", _failure_text(error)
+
+
+def parse_junit(xml: bytes) -> RunnerReport | None:
+    """Per-test outcomes, failure texts and unimportable modules from a JUnit XML report; None when it is not one
+    (truncated, a bomb)."""
     try:
         root = SafeElementTree.fromstring(xml)
     except (SafeElementTree.ParseError, DefusedXmlException, ValueError):
         return None
-    outcomes: dict[str, Outcome] = {}
-    details: dict[str, str] = {}
+    report = RunnerReport()
+    outcomes, details = report.outcomes, report.details
     for case in root.iter("testcase"):
+        failure = _collection_failure(case)
+        if failure is not None:
+            module, text = failure
+            report.import_errors[module] = first_error_line(text)
+            details[module] = text
+            continue
         outcome: Outcome = "passed"
         for child in case:
             if child.tag in ("error", "failure"):
@@ -98,7 +142,7 @@ def parse_junit(xml: bytes) -> tuple[dict[str, Outcome], dict[str, str]] | None:
         # A test that passes its call and errors in teardown appears twice: the worse outcome stands.
         if outcomes.get(test) in (None, "passed", "skipped"):
             outcomes[test] = outcome
-    return outcomes, details
+    return report
 
 
 _GO_ACTIONS: dict[str, Outcome] = {"pass": "passed", "fail": "failed", "skip": "skipped"}
@@ -129,11 +173,30 @@ _PYTEST_SUMMARY = re.compile(r"(\d+) (passed|failed|errors?|skipped)\b")
 _CARGO_SUMMARY = re.compile(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored")
 _JEST_SUMMARY = re.compile(r"^Tests:\s+(.*)$", re.MULTILINE)
 _JEST_PART = re.compile(r"(\d+) (passed|failed|skipped)")
+_UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in ", re.MULTILINE)
+_UNITTEST_VERDICT = re.compile(r"^(?:OK|FAILED)(?: \((.*)\))?$", re.MULTILINE)
+_UNITTEST_PART = re.compile(r"(failures|errors|skipped|expected failures|unexpected successes)=(\d+)")
+
+
+def _unittest_counts(tail: str) -> dict[str, int]:
+    """unittest's `Ran 12 tests in 0.1s` and `FAILED (failures=1, errors=2, skipped=3)`; {} when absent."""
+    ran, verdict = _UNITTEST_RAN.findall(tail), _UNITTEST_VERDICT.findall(tail)
+    if not ran or not verdict:
+        return {}
+    parts = {name: int(number) for name, number in _UNITTEST_PART.findall(verdict[-1])}
+    failed = parts.get("failures", 0) + parts.get("unexpected successes", 0)
+    skipped = parts.get("skipped", 0) + parts.get("expected failures", 0)
+    counts = {"failed": failed, "error": parts.get("errors", 0), "skipped": skipped}
+    counts["passed"] = max(int(ran[-1]) - sum(counts.values()), 0)
+    return {name: number for name, number in counts.items() if number}
 
 
 def parse_counts(output: str) -> dict[str, int]:
-    """Counts from the summary line a runner prints (pytest, cargo, jest/npm); {} when there is none."""
+    """Counts from the summary line a runner prints (pytest, unittest, cargo, jest/npm); {} when there is none."""
     tail = "\n".join(output.splitlines()[-40:])
+    unittest = _unittest_counts(tail)
+    if unittest:
+        return unittest
     cargo = _CARGO_SUMMARY.findall(tail)
     if cargo:
         totals = [sum(int(match[position]) for match in cargo) for position in range(3)]

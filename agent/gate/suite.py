@@ -1,7 +1,10 @@
 """Running the repository's test suite in the task's sandbox, and reading back what it reported.
 
 pytest is asked for a JUnit report through PYTEST_ADDOPTS, so it works whatever wraps pytest (`make test`,
-`tox -e py`, a shell script); the report goes to the sandbox's /tmp, never into the worktree. `go test` gets
+a shell script); the report goes to the sandbox's /tmp, never into the worktree. It is also told to go on past
+modules that fail to import: they are recorded, and the rest of the suite is evidence. unittest and the runners
+built on it (Django's runtests.py, manage.py test) are made verbose, one line per test, and their whole output is
+kept in the sandbox's /tmp to be read back (the captured output keeps only its head and tail). `go test` gets
 `-json`. Anything else is judged by its exit code and the counts it prints.
 """
 
@@ -14,12 +17,15 @@ from agent.gate.results import (
     PYTEST_DID_NOT_RUN,
     WHOLE_SUITE,
     Outcome,
+    RunnerReport,
     SuiteRun,
     count,
+    describe_import_errors,
     parse_counts,
     parse_go_json,
     parse_junit,
 )
+from agent.gate.unittest_output import parse_unittest
 from tools.base import Executor
 
 REPORT_DIR = "/tmp/.refactor-agent"
@@ -27,25 +33,46 @@ JUNIT_PATH = f"{REPORT_DIR}/junit.xml"
 # Python reads compiled modules from here, emptied before each run, instead of the worktree's __pycache__: a .pyc
 # the model planted there with the header of a broken source would otherwise run in its place.
 PYCACHE_DIR = f"{REPORT_DIR}/pycache"
+OUTPUT_LOG = f"{REPORT_DIR}/output.log"
 # A JUnit report of tens of thousands of tests is megabytes; one larger than this is judged by its counts.
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 MAX_OUTPUT_BYTES = 256_000
 OUTPUT_TAIL_CHARS = 4000
 EXIT_COMMAND_NOT_FOUND = 127
 _GO_TEST = re.compile(r"^(\s*go\s+test)\b(?!.*\s-json\b)")
+# unittest itself (-v), and Django's runners on top of it (-v 2): the last command of the line must be one.
+_UNITTEST = re.compile(r"\s-m\s+unittest\b")
+_DJANGO = re.compile(r"(?:runtests\.py|manage\.py\s+test|-m\s+django\s+test)\b")
+_VERBOSE = re.compile(r"\s(?:-v\S*|--verbose|--verbosity\S*)(?:\s|$)")
 
 
 def _is_pytest(test_command: str) -> bool:
     return "pytest" in test_command
 
 
+def verbose_runner(test_command: str) -> str | None:
+    """The command made verbose when it runs unittest or Django's runner, else None: their per-test lines."""
+    last = test_command.rsplit("&&", 1)[-1]
+    if any(operator in last for operator in ("|", ";", ">", "<", "&")):
+        return None
+    if not (_UNITTEST.search(f" {last}") or _DJANGO.search(last)):
+        return None
+    if _VERBOSE.search(f" {last} "):
+        return test_command
+    return f"{test_command} -v" if _UNITTEST.search(f" {last}") else f"{test_command} -v 2"
+
+
 def instrumented(test_command: str) -> str:
-    """The command as the gate runs it: a JUnit report for pytest, JSON events for go test; Python with no user
+    """The command as the gate runs it: a JUnit report for pytest, JSON events for go test, unittest's verbose
+    lines kept whole in OUTPUT_LOG (pipefail: the runner's exit code, not tee's); Python with no user
     site-packages (HOME is the sandbox's /tmp, where the model can write a .pth) and no bytecode of the model's."""
     command = _GO_TEST.sub(r"\1 -json", test_command, count=1)
-    junit = f"--junitxml={JUNIT_PATH} -o junit_family=xunit1"
+    verbose = verbose_runner(command)
+    if verbose is not None:
+        command = f"set -o pipefail && {{ {verbose} ; }} 2>&1 | tee {OUTPUT_LOG}"
+    junit = f"--junitxml={JUNIT_PATH} -o junit_family=xunit1 --continue-on-collection-errors"
     return (
-        f"mkdir -p {REPORT_DIR} && rm -rf {JUNIT_PATH} {PYCACHE_DIR} && "
+        f"mkdir -p {REPORT_DIR} && rm -rf {JUNIT_PATH} {OUTPUT_LOG} {PYCACHE_DIR} && "
         f"export PYTHONNOUSERSITE=1 PYTHONPYCACHEPREFIX={PYCACHE_DIR} && "
         f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} {junit}" && {command}'
     )
@@ -75,11 +102,24 @@ def run_suite(executor: Executor, test_command: str, *, timeout_s: float) -> Sui
         return SuiteRun(**base, ran=False, reason="killed: its output passed the capture ceiling", output_tail=tail)
     if result.exit_code == EXIT_COMMAND_NOT_FOUND:
         return SuiteRun(**base, ran=False, reason=f"command not found: {_last_line(result.output)}", output_tail=tail)
-    outcomes, details = _per_test(executor, test_command, result.output)
+    report = _per_test(executor, test_command, result.output)
+    outcomes, details, import_errors = report.outcomes, report.details, report.import_errors
     if outcomes and any(outcome in ("passed", "failed") for outcome in outcomes.values()):
         counts = count(outcomes)
         return SuiteRun(
-            **base, ran=True, outcomes=outcomes, details=details, counts=counts, per_test=True, output_tail=tail
+            **base,
+            ran=True,
+            outcomes=outcomes,
+            import_errors=import_errors,
+            details=details,
+            counts=counts,
+            per_test=True,
+            output_tail=tail,
+        )
+    if import_errors:  # not one test could run: every module it found failed to import
+        reason = describe_import_errors(import_errors)
+        return SuiteRun(
+            **base, ran=False, reason=reason, import_errors=import_errors, details=details, output_tail=tail
         )
     if _is_pytest(test_command) and result.exit_code in PYTEST_DID_NOT_RUN:
         meaning = PYTEST_DID_NOT_RUN[result.exit_code]
@@ -100,13 +140,20 @@ def run_suite(executor: Executor, test_command: str, *, timeout_s: float) -> Sui
     )
 
 
-def _per_test(executor: Executor, test_command: str, output: str) -> tuple[dict[str, Outcome], dict[str, str]]:
-    if test_command.lstrip().startswith("go test"):
-        return parse_go_json(output) or {}, {}
-    report = executor.execute(f"cat {JUNIT_PATH} 2>/dev/null", timeout_s=60, max_output_bytes=MAX_REPORT_BYTES)
+def _read_report(executor: Executor, path: str) -> str | None:
+    report = executor.execute(f"cat {path} 2>/dev/null", timeout_s=60, max_output_bytes=MAX_REPORT_BYTES)
     if report.exit_code != 0 or report.truncated or not report.output.strip():
-        return {}, {}
-    return parse_junit(report.output.encode("utf-8", errors="replace")) or ({}, {})
+        return None
+    return report.output
+
+
+def _per_test(executor: Executor, test_command: str, output: str) -> RunnerReport:
+    if test_command.lstrip().startswith("go test"):
+        return RunnerReport(outcomes=parse_go_json(output) or {})
+    if verbose_runner(test_command) is not None:
+        return parse_unittest(_read_report(executor, OUTPUT_LOG) or output) or RunnerReport()
+    junit = _read_report(executor, JUNIT_PATH)
+    return (parse_junit(junit.encode("utf-8", errors="replace")) if junit else None) or RunnerReport()
 
 
 def rerun_selected(executor: Executor, test_command: str, tests: list[str], *, timeout_s: float) -> SuiteRun | None:
@@ -120,4 +167,7 @@ def rerun_selected(executor: Executor, test_command: str, tests: list[str], *, t
         names = sorted({test.rpartition("::")[2] for test in tests if "::" in test})
         pattern = "^(" + "|".join(re.escape(name) for name in names) + ")$"
         return run_suite(executor, f"{test_command} -run {shlex.quote(pattern)}", timeout_s=timeout_s)
+    if verbose_runner(test_command) is not None:  # unittest's -k (Django's too) matches a part of the test's id
+        selection = " ".join(f"-k {shlex.quote(test)}" for test in tests)
+        return run_suite(executor, f"{test_command} {selection}", timeout_s=timeout_s)
     return None

@@ -75,10 +75,22 @@ def _judge(
     if comparison.regressed or syntax_errors:
         tests = f"{len(comparison.regressed)} test(s) regressed" if comparison.regressed else "no test regressed"
         return GateCheck(verdict="regressed", reason=f"{tests}{broken}", **facts)
+    if final is not None and not final.per_test:
+        # An exit code and a count are no evidence that the tests that passed before pass now.
+        why = f"the test command reports no per-test results, only {final.describe()}: not verified"
+        return GateCheck(verdict="unverified", reason=why, **facts)
     notes = [
         f"{len(getattr(comparison, name))} {name.replace('_', ' ')}" for name in ("fixed", "flaky", "still_failing")
     ]
     return GateCheck(verdict="verified", reason="no regressions (" + ", ".join(notes) + ")", **facts)
+
+
+def _regression_note(comparison: Comparison, test: str) -> str:
+    if test in comparison.removed:
+        return " (no longer exists)"
+    if test in comparison.unimportable:
+        return " (this test module could not be imported any more)"
+    return ""
 
 
 def repair_message(check: GateCheck) -> str:
@@ -90,10 +102,7 @@ def repair_message(check: GateCheck) -> str:
     comparison, final = check.comparison, check.final
     if comparison is not None and comparison.regressed:
         lines += ["", f"{len(comparison.regressed)} test(s) passed before your change and do not now:"]
-        lines += [
-            f"- {test}" + (" (no longer exists)" if test in comparison.removed else "")
-            for test in comparison.regressed[:LISTED_TESTS]
-        ]
+        lines += [f"- {test}{_regression_note(comparison, test)}" for test in comparison.regressed[:LISTED_TESTS]]
         if len(comparison.regressed) > LISTED_TESTS:
             lines.append(f"- ... and {len(comparison.regressed) - LISTED_TESTS} more")
         for test in comparison.regressed[:DETAILED_TESTS]:
