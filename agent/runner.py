@@ -70,7 +70,7 @@ from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
 from tools import ToolContext, default_registry
 from tools.ledger import Ledger, old_names_in
 from tools.symbols import sandbox_mounts
-from tools.test_command import detect_test_command
+from tools.test_command import choose_test_command
 
 Emit = Callable[[Event], None]
 
@@ -439,7 +439,8 @@ class Run:
         resumed: TaskProgress | None,
         end: tuple[float, str] | None,
     ) -> tuple[LoopResult, GateRecord]:
-        test_command = config.test_cmd or detect_test_command(workspace.path)
+        chosen = choose_test_command(config.test_cmd, workspace.path)
+        test_command = chosen.command if chosen is not None else None
         limits = SandboxLimits(command_timeout_s=config.command_timeout_s)
         environment = self.repos[config.repo].environment
         failed = environment is not None and environment.status == "failed"

@@ -357,14 +357,19 @@ def test_cap_text_is_exact_about_what_it_cut() -> None:
 def test_detect_test_command(tmp_path: Path) -> None:
     assert detect_test_command(tmp_path) is None
     (tmp_path / "Makefile").write_text("build:\n\ttrue\ntest:\n\ttrue\n")
-    assert detect_test_command(tmp_path) == "make test"
+    assert _command(tmp_path) == "make test"
     (tmp_path / "go.mod").write_text("module x\n")
-    assert detect_test_command(tmp_path) == "go test ./..."
+    assert _command(tmp_path) == "go test ./..."
     (tmp_path / "package.json").write_text('{"scripts": {"test": "jest"}}')
-    assert detect_test_command(tmp_path) == "npm test"
+    assert _command(tmp_path) == "npm test"
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text("")
-    assert detect_test_command(tmp_path) == "python3 -m pytest -q"
+    assert _command(tmp_path) == "python3 -m pytest -q"
+
+
+def _command(root: Path) -> str | None:
+    found = detect_test_command(root)
+    return found.command if found is not None else None
 
 
 def test_detect_test_command_follows_no_link_and_blocks_on_no_pipe(tmp_path: Path) -> None:
@@ -373,10 +378,17 @@ def test_detect_test_command_follows_no_link_and_blocks_on_no_pipe(tmp_path: Pat
     elsewhere.mkdir()
     (elsewhere / "test_outside.py").write_text("")
     (elsewhere / "package.json").write_text('{"scripts": {"test": "jest"}}')
+    (elsewhere / "tox.ini").write_text("[testenv]\ncommands = pytest\n")
+    (elsewhere / "workflows").mkdir()
+    (elsewhere / "workflows" / "ci.yml").write_text("jobs:\n  test:\n    steps:\n      - run: pytest\n")
     os.mkfifo(elsewhere / "pipe")
     (repo / "tests").symlink_to(elsewhere)  # test files outside the repository are not its tests
     (repo / "package.json").symlink_to(elsewhere / "package.json")
+    (repo / "tox.ini").symlink_to(elsewhere / "tox.ini")
+    (repo / ".github").mkdir()
+    (repo / ".github" / "workflows").symlink_to(elsewhere / "workflows")
     (repo / "pyproject.toml").symlink_to(elsewhere / "pipe")  # reading it would wait for a writer forever
+    (repo / "noxfile.py").symlink_to(elsewhere / "pipe")
     assert within(BOUND_S, lambda: detect_test_command(repo)) is None
     (repo / "Makefile").symlink_to("/dev/zero")
     assert within(BOUND_S, lambda: detect_test_command(repo)) is None

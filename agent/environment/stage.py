@@ -25,7 +25,7 @@ from agent.leftovers import build_scratch
 from agent.report import EnvironmentRecord
 from sandbox import DockerSandbox, SandboxError, SandboxLimits
 from sandbox.errors import one_line
-from tools.test_command import detect_test_command
+from tools.test_command import choose_test_command
 
 COLLECT_TIMEOUT_S = 300
 ENV_BUILD_LOG = "env-build.log"
@@ -113,7 +113,8 @@ def _realise(
     progress: Log,
 ) -> EnvironmentRecord:
     plan, client = builder.plan, builder.client
-    test_command = test_command or detect_test_command(snapshot)
+    chosen = choose_test_command(test_command, snapshot)
+    test_command = chosen.command if chosen is not None else None
     record = EnvironmentRecord(
         source=plan.source,
         description=plan.description,
@@ -121,6 +122,8 @@ def _realise(
         status="as_is",
         sources=plan.used,
         skipped=plan.skipped,
+        test_command=test_command,
+        test_command_source=chosen.source if chosen is not None else "none found",
     )
     started = time.monotonic()
     try:

@@ -25,7 +25,7 @@ from agent.review.repository import UserRepository
 from agent.safe_git import GitError
 from agent.workspace import Workspace, WorkspaceError
 from sandbox import DockerSandbox, SandboxLimits
-from tools.test_command import detect_test_command
+from tools.test_command import choose_test_command
 
 Outcome = Literal["clean", "conflicts", "regressed", "gone"]
 Log = Callable[[str], None]
@@ -88,7 +88,8 @@ class Rebaser:
         tried = {"task": task, "branch": branch, "commit": tip}
         workspace = self._scratch(onto, branch)
         try:
-            test_command = self.config.test_cmd or detect_test_command(workspace.path)
+            chosen = choose_test_command(self.config.test_cmd, workspace.path)
+            test_command = chosen.command if chosen is not None else None
             limits = SandboxLimits(command_timeout_s=self.config.command_timeout_s)
             with DockerSandbox(
                 self.config.image,

@@ -1,0 +1,249 @@
+"""Which command runs a repository's tests, and why: the user's setting, tox, nox, a Makefile, CI, known runners.
+
+Each test writes the files a real project keeps (Django's tox.ini and runtests.py, a noxfile, a CI workflow) and
+checks the command the gate would run in the sandbox and the source the summary names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.runner_line import runner_command
+from tools.test_command import SuiteCommand, choose_test_command, detect_test_command
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for name, content in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(content)
+    return root
+
+
+# Django's own layout: the runner is tests/runtests.py, named by tox.ini's test environment, run from tests/.
+DJANGO_TOX = """
+[tox]
+minversion = 4.0
+envlist = py3, flake8, docs
+
+[testenv]
+usedevelop = false
+passenv = DJANGO_SETTINGS_MODULE,PYTHONPATH
+setenv =
+    PYTHONDONTWRITEBYTECODE=1
+deps =
+    -e .
+    py{3,310,311}: -rtests/requirements/py3.txt
+changedir = tests
+commands =
+    {envpython} runtests.py {posargs}
+
+[testenv:flake8]
+changedir = {toxinidir}
+commands = flake8 .
+"""
+
+
+def test_the_project_own_runner_named_in_tox_ini_is_used(tmp_path: Path) -> None:
+    _write(tmp_path, {"tox.ini": DJANGO_TOX, "tests/runtests.py": "", "tests/basic/tests.py": "", "setup.py": ""})
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="cd tests && PYTHONDONTWRITEBYTECODE=1 python3 runtests.py", source="tox.ini [testenv] commands"
+    )
+
+
+def test_without_tox_ini_django_runtests_is_still_found(tmp_path: Path) -> None:
+    _write(tmp_path, {"tests/runtests.py": "", "tests/test_x.py": "import unittest\n"})
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="python3 tests/runtests.py", source="tests/runtests.py (the project's own runner)"
+    )
+
+
+def test_tox_substitutions_installs_and_coverage_are_handled(tmp_path: Path) -> None:
+    tox = (
+        "[testenv]\nsetenv =\n    PYTHONPATH = {toxinidir}\n    TMP = {envtmpdir}\n    py38: OLD = 1\n"
+        "commands =\n    pip install -e .\n    coverage run -m pytest {posargs:{toxinidir}/tests} \\\n"
+        "        --cov=pkg --cov-report term\n    coverage report\n"
+    )
+    _write(tmp_path, {"tox.ini": tox})
+    # {envtmpdir} cannot be known outside tox: that variable is left out, the rest stays.
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="PYTHONPATH=. OLD=1 python3 -m pytest ./tests", source="tox.ini [testenv] commands"
+    )
+
+
+def test_a_named_test_environment_and_section_references(tmp_path: Path) -> None:
+    tox = (
+        "[base]\ntest = python -m unittest discover -s tests\n"
+        "[testenv]\ncommands = tox -e lint\n"
+        "[testenv:lint]\ncommands = ruff check .\n"
+        "[testenv:py]\ncommands =\n    {[base]test}\n"
+    )
+    _write(tmp_path, {"tox.ini": tox})
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="python3 -m unittest discover -s tests", source="tox.ini [testenv:py] commands"
+    )
+
+
+def test_tox_in_setup_cfg_and_pyproject(tmp_path: Path) -> None:
+    _write(tmp_path, {"setup.cfg": "[tox:tox]\nenvlist = py3\n[testenv]\ncommands = pytest -x {posargs}\n"})
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="python3 -m pytest -x", source="setup.cfg [testenv] commands"
+    )
+    native = tmp_path / "native"
+    native.mkdir()
+    pyproject = (
+        '[tool.tox]\nenv_list = ["3.13"]\n[tool.tox.env_run_base]\nchange_dir = "src"\n'
+        'commands = [["pytest", { replace = "posargs", default = ["tests"], extend = true }]]\n'
+    )
+    _write(native, {"pyproject.toml": pyproject})
+    assert detect_test_command(native) == SuiteCommand(
+        command="cd src && python3 -m pytest tests", source="pyproject.toml [tool.tox] [env_run_base] commands"
+    )
+
+
+NOXFILE = """
+import nox
+
+open(MARKER, "w").write("executed")  # never: the noxfile is parsed, not run
+
+
+@nox.session(python=["3.11", "3.12"])
+def lint(session):
+    session.run("ruff", "check", ".")
+
+
+@nox.session(python="3.12", name="tests")
+def run_the_tests(session):
+    session.install("-e", ".[test]")
+    session.chdir("src")
+    session.run("pytest", "-ra", *session.posargs)
+"""
+
+
+def test_nox_test_session_is_parsed_never_executed(tmp_path: Path) -> None:
+    marker = tmp_path / "executed"
+    _write(tmp_path, {"noxfile.py": NOXFILE.replace("MARKER", repr(str(marker)))})
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="cd src && python3 -m pytest -ra", source="noxfile.py session tests"
+    )
+    assert not marker.exists()
+
+
+def test_makefile_test_recipe_with_variables_and_an_install_step(tmp_path: Path) -> None:
+    makefile = "PYTHON ?= python3.12\nPYTEST = $(PYTHON) -m pytest\n\n"
+    makefile += "test: install\n\t@pip install -e .\n\t$(PYTEST) -q tests\n"
+    _write(tmp_path, {"Makefile": makefile, "tests/test_x.py": ""})
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="python3 -m pytest -q tests", source="Makefile target test"
+    )
+
+
+WORKFLOW = """
+name: CI
+on: [push]
+jobs:
+  lint:
+    runs-on: ubuntu-latest
+    steps:
+      - run: python -m pytest --collect-only
+  tests:
+    runs-on: ubuntu-latest
+    strategy:
+      matrix:
+        python: ["3.11", "3.12"]
+    steps:
+      - uses: actions/checkout@v4
+      - name: Install
+        run: |
+          python -m pip install --upgrade pip
+          pip install -e .[test]
+      - name: Run tests
+        working-directory: src
+        run: |
+          pytest ${{ matrix.extra }}
+          python -m pytest -ra \\
+            tests/unit
+"""
+
+
+def test_ci_workflow_test_step(tmp_path: Path) -> None:
+    _write(tmp_path, {".github/workflows/ci.yml": WORKFLOW, "tests/test_x.py": ""})
+    # Jobs named for tests come first; a line with a workflow expression cannot be run as it is.
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="cd src && python3 -m pytest -ra tests/unit",
+        source=".github/workflows/ci.yml job tests step 'Run tests'",
+    )
+
+
+def test_hostile_workflows_are_capped_and_read_safely(tmp_path: Path) -> None:
+    aliases = "a: &a [x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + level)}: &{chr(98 + level)} [{', '.join([f'*{chr(97 + level)}'] * 8)}]\n" for level in range(8)
+    )
+    _write(
+        tmp_path,
+        {
+            ".github/workflows/a-bomb.yml": aliases + "jobs:\n  test:\n    steps:\n      - run: *i\n",
+            ".github/workflows/b-object.yml": "!!python/object/apply:os.system ['touch pwned']\n",
+            ".github/workflows/c-huge.yml": "jobs: {test: {steps: [{run: pytest}]}}\n" + "#" * 300_000,
+            ".github/workflows/d-ok.yml": "jobs:\n  check:\n    steps:\n      - run: tox\n      - run: nose2 -v\n",
+        },
+    )
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="python3 -m nose2 -v", source=".github/workflows/d-ok.yml job check"
+    )
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_the_order_user_setting_tox_makefile_ci_then_layout(tmp_path: Path) -> None:
+    files = {
+        ".github/workflows/ci.yml": "jobs:\n  test:\n    steps:\n      - run: pytest tests/ci\n",
+        "tests/test_x.py": "import pytest\n",
+        "pytest.ini": "[pytest]\n",
+    }
+    _write(tmp_path, files)
+    assert detect_test_command(tmp_path).source == ".github/workflows/ci.yml job test"  # type: ignore[union-attr]
+    _write(tmp_path, {"Makefile": "test:\n\tpytest tests/make\n"})
+    assert detect_test_command(tmp_path).source == "Makefile target test"  # type: ignore[union-attr]
+    _write(tmp_path, {"tox.ini": "[testenv]\ncommands = pytest tests/tox\n"})
+    assert detect_test_command(tmp_path).source == "tox.ini [testenv] commands"  # type: ignore[union-attr]
+    assert choose_test_command("make check", tmp_path) == SuiteCommand(command="make check", source="--test-cmd")
+
+
+def test_unittest_projects_get_unittest_pytest_ones_pytest(tmp_path: Path) -> None:
+    _write(tmp_path, {"tests/__init__.py": "", "tests/test_x.py": "import unittest\n\nclass T(unittest.TestCase):\n"})
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="python3 -m unittest discover -s tests -t .", source="test files written for unittest"
+    )
+    _write(tmp_path, {"tests/test_y.py": "import pytest\n"})
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="python3 -m pytest -q", source="test files (test_*.py) found"
+    )
+    _write(tmp_path, {"setup.cfg": "[tool:pytest]\naddopts = -ra\n"})
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="python3 -m pytest -q", source="pytest configured in setup.cfg"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "command"),
+    [
+        ("pytest {posargs}", None),  # substitutions are the tox reader's: a brace left is not a runner's word
+        ("py.test -x tests", "python3 -m pytest -x tests"),
+        ("python -W error -m pytest", "python3 -W error -m pytest"),
+        ("uv run --with pytest-xdist pytest -n 4", "python3 -m pytest -n 4"),
+        ("poetry run python -m pytest --cov pkg tests", "python3 -m pytest tests"),
+        ("python -m coverage run --source=pkg -m unittest discover", "python3 -m unittest discover"),
+        ("coverage run --parallel-mode tests/runtests.py -v2", "python3 tests/runtests.py -v2"),
+        ("env DJANGO_SETTINGS_MODULE=s python3.12 manage.py test", "DJANGO_SETTINGS_MODULE=s python3 manage.py test"),
+        ("pytest tests && coverage report", "python3 -m pytest tests"),
+        ("pip install -e .", None),
+        ("tox -e py", None),
+        ("nox -s tests", None),
+        ("python setup.py test", None),
+        ('echo "unclosed', None),
+        ("go test ./...", "go test ./..."),
+    ],
+)
+def test_runner_lines(line: str, command: str | None) -> None:
+    assert runner_command(line) == command
