@@ -12,13 +12,23 @@ import pytest
 
 from agent.gate.baseline import BaselineCache, baseline_key
 from agent.gate.compare import compare, function_of, settle_flaky
-from agent.gate.results import WHOLE_SUITE, SuiteRun, count, parse_counts, parse_go_json, parse_junit
+from agent.gate.results import (
+    WHOLE_SUITE,
+    RunnerReport,
+    SuiteRun,
+    count,
+    parse_counts,
+    parse_go_json,
+    parse_junit,
+)
 from agent.gate.suite import rerun_selected, run_suite
 from agent.gate.syntax import syntax_regressions
+from agent.gate.unittest_output import parse_unittest
 from agent.gate.verdict import evidence_trailer, judge, repair_message
 from sandbox import DockerSandbox
+from tools.test_command import detect_test_command
 
-from repos import make_repo
+from repos import SAMPLE_FILES, make_repo
 
 MIXED_TESTS = """
 import pytest
@@ -109,6 +119,71 @@ def test_runner_summaries_are_counted() -> None:
         "passed": 10,
     }
     assert parse_counts("make: *** [test] Error 2\n") == {}
+
+
+UNITTEST_CASES = """
+import unittest
+
+
+class T(unittest.TestCase):
+    def test_ok(self):
+        pass
+
+    def test_documented(self):
+        \"\"\"Its docstring is printed on the line of its result.\"\"\"
+
+    def test_fails(self):
+        self.assertEqual(1, 2)
+
+    def test_errors(self):
+        raise RuntimeError("boom")
+
+    @unittest.skip("not today")
+    def test_skipped(self):
+        pass
+
+    @unittest.expectedFailure
+    def test_known_bug(self):
+        self.assertEqual(1, 2)
+
+    def test_subtests(self):
+        for number in range(3):
+            with self.subTest(number=number):
+                self.assertLess(number, 2)
+"""
+
+
+def test_unittest_verbose_output_gives_per_test_outcomes(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_cases.py").write_text(UNITTEST_CASES)
+    (tmp_path / "tests" / "test_unimportable.py").write_text("import not_installed_here\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "unittest", "discover", "-s", "tests", "-v"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    report = parse_unittest(done.stdout + done.stderr)
+    assert report is not None
+    assert report.outcomes == {
+        "test_cases.T.test_ok": "passed",
+        "test_cases.T.test_documented": "passed",
+        "test_cases.T.test_fails": "failed",
+        "test_cases.T.test_errors": "error",
+        "test_cases.T.test_skipped": "skipped",
+        "test_cases.T.test_known_bug": "skipped",
+        "test_cases.T.test_subtests": "failed",
+    }
+    assert report.import_errors == {"test_unimportable": "ModuleNotFoundError: No module named 'not_installed_here'"}
+    assert report.details["test_cases.T.test_fails"].endswith("AssertionError: 1 != 2")
+    assert "2 not less than 2" in report.details["test_cases.T.test_subtests"]
+    assert parse_counts(done.stderr) == {"passed": 2, "failed": 2, "error": 2, "skipped": 2}
+    # Python before 3.11 names the class only; a test's own print may push its result to a line of its own.
+    older = "test_a (pkg.tests.T) ... ok\ntest_b (pkg.tests.T) ... printed by the test\nFAIL\n"
+    assert parse_unittest(older) == RunnerReport(
+        outcomes={"pkg.tests.T.test_a": "passed", "pkg.tests.T.test_b": "failed"}
+    )
+    assert parse_unittest("Creating test database for alias 'default'...\nRan 0 tests\n") is None
 
 
 def test_go_test_json_events_give_per_test_outcomes() -> None:
@@ -301,6 +376,9 @@ def test_other_runners_are_judged_by_exit_code_and_counts(sandboxed_repo: tuple[
     failing = run_suite(sandbox, "echo 'test result: FAILED. 2 passed; 1 failed; 0 ignored'; exit 101", timeout_s=30)
     assert failing.ran and failing.outcomes == {WHOLE_SUITE: "failed"}
     assert compare(passing, failing).regressed == [WHOLE_SUITE]
+    # Counts are no per-test evidence: the same counts before and after do not make a branch verified.
+    only_counts = judge(passing, passing, compare(passing, passing), [])
+    assert only_counts.verdict == "unverified" and "no per-test results" in only_counts.reason
     assert rerun_selected(sandbox, "make test", [WHOLE_SUITE], timeout_s=30) is None
 
 
@@ -333,3 +411,73 @@ def test_modules_that_cannot_be_imported_are_recorded_and_the_rest_of_the_suite_
     (repo / "tests" / "test_plain.py").write_text("import also_not_installed\n")
     nothing = run_suite(sandbox, command, timeout_s=120)
     assert not nothing.ran and nothing.reason.startswith("3 modules could not be imported (")
+
+
+# A runner of the project's own in Django's way: tests/runtests.py on top of unittest, named by tox.ini, run from
+# tests/ with the repository on PYTHONPATH (tox's setenv).
+OWN_RUNNER = {
+    "tox.ini": "[testenv]\nchangedir = tests\nsetenv =\n    PYTHONPATH = {toxinidir}\n"
+    "commands =\n    pip install -e ..\n    {envpython} runtests.py {posargs}\n",
+    "tests/runtests.py": """
+import argparse
+import sys
+import unittest
+
+parser = argparse.ArgumentParser()
+parser.add_argument("labels", nargs="*")
+parser.add_argument("-v", "--verbosity", type=int, default=1)
+parser.add_argument("-k", action="append", dest="patterns")
+arguments = parser.parse_args()
+loader = unittest.TestLoader()
+loader.testNamePatterns = [f"*{pattern}*" for pattern in arguments.patterns or []] or None
+suite = loader.loadTestsFromNames(arguments.labels) if arguments.labels else loader.discover(".", top_level_dir=".")
+sys.exit(not unittest.TextTestRunner(verbosity=arguments.verbosity).run(suite).wasSuccessful())
+""",
+    "tests/geometry/__init__.py": "",
+    "tests/geometry/test_area.py": """
+import unittest
+
+from pkg.geometry import compute_area
+
+
+class AreaTests(unittest.TestCase):
+    def test_area(self):
+        print("a test that prints")
+        self.assertEqual(compute_area(2, 3), 6)
+
+    def test_square(self):
+        self.assertEqual(compute_area(2, 2), 4)
+
+    @unittest.skip("not today")
+    def test_later(self):
+        pass
+""",
+    "tests/geometry/test_needs_extra.py": "import not_installed_anywhere\n",
+}
+
+
+@pytest.mark.docker
+def test_the_project_own_unittest_runner_gives_per_test_evidence(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {**SAMPLE_FILES, **OWN_RUNNER})
+    chosen = detect_test_command(repo)
+    assert chosen is not None and chosen.command == "cd tests && PYTHONPATH=.. python3 runtests.py"
+    with DockerSandbox("refactor-agent-sandbox:latest", repo, run_id="test-gate-runner") as sandbox:
+        baseline = run_suite(sandbox, chosen.command, timeout_s=120)
+        assert baseline.ran and baseline.per_test
+        assert baseline.outcomes == {
+            "geometry.test_area.AreaTests.test_area": "passed",
+            "geometry.test_area.AreaTests.test_square": "passed",
+            "geometry.test_area.AreaTests.test_later": "skipped",
+        }
+        missing = "ModuleNotFoundError: No module named 'not_installed_anywhere'"
+        assert baseline.import_errors == {"geometry.test_needs_extra": missing}
+        assert judge(baseline, baseline, compare(baseline, baseline), []).verdict == "verified"
+        geometry = repo / "pkg" / "geometry.py"
+        geometry.write_text(geometry.read_text().replace("width * height", "width + height"))
+        after = run_suite(sandbox, chosen.command, timeout_s=120)
+        comparison = compare(baseline, after)
+        assert comparison.regressed == ["geometry.test_area.AreaTests.test_area"]
+        assert "AssertionError: 5 != 6" in after.details["geometry.test_area.AreaTests.test_area"]
+        rerun = rerun_selected(sandbox, chosen.command, comparison.regressed, timeout_s=120)
+        assert rerun is not None and rerun.outcomes == {"geometry.test_area.AreaTests.test_area": "failed"}
+        assert judge(baseline, after, settle_flaky(comparison, rerun), []).verdict == "regressed"

@@ -13,9 +13,9 @@ import re
 from agent.gate.results import MAX_DETAIL_CHARS, Outcome, RunnerReport, first_error_line
 
 # `test_x (pkg.module.Class.test_x)` (Python 3.11+) or `test_x (pkg.module.Class)`, a subtest's `[...]`/`(i=1)` after.
-_HEADER = re.compile(r"^(?P<indent>\s*)(?P<name>\w+) \((?P<where>[\w.]+)\)(?P<rest>.*)$")
+_HEADER = re.compile(r"^(?P<indent>\s*)(?P<name>[\w.]+) \((?P<where>[\w.]+)\)(?P<rest>.*)$")
 _STATUS = re.compile(r"(?:^|\s\.\.\.\s?)(ok|FAIL|ERROR|skipped\b.*|expected failure|unexpected success)$")
-_BLOCK = re.compile(r"^(?:ERROR|FAIL|UNEXPECTED SUCCESS): (\w+) \(([\w.]+)\)")
+_BLOCK = re.compile(r"^(?:ERROR|FAIL|UNEXPECTED SUCCESS): ([\w.]+) \(([\w.]+)\)")
 _RULE = re.compile(r"^(?:=+|-+)$")
 _OUTCOMES: dict[str, Outcome] = {
     "ok": "passed",
