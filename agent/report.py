@@ -61,6 +61,15 @@ class EnvironmentRecord(BaseModel):
     # The command the gate runs the tests with, and why that one: `--test-cmd`, `tox.ini [testenv] commands`, ...
     test_command: str | None = None
     test_command_source: str = ""
+
+    def image_for_tasks(self, bare_image: str) -> str:
+        """A failed environment leaves the bare image for the model's work (and the gate nothing to verify with)."""
+        return bare_image if self.status == "failed" else self.image
+
+    def unavailable(self) -> str | None:
+        """Why the suite cannot run at all in this environment: its build failed."""
+        return (self.error or "the environment build failed") if self.status == "failed" else None
+
     error: str | None = None
     failed_step: str | None = None
     log_tail: list[str] = []

@@ -443,9 +443,7 @@ class Run:
         test_command = chosen.command if chosen is not None else None
         limits = SandboxLimits(command_timeout_s=config.command_timeout_s)
         environment = self.repos[config.repo].environment
-        failed = environment is not None and environment.status == "failed"
-        # A failed environment leaves the bare image for the model's work, and the gate nothing to verify with.
-        image = environment.image if environment is not None and not failed else config.image
+        image = environment.image_for_tasks(config.image) if environment is not None else config.image
         with DockerSandbox(
             image,
             workspace.path,
@@ -468,7 +466,7 @@ class Run:
                 cache=self.baselines,
                 cache_key=baseline_key(workspace.base_commit, test_command or "", image_identity(self.docker, image)),
                 emit=self.emit,
-                unavailable=environment.error if failed and environment is not None else None,
+                unavailable=environment.unavailable() if environment is not None else None,
             )
             # The baseline runs in the sandbox while the host packs the repository: it costs the first request
             # nothing it would not have waited for anyway.

@@ -472,6 +472,36 @@ class Workspace:
                 raise WorkspaceError(str(error)) from None
             return conflicts
 
+    def retrailer(self, trailers: dict[str, str]) -> str:
+        """Give the detached HEAD commit these trailers (replacing those of the same key, git's own
+        interpret-trailers); same tree, parents and author, a new commit id, which HEAD then names."""
+        if self.branch is not None:
+            raise WorkspaceError(f"refusing to rewrite a commit of the task branch {self.branch}")
+        head = self.head()
+        header, _, message = self.git.run("cat-file", "commit", head).partition(b"\n\n")
+        options = [part for key, value in trailers.items() for part in ("--trailer", f"{key}: {value}")]
+        rewritten = self.git.run("interpret-trailers", "--if-exists", "replace", *options, input=message)
+        author = re.search(rb"^author (.*) <(.*)> (\d+ [+-]\d{4})$", header, re.MULTILINE)
+        kept_author = (
+            {
+                "GIT_AUTHOR_NAME": author.group(1).decode("utf-8", errors="replace"),
+                "GIT_AUTHOR_EMAIL": author.group(2).decode("utf-8", errors="replace"),
+                "GIT_AUTHOR_DATE": author.group(3).decode(),
+            }
+            if author
+            else {}
+        )
+        parents = [
+            part for line in header.splitlines() if line.startswith(b"parent ") for part in ("-p", line[7:].decode())
+        ]
+        tree = self.git.run("rev-parse", f"{head}^{{tree}}").strip().decode()
+        commit = self.git.run(
+            "commit-tree", tree, *parents, "-F", "-", input=rewritten, env={**self._identity(), **kept_author}
+        )
+        sha = commit.strip().decode()
+        self.git.run("update-ref", "--no-deref", "HEAD", sha, head)
+        return sha
+
     def remove(self) -> None:
         """Drop the scratch checkout; the branch and its commits stay in the user's repository."""
         try:

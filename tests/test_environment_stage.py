@@ -4,6 +4,7 @@ wheelhouse with no index at all, and a failing build that leaves the tasks unver
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -243,3 +244,40 @@ def test_doctor_names_the_source_and_whether_its_image_is_built(tmp_path: Path, 
     run_git(repo, "commit", "-qam", "an image that is not here")
     missing = check_environment(repo, DEFAULT_IMAGE, None)
     assert missing.status == "ok" and "base image team/never-pulled:1 is neither the sandbox image" in missing.message
+
+
+def test_review_rebase_verifies_in_the_run_environment_and_rebuilds_it_when_the_new_base_needs_it(
+    tmp_path: Path, repository_name: str
+) -> None:
+    repo = project(tmp_path, repository_name, ["iniconfig"])
+    night, _ = run_once(tmp_path, repo, "night")
+    (task,) = night.tasks
+    assert task.verdict == "verified" and night.environment is not None, task.reason
+    # The user's work after the night: a test that needs the project's dependency, then a dependency more.
+    (repo / "tests" / "test_more.py").write_text("import tiny\n\n\ndef test_more():\n    assert tiny.sections('[b]')\n")
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "a test more")
+
+    def rebase() -> dict:
+        command = ["review", "rebase", "night", "--onto", "main", "--apply", "--json"]
+        result = CliRunner().invoke(app, [*command, "--runs-dir", str(tmp_path / "runs")])
+        assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+        return json.loads(result.stdout)
+
+    report = rebase()
+    assert report["environment"]["image"] == night.environment.image, "the run's image: the dependencies are the same"
+    (trial,) = report["branches"]
+    assert (trial["verdict"], trial["moved"]) == ("verified", True), trial
+    assert trial["tests"] == "5 passed (baseline 5 passed)"
+    message = run_git(repo, "log", "-1", "--format=%B", str(task.branch))
+    assert (
+        "Refactor-Agent-Verdict: verified" in message
+        and "Refactor-Agent-Tests: 5 passed (baseline 5 passed)" in message
+    )
+    (repo / "pyproject.toml").write_text(pyproject(repository_name, ["iniconfig", "six"]))
+    run_git(repo, "commit", "-qam", "a dependency more")
+    report = rebase()
+    assert report["environment"]["status"] in ("built", "reused")
+    assert report["environment"]["image"] != night.environment.image, "built from the new base's digest"
+    (trial,) = report["branches"]
+    assert (trial["verdict"], trial["moved"]) == ("verified", True), trial

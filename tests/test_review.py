@@ -348,6 +348,17 @@ def test_rebase_applies_only_the_branch_that_stays_clean_and_names_branches_that
     assert trials[BRANCH_1]["moved"] and not trials[BRANCH_2]["moved"]
     assert copy.tip(BRANCH_1) == trials[BRANCH_1]["rebased_commit"] != tips[BRANCH_1]
     assert copy.git("rev-parse", f"{BRANCH_1}^") == main
+    # The moved commit carries the evidence of the new base, not the old one's.
+    trailers = [line for line in copy.git("log", "-1", "--format=%B", BRANCH_1).splitlines() if ": " in line]
+    evidence = [line for line in trailers if line.startswith(("Refactor-Agent-Verdict", "Refactor-Agent-Tests"))]
+    assert sorted(evidence) == [
+        "Refactor-Agent-Tests: 4 passed, 1 failed (baseline 3 passed, 1 failed)",
+        "Refactor-Agent-Verdict: verified",
+    ]
+    assert f"Refactor-Agent-Rebased-Onto: {main}" in trailers
+    assert copy.git("log", "-1", "--format=%an %ae", BRANCH_1) == copy.git(
+        "log", "-1", "--format=%an %ae", tips[BRANCH_1]
+    )
     assert copy.git("diff", "--name-only", main, BRANCH_1).split() == [
         "NOTES.txt",
         "pkg/geometry.py",
@@ -360,6 +371,21 @@ def test_rebase_applies_only_the_branch_that_stays_clean_and_names_branches_that
     assert checkout_fingerprint(copy.repo) == before, "main, the index, the work tree and the worktrees untouched"
 
 
+def test_rebase_apply_moves_no_branch_that_is_not_verified_on_the_new_base(copy: Night) -> None:
+    # On main the suite cannot run any more: nothing on the new base proves the branches.
+    _commit_on_main(copy, "tests/conftest.py", "import not_installed_anywhere\n")
+    before = checkout_fingerprint(copy.repo)
+    tips = {branch: copy.tip(branch) for branch in (BRANCH_1, BRANCH_2)}
+    report = json.loads(copy.review("rebase", NIGHT, "--onto", "main", "--apply", "--json"))
+    for trial in report["branches"]:
+        assert (trial["outcome"], trial["verdict"], trial["moved"]) == ("clean", "unverified", False)
+        assert trial["not_moved"].startswith("not verified on the new base (unverified: the suite did not run at")
+    assert {branch: copy.tip(branch) for branch in (BRANCH_1, BRANCH_2)} == tips
+    trailers = copy.git("log", "-1", "--format=%B", BRANCH_1)
+    assert "Refactor-Agent-Verdict: verified" in trailers and "Rebased-Onto" not in trailers
+    assert checkout_fingerprint(copy.repo) == before
+
+
 def test_rebase_reports_conflicts_with_the_new_base_and_moves_nothing(copy: Night) -> None:
     geometry = (copy.repo / "pkg" / "geometry.py").read_text().replace(DOCSTRING, '"""Width times height."""')
     _commit_on_main(copy, "pkg/geometry.py", geometry)
@@ -369,7 +395,7 @@ def test_rebase_reports_conflicts_with_the_new_base_and_moves_nothing(copy: Nigh
     assert said.splitlines() == [
         f"{BRANCH_1}: conflicts: pkg/geometry.py",
         f"{BRANCH_2}: conflicts: pkg/geometry.py",
-        "nothing moved (pass --apply to move the clean branches)",
+        "nothing moved (pass --apply to move the branches verified on the new base)",
     ]
     assert {branch: copy.tip(branch) for branch in (BRANCH_1, BRANCH_2)} == tips
     assert checkout_fingerprint(copy.repo) == before

@@ -1,5 +1,6 @@
-"""The repository as committed at HEAD, read through git: the environment is built from what the run works on,
-and no file of the working tree is opened or followed (a symlink in the tree is a blob like any other)."""
+"""The repository as committed at HEAD (or another commit), read through git: the environment is built from what
+the run works on, and no file of the working tree is opened or followed (a symlink in the tree is a blob like any
+other)."""
 
 from __future__ import annotations
 
@@ -86,8 +87,9 @@ def _entries(safe: SafeGit, commit: str) -> dict[str, tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def committed_tree(repo: git.Repo) -> Iterator[CommittedTree]:
+def committed_tree(repo: git.Repo, revision: str = "HEAD") -> Iterator[CommittedTree]:
+    """The tree of `revision` (HEAD: what a run works on; `review rebase` asks for the commit it rebases onto)."""
     with tempfile.TemporaryDirectory(prefix="refactor-agent-hooks-") as hooks:
         safe = user_git(repo, Path(hooks))
-        commit = safe.run("rev-parse", "--verify", "HEAD^{commit}").decode().strip()
+        commit = safe.run("rev-parse", "--verify", "--end-of-options", f"{revision}^{{commit}}").decode().strip()
         yield CommittedTree(git=safe, commit=commit, entries=_entries(safe, commit))

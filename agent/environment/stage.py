@@ -83,10 +83,11 @@ def prepare_environment(
     progress: Log,
     allowed_base_images: Sequence[str] = (),
     deadline: float | None = None,
+    revision: str = "HEAD",
 ) -> EnvironmentRecord:
     """`deadline` (time.time()) is the night's end: a build still going then is stopped and recorded as failed."""
     repository = Path(str(repo.working_tree_dir)).name
-    with committed_tree(repo) as tree, build_scratch() as scratch:
+    with committed_tree(repo, revision) as tree, build_scratch() as scratch:
         try:
             plan = _plan(tree, client, sandbox_image, image_explicit, spec, allowed_base_images)
         except PLAN_ERRORS as error:

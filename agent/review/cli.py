@@ -246,14 +246,17 @@ def rebase(
     context: typer.Context,
     run: RunArgument,
     onto: Annotated[str, typer.Option(help="The branch, tag or commit to rebase onto, e.g. main.")],
-    apply: Annotated[bool, typer.Option(help="Move each branch that rebased cleanly and still passes.")] = False,
+    apply: Annotated[
+        bool, typer.Option(help="Move each branch that rebased cleanly and is verified on the new base.")
+    ] = False,
     runs_dir: RunsDirOption = None,
     repo: RepoOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Rebase every verified branch of RUN onto --onto in scratch worktrees and run the gate there: clean,
-    conflicts (files) or regressed per branch, and which branches conflict with each other. Moves nothing
-    without --apply (and only refactor-agent/* branches)."""
+    """Rebase every verified branch of RUN onto --onto in scratch worktrees and run the gate there, in the run's
+    environment as the new base needs it: clean, conflicts (files) or regressed per branch, and which branches
+    conflict with each other. Moves nothing without --apply, and only refactor-agent/* branches verified on the
+    new base (their commits then carry the new verdict and counts)."""
     from agent.review.rebase import Rebaser
     from sandbox import docker_client
 
@@ -279,12 +282,12 @@ def rebase(
             "regressed": f"{', '.join(trial.regressed) or trial.reason}; tests {trial.tests}",
             "gone": trial.reason,
         }[trial.outcome]
-        moved = "  (moved)" if trial.moved else ""
+        moved = "  (moved)" if trial.moved else f"  (not moved: {trial.not_moved})" if trial.not_moved else ""
         _say(f"{trial.branch}: {trial.outcome}: {detail}{moved}")
     for pair in report.conflicting_pairs:
         _say(f"conflict between {pair.first} and {pair.second}: {', '.join(pair.files)}")
     if report.branches and not apply:
-        _say("nothing moved (pass --apply to move the clean branches)")
+        _say("nothing moved (pass --apply to move the branches verified on the new base)")
 
 
 @review_app.command()

@@ -1,8 +1,13 @@
 """`review rebase`: a run's verified branches replayed onto another commit in scratch worktrees, the gate run again
 there (the suite on the new base, then with the change), and the branches tried against each other.
 
+The gate runs in the run's environment as the new base needs it: the environment stage resolves it from the new
+base's committed tree with the run's settings, so the run's image is reused when the dependencies are the same
+and a new one is built from the new base's digest when they changed. The rebased commit's trailers carry the new
+verdict and counts, and the commit it was rebased onto.
+
 Nothing moves unless asked: the rebased commits live only in the object store until `apply` points a task
-branch at one, and only a branch that rebased cleanly and still passes.
+branch at one, and only a branch that rebased cleanly and is verified on the new base.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ import docker
 from pydantic import BaseModel
 
 from agent.config import RunConfig
+from agent.environment.stage import prepare_environment
 from agent.events import Baseline, Event, GateEvent
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate
 from agent.gate.syntax import MAX_CHECKED_BYTES
+from agent.gate.verdict import evidence_trailer
+from agent.report import EnvironmentRecord
 from agent.review.records import RunRecord
 from agent.review.repository import UserRepository
 from agent.safe_git import GitError
@@ -29,6 +37,7 @@ from tools.test_command import choose_test_command
 
 Outcome = Literal["clean", "conflicts", "regressed", "gone"]
 Log = Callable[[str], None]
+REBASED_ONTO_TRAILER = "Refactor-Agent-Rebased-Onto"
 
 
 class BranchTrial(BaseModel):
@@ -43,6 +52,7 @@ class BranchTrial(BaseModel):
     commit: str | None = None  # the branch's commit when it was tried: it moves only from there
     rebased_commit: str | None = None
     moved: bool = False
+    not_moved: str = ""  # why --apply left the branch where it was
 
 
 class PairConflict(BaseModel):
@@ -55,6 +65,7 @@ class RebaseReport(BaseModel):
     run_id: str
     onto: str
     onto_commit: str
+    environment: EnvironmentRecord | None = None  # the run's environment as the new base needs it
     branches: list[BranchTrial] = []
     conflicting_pairs: list[PairConflict] = []
 
@@ -69,7 +80,23 @@ class Rebaser:
         self.client = client
         self.log = log
         self.cache = BaselineCache(record.directory.parent)
-        self.image_id = image_identity(client, config.image)
+        self.environment: EnvironmentRecord | None = None
+
+    def prepare(self, onto: str) -> EnvironmentRecord:
+        """The run's environment for the new base, by the environment stage's own reuse-or-build."""
+        self.environment = prepare_environment(
+            self.repository.repo,
+            client=self.client,
+            sandbox_image=self.config.image,
+            image_explicit=self.config.image_explicit,
+            spec=self.config.environment,
+            test_command=self.config.test_cmd,
+            log_path=self.record.directory / f"env-build-rebase-{onto[:12]}.log",
+            progress=self.log,
+            revision=onto,
+        )
+        self.log(f"environment on the new base: {self.environment.status} {self.environment.image}")
+        return self.environment
 
     def _scratch(self, commit: str, label: str) -> Workspace:
         return Workspace.detached(self.repository.repo, commit, label=label, max_file_bytes=self.config.max_file_bytes)
@@ -86,13 +113,15 @@ class Rebaser:
             return BranchTrial(task=task, branch=branch, outcome="gone", reason="the branch no longer exists")
         commits = self.repository.commits_onto(onto, tip)
         tried = {"task": task, "branch": branch, "commit": tip}
+        environment = self.environment or self.prepare(onto)
+        image = environment.image_for_tasks(self.config.image)
         workspace = self._scratch(onto, branch)
         try:
             chosen = choose_test_command(self.config.test_cmd, workspace.path)
             test_command = chosen.command if chosen is not None else None
             limits = SandboxLimits(command_timeout_s=self.config.command_timeout_s)
             with DockerSandbox(
-                self.config.image,
+                image,
                 workspace.path,
                 run_id=f"review-{self.record.run_id}",
                 limits=limits,
@@ -104,24 +133,27 @@ class Rebaser:
                     test_command,
                     timeout_s=self.config.command_timeout_s,
                     cache=self.cache,
-                    cache_key=baseline_key(onto, test_command or "", self.image_id),
+                    cache_key=baseline_key(onto, test_command or "", image_identity(self.client, image)),
                     emit=partial(self._gate_event, branch),
+                    unavailable=environment.unavailable(),
                 )
                 baseline = gate.baseline()
                 conflicts = workspace.replay(commits)
                 if conflicts:
                     return BranchTrial(**tried, outcome="conflicts", conflicts=conflicts, reason="conflicts")
-                rebased = workspace.head()
                 check = gate.check(workspace.changed_paths(), partial(workspace.file_at, limit=MAX_CHECKED_BYTES))
+            tests = evidence_trailer(baseline, check.final)
+            # The evidence of the new base replaces the old base's in the rebased commit.
+            trailers = {"Refactor-Agent-Verdict": check.verdict, REBASED_ONTO_TRAILER: onto}
+            rebased = workspace.retrailer({**trailers, **({"Refactor-Agent-Tests": tests} if tests else {})})
         finally:
             workspace.remove()
-        after = check.final.describe() if check.final else "not run"
         return BranchTrial(
             **tried,
             outcome="regressed" if check.verdict == "regressed" else "clean",
             verdict=check.verdict,
             reason=check.reason,
-            tests=f"{after} (baseline {baseline.describe()})" if baseline else None,
+            tests=tests,
             regressed=check.comparison.regressed if check.comparison else [],
             rebased_commit=rebased,
         )
@@ -139,7 +171,10 @@ class Rebaser:
     def run(self, onto_ref: str, *, apply: bool) -> RebaseReport:
         onto = self.repository.resolve(onto_ref)
         report = RebaseReport(run_id=self.record.run_id, onto=onto_ref, onto_commit=onto)
-        for task in self.record.summary.tasks:
+        candidates = [task for task in self.record.summary.tasks if task.verdict == "verified"]
+        if candidates:
+            report.environment = self.prepare(onto)
+        for task in candidates:
             if task.verdict == "verified" and task.branch and task.commit:
                 self.log(f"{task.branch}: rebasing onto {onto_ref} ({onto[:12]})")
                 report.branches.append(self.trial(task.index, task.branch, onto))
@@ -154,11 +189,15 @@ class Rebaser:
         return report
 
     def _apply(self, trial: BranchTrial) -> None:
-        """Point a cleanly rebased branch at its new commit; one that cannot move says why and the rest go on."""
+        """Point a branch verified on the new base at its rebased commit; one that cannot move says why and the
+        rest go on."""
         if trial.outcome != "clean" or not trial.rebased_commit or not trial.commit:
+            return
+        if trial.verdict != "verified":
+            trial.not_moved = f"not verified on the new base ({trial.verdict}: {trial.reason})"
             return
         try:
             self.repository.move(trial.branch, trial.rebased_commit, trial.commit)
             trial.moved = True
         except (WorkspaceError, GitError) as error:
-            trial.reason += f"; not moved: {error}"
+            trial.not_moved = str(error)

@@ -311,6 +311,20 @@ def check_environment(repo: Path, image: str, environment: Path | None) -> Check
     return CheckResult(name="environment", status="ok" if ready else "fail", message=printable(message))
 
 
+def check_test_command(repo: Path) -> CheckResult:
+    """The command the gate would run the repository's tests with, and why that one."""
+    from tools.test_command import detect_test_command
+
+    chosen = detect_test_command(repo)
+    if chosen is None:
+        return CheckResult(
+            name="test-command",
+            status="warn",
+            message="none found (tasks would be unverified); name one with `run --test-cmd`",
+        )
+    return CheckResult(name="test-command", status="ok", message=f"{chosen.command}  (from {chosen.source})")
+
+
 def _server_checks(options: DoctorOptions) -> list[CheckResult]:
     with LlamaServerAPI(options.server_url, timeout_s=120.0) as api:
         try:
@@ -345,6 +359,8 @@ def run_doctor(options: DoctorOptions) -> list[CheckResult]:
         results.append(check_docker(options.image))
         if options.repo is not None:
             results.append(check_environment(options.repo, options.image, options.environment))
+    if options.repo is not None:
+        results.append(check_test_command(options.repo))
     return results
 
 
