@@ -253,6 +253,11 @@ def test_review_rebase_verifies_in_the_run_environment_and_rebuilds_it_when_the_
     night, _ = run_once(tmp_path, repo, "night")
     (task,) = night.tasks
     assert task.verdict == "verified" and night.environment is not None, task.reason
+    # summary.json says which test command, and why that one.
+    assert (night.environment.test_command, night.environment.test_command_source) == (
+        "python3 -m pytest -q",
+        "pytest configured in pytest.ini",
+    )
     # The user's work after the night: a test that needs the project's dependency, then a dependency more.
     (repo / "tests" / "test_more.py").write_text("import tiny\n\n\ndef test_more():\n    assert tiny.sections('[b]')\n")
     run_git(repo, "add", "-A")

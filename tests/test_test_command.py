@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.server.doctor import DoctorOptions, run_doctor
 from tools.runner_line import runner_command
 from tools.test_command import SuiteCommand, choose_test_command, detect_test_command
 
@@ -86,9 +87,9 @@ def test_a_named_test_environment_and_section_references(tmp_path: Path) -> None
 
 
 def test_tox_in_setup_cfg_and_pyproject(tmp_path: Path) -> None:
-    _write(tmp_path, {"setup.cfg": "[tox:tox]\nenvlist = py3\n[testenv]\ncommands = pytest -x {posargs}\n"})
+    _write(tmp_path, {"setup.cfg": "[tox:tox]\nenvlist = py3\n[testenv]\ncommands = pytest -ra {posargs}\n"})
     assert detect_test_command(tmp_path) == SuiteCommand(
-        command="python3 -m pytest -x", source="setup.cfg [testenv] commands"
+        command="python3 -m pytest -ra", source="setup.cfg [testenv] commands"
     )
     native = tmp_path / "native"
     native.mkdir()
@@ -229,7 +230,7 @@ def test_unittest_projects_get_unittest_pytest_ones_pytest(tmp_path: Path) -> No
     ("line", "command"),
     [
         ("pytest {posargs}", None),  # substitutions are the tox reader's: a brace left is not a runner's word
-        ("py.test -x tests", "python3 -m pytest -x tests"),
+        ("py.test -ra tests", "python3 -m pytest -ra tests"),
         ("python -W error -m pytest", "python3 -W error -m pytest"),
         ("uv run --with pytest-xdist pytest -n 4", "python3 -m pytest -n 4"),
         ("poetry run python -m pytest --cov pkg tests", "python3 -m pytest tests"),
@@ -237,6 +238,11 @@ def test_unittest_projects_get_unittest_pytest_ones_pytest(tmp_path: Path) -> No
         ("coverage run --parallel-mode tests/runtests.py -v2", "python3 tests/runtests.py -v2"),
         ("env DJANGO_SETTINGS_MODULE=s python3.12 manage.py test", "DJANGO_SETTINGS_MODULE=s python3 manage.py test"),
         ("pytest tests && coverage report", "python3 -m pytest tests"),
+        # What would stop a baseline early, write a report of its own or wait on a debugger goes.
+        (
+            "pytest -rxs -xv --no-cov-on-fail --junitxml=junit.xml -o junit_family=legacy --maxfail 3 --sw --pdb",
+            "python3 -m pytest -rxs -v",
+        ),
         ("pip install -e .", None),
         ("tox -e py", None),
         ("nox -s tests", None),
@@ -247,3 +253,19 @@ def test_unittest_projects_get_unittest_pytest_ones_pytest(tmp_path: Path) -> No
 )
 def test_runner_lines(line: str, command: str | None) -> None:
     assert runner_command(line) == command
+
+
+def test_doctor_repo_names_the_test_command_and_why(tmp_path: Path) -> None:
+    _write(tmp_path, {"tox.ini": DJANGO_TOX, "tests/runtests.py": ""})
+    options = DoctorOptions(server_url="http://127.0.0.1:9/v1", repo=tmp_path, check_docker=False)
+    (found,) = [result for result in run_doctor(options) if result.name == "test-command"]
+    assert (found.status, found.message) == (
+        "ok",
+        "cd tests && PYTHONDONTWRITEBYTECODE=1 python3 runtests.py  (from tox.ini [testenv] commands)",
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (nothing,) = [
+        result for result in run_doctor(options.model_copy(update={"repo": empty})) if result.name == "test-command"
+    ]
+    assert nothing.status == "warn" and nothing.message.startswith("none found (tasks would be unverified)")

@@ -23,7 +23,11 @@ WRAPPERS = {("uv", "run"), ("poetry", "run"), ("pdm", "run"), ("pipenv", "run"),
 WRAPPER_VALUE_OPTIONS = {"--with", "--extra", "--group", "--python", "-p", "--package", "--env-file", "--directory"}
 PYTHON_VALUE_OPTIONS = {"-W", "-X"}
 COVERAGE_VALUE_OPTIONS = {"--rcfile", "--source", "--include", "--omit", "--data-file", "--context", "--concurrency"}
-COV_VALUE_OPTIONS = {"--cov", "--cov-report", "--cov-config", "--cov-fail-under", "--cov-context"}
+# pytest options dropped from a project's own line, and which of them take a value as the next word.
+PYTEST_VALUED = {"--cov", "--cov-report", "--cov-config", "--cov-fail-under", "--cov-context", "--junitxml"}
+PYTEST_VALUED |= {"--junit-xml", "--maxfail", "--junit-prefix"}
+PYTEST_FLAGS_DROPPED = {"-x", "--exitfirst", "--sw", "--stepwise", "--sw-skip", "--stepwise-skip", "--lf"}
+PYTEST_FLAGS_DROPPED |= {"--last-failed", "--pdb", "--trace", "-f", "--looponfail"}
 SHELL_OPERATORS = {"&&", "||", ";", "|", "&"}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _INTERPRETER = re.compile(r"^(?:.*/)?python(?:\d+(?:\.\d+)?)?$")
@@ -51,17 +55,27 @@ def _drop_options(words: list[str], valued: set[str], stop: str = "") -> list[st
     return words
 
 
-def _without_coverage_options(words: list[str]) -> list[str]:
+def _pytest_arguments(words: list[str]) -> list[str]:
+    """pytest's arguments without those that would change what the gate sees: coverage (its plugin may not be
+    there), a report of the project's own (the gate's JUnit report is the one), and stopping or selecting early
+    (-x, --maxfail, --stepwise, --last-failed: a baseline must run every test), or waiting on a debugger."""
     kept: list[str] = []
-    pending_value = False
-    for word in words:
-        if pending_value:
-            pending_value = False
-            if not word.startswith("-"):
-                continue
-        if word.startswith("--cov"):
-            pending_value = word in COV_VALUE_OPTIONS
+    words = list(words)
+    while words:
+        word = words.pop(0)
+        name, equals, _value = word.partition("=")
+        if name in PYTEST_VALUED or name.startswith(("--cov", "--no-cov")):
+            # `--cov` takes its source only when one follows.
+            if name in PYTEST_VALUED and not equals and words and not (name == "--cov" and words[0].startswith("-")):
+                words.pop(0)
             continue
+        if word in PYTEST_FLAGS_DROPPED:
+            continue
+        if word in ("-o", "--override-ini") and words and words[0].startswith("junit_"):
+            words.pop(0)
+            continue
+        if re.fullmatch(r"-[xvsql]{2,}", word):  # combined flags: -xv is -x -v
+            word = word.replace("x", "")
         kept.append(word)
     return kept
 
@@ -82,7 +96,7 @@ def _runner(words: list[str]) -> list[str] | None:
             return _runner(["coverage", *rest[2:]])
         if len(rest) >= 2 and rest[0] == "-m" and rest[1] in RUNNER_MODULES:
             module = "pytest" if rest[1] == "py.test" else rest[1]
-            arguments = _without_coverage_options(rest[2:]) if module == "pytest" else rest[2:]
+            arguments = _pytest_arguments(rest[2:]) if module == "pytest" else rest[2:]
             return [PYTHON, *flags, "-m", module, *arguments]
         if rest[:3] == ["-m", "django", "test"]:
             return [PYTHON, *flags, *rest]
