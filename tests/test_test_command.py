@@ -46,61 +46,68 @@ commands = flake8 .
 """
 
 
-def test_the_project_own_runner_named_in_tox_ini_is_used(tmp_path: Path) -> None:
-    _write(tmp_path, {"tox.ini": DJANGO_TOX, "tests/runtests.py": "", "tests/basic/tests.py": "", "setup.py": ""})
-    assert detect_test_command(tmp_path) == SuiteCommand(
-        command="cd tests && PYTHONDONTWRITEBYTECODE=1 python3 runtests.py", source="tox.ini [testenv] commands"
-    )
+SUBSTITUTIONS_TOX = (
+    "[testenv]\nsetenv =\n    PYTHONPATH = {toxinidir}\n    TMP = {envtmpdir}\n    py38: OLD = 1\n"
+    "commands =\n    pip install -e .\n    coverage run -m pytest {posargs:{toxinidir}/tests} \\\n"
+    "        --cov=pkg --cov-report term\n    coverage report\n"
+)
+NAMED_ENVIRONMENT_TOX = (
+    "[base]\ntest = python -m unittest discover -s tests\n"
+    "[testenv]\ncommands = tox -e lint\n"
+    "[testenv:lint]\ncommands = ruff check .\n"
+    "[testenv:py]\ncommands =\n    {[base]test}\n"
+)
+NATIVE_TOX = (
+    '[tool.tox]\nenv_list = ["3.13"]\n[tool.tox.env_run_base]\nchange_dir = "src"\n'
+    'commands = [["pytest", { replace = "posargs", default = ["tests"], extend = true }]]\n'
+)
 
 
-def test_without_tox_ini_django_runtests_is_still_found(tmp_path: Path) -> None:
-    _write(tmp_path, {"tests/runtests.py": "", "tests/test_x.py": "import unittest\n"})
-    assert detect_test_command(tmp_path) == SuiteCommand(
-        command="python3 tests/runtests.py", source="tests/runtests.py (the project's own runner)"
-    )
-
-
-def test_tox_substitutions_installs_and_coverage_are_handled(tmp_path: Path) -> None:
-    tox = (
-        "[testenv]\nsetenv =\n    PYTHONPATH = {toxinidir}\n    TMP = {envtmpdir}\n    py38: OLD = 1\n"
-        "commands =\n    pip install -e .\n    coverage run -m pytest {posargs:{toxinidir}/tests} \\\n"
-        "        --cov=pkg --cov-report term\n    coverage report\n"
-    )
-    _write(tmp_path, {"tox.ini": tox})
-    # {envtmpdir} cannot be known outside tox: that variable is left out, the rest stays.
-    assert detect_test_command(tmp_path) == SuiteCommand(
-        command="PYTHONPATH=. OLD=1 python3 -m pytest ./tests", source="tox.ini [testenv] commands"
-    )
-
-
-def test_a_named_test_environment_and_section_references(tmp_path: Path) -> None:
-    tox = (
-        "[base]\ntest = python -m unittest discover -s tests\n"
-        "[testenv]\ncommands = tox -e lint\n"
-        "[testenv:lint]\ncommands = ruff check .\n"
-        "[testenv:py]\ncommands =\n    {[base]test}\n"
-    )
-    _write(tmp_path, {"tox.ini": tox})
-    assert detect_test_command(tmp_path) == SuiteCommand(
-        command="python3 -m unittest discover -s tests", source="tox.ini [testenv:py] commands"
-    )
-
-
-def test_tox_in_setup_cfg_and_pyproject(tmp_path: Path) -> None:
-    _write(tmp_path, {"setup.cfg": "[tox:tox]\nenvlist = py3\n[testenv]\ncommands = pytest -ra {posargs}\n"})
-    assert detect_test_command(tmp_path) == SuiteCommand(
-        command="python3 -m pytest -ra", source="setup.cfg [testenv] commands"
-    )
-    native = tmp_path / "native"
-    native.mkdir()
-    pyproject = (
-        '[tool.tox]\nenv_list = ["3.13"]\n[tool.tox.env_run_base]\nchange_dir = "src"\n'
-        'commands = [["pytest", { replace = "posargs", default = ["tests"], extend = true }]]\n'
-    )
-    _write(native, {"pyproject.toml": pyproject})
-    assert detect_test_command(native) == SuiteCommand(
-        command="cd src && python3 -m pytest tests", source="pyproject.toml [tool.tox] [env_run_base] commands"
-    )
+@pytest.mark.parametrize(
+    ("files", "command", "source"),
+    [
+        pytest.param(
+            {"tox.ini": DJANGO_TOX, "tests/runtests.py": "", "tests/basic/tests.py": "", "setup.py": ""},
+            "cd tests && PYTHONDONTWRITEBYTECODE=1 python3 runtests.py",
+            "tox.ini [testenv] commands",
+            id="the project's own runner named in tox.ini",
+        ),
+        pytest.param(
+            {"tests/runtests.py": "", "tests/test_x.py": "import unittest\n"},
+            "python3 tests/runtests.py",
+            "tests/runtests.py (the project's own runner)",
+            id="django's runtests.py without tox.ini",
+        ),
+        # {envtmpdir} cannot be known outside tox: that variable is left out, the rest stays.
+        pytest.param(
+            {"tox.ini": SUBSTITUTIONS_TOX},
+            "PYTHONPATH=. OLD=1 python3 -m pytest ./tests",
+            "tox.ini [testenv] commands",
+            id="tox substitutions, installs and coverage",
+        ),
+        pytest.param(
+            {"tox.ini": NAMED_ENVIRONMENT_TOX},
+            "python3 -m unittest discover -s tests",
+            "tox.ini [testenv:py] commands",
+            id="a named test environment and a section reference",
+        ),
+        pytest.param(
+            {"setup.cfg": "[tox:tox]\nenvlist = py3\n[testenv]\ncommands = pytest -ra {posargs}\n"},
+            "python3 -m pytest -ra",
+            "setup.cfg [testenv] commands",
+            id="tox in setup.cfg",
+        ),
+        pytest.param(
+            {"pyproject.toml": NATIVE_TOX},
+            "cd src && python3 -m pytest tests",
+            "pyproject.toml [tool.tox] [env_run_base] commands",
+            id="tox 4's native TOML",
+        ),
+    ],
+)
+def test_tox_and_the_project_own_runner(tmp_path: Path, files: dict[str, str], command: str, source: str) -> None:
+    _write(tmp_path, files)
+    assert detect_test_command(tmp_path) == SuiteCommand(command=command, source=source)
 
 
 NOXFILE = """
