@@ -267,8 +267,9 @@ def rebase(
 
     with _one_line_errors():
         record = load_run(_runs_dir(context, runs_dir), run)
-        config = record.config() or RunConfig(repo=Path(record.summary.repo), tasks=["(unknown)"])
         with _repository(record, repo) as repository:
+            path = Path(str(repository.repo.working_tree_dir))
+            config = record.config_for(path) or RunConfig(repo=path, tasks=["(unknown)"])
             report = Rebaser(record, repository, config, docker_client(), log).run(onto, apply=apply)
     if machine:
         _print_json(report)

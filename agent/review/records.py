@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agent.config import RunConfig
+from agent.config import NightConfig, RunConfig
 from agent.journal import run_directories
 from agent.morning_report import split_patch
 from agent.report import RunSummary, TaskSummary
@@ -49,6 +49,19 @@ class RunRecord:
             return RunConfig.model_validate_json((self.directory / "config.json").read_bytes())
         except (OSError, ValidationError):
             return None
+
+    def config_for(self, repo: Path) -> RunConfig | None:
+        """The settings the run used for `repo`: a night's own entry for it (a night has several), else config()."""
+        from agent.session import NIGHT_RECORD  # the runner's module: loaded only when a command needs it
+
+        try:
+            night = NightConfig.model_validate_json((self.directory / NIGHT_RECORD).read_bytes())
+        except (OSError, ValidationError):
+            return self.config()
+        for config in night.repos:
+            if config.repo.resolve() == repo.resolve():
+                return config
+        return self.config()
 
     def diffs(self) -> dict[int, str]:
         """Each task's diff as the run recorded it in patch.diff."""
