@@ -18,6 +18,8 @@ import defusedxml.ElementTree as SafeElementTree
 from defusedxml import DefusedXmlException
 from pydantic import BaseModel
 
+from sandbox.errors import one_line  # a newline a hostile path holds would break the trailers it goes into
+
 Outcome = Literal["passed", "failed", "error", "skipped"]
 OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "error", "skipped")
 # The pseudo-test standing for the whole suite when the runner names no tests: its outcome is the exit code's.
@@ -96,7 +98,7 @@ def first_error_line(text: str) -> str:
     """The exception a traceback ends in: pytest marks its lines `E   `; the last of them names it."""
     marked = [line[1:].strip() for line in text.splitlines() if line.startswith("E ") and line[1:].strip()]
     lines = marked or [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:MAX_ERROR_LINE_CHARS] if lines else "no error text"
+    return one_line(lines[-1])[:MAX_ERROR_LINE_CHARS] if lines else "no error text"
 
 
 class RunnerReport(BaseModel):
@@ -110,7 +112,7 @@ def _collection_failure(case: Any) -> tuple[str, str] | None:
     error = case.find("error")
     if case.get("classname") or error is None or error.get("message") != "collection failure":
         return None
-    return case.get("file") or case.get("name") or "?", _failure_text(error)
+    return one_line(case.get("file") or case.get("name") or "?"), _failure_text(error)
 
 
 def parse_junit(xml: bytes) -> RunnerReport | None:
