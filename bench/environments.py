@@ -71,6 +71,7 @@ class Row(BaseModel):
     environment: EnvironmentRecord | None = None
     stage_s: float | None = None
     test_command: str | None = None
+    test_command_source: str = ""  # why that command: `tox.ini [testenv] commands`, ...
     baseline: SuiteRun | None = None
     verdict: str | None = None  # the gate's check of the unchanged tree
     verdict_reason: str = ""
@@ -88,12 +89,8 @@ class Row(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def import_errors(self) -> list[str]:
-        """Modules that failed to collect: pytest reports them as errors of a test named after the module."""
-        if self.baseline is None:
-            return []
-        return sorted(
-            test for test, outcome in self.baseline.outcomes.items() if outcome == "error" and "::" not in test
-        )
+        """Test modules that could not be imported: the gate records them apart from the tests that ran."""
+        return sorted(self.baseline.import_errors) if self.baseline is not None else []
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -153,7 +150,9 @@ def baseline_and_check(
             repo, row.commit, label="bench", max_file_bytes=MAX_FILE_BYTES, scratch_root=Path(scratch)
         )
         try:
-            row.test_command = detect_test_command(workspace.path)
+            chosen = detect_test_command(workspace.path)
+            row.test_command = chosen.command if chosen is not None else None
+            row.test_command_source = chosen.source if chosen is not None else "none found"
             with DockerSandbox(
                 image,
                 workspace.path,

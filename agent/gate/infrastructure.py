@@ -58,7 +58,11 @@ def _command_words(test_command: str) -> list[str]:
     except ValueError:  # an unbalanced quote: the words as the shell would roughly see them
         words = test_command.split()
     values = [word.partition("=")[2] for word in words if "=" in word]
-    return [os.path.normpath(word).removeprefix("./") for word in (*words, *values) if word]
+    # A command that moves first (`cd tests && python3 runtests.py`, as tox's changedir makes it) names its files
+    # from there too.
+    directories = [words[at + 1] for at, word in enumerate(words[:-1]) if word == "cd"]
+    moved = [os.path.join(directory, word) for directory in directories for word in (*words, *values)]
+    return [os.path.normpath(word).removeprefix("./") for word in (*words, *values, *moved) if word]
 
 
 def _plugins(test_command: str, read: Read, changed: Iterable[str]) -> set[str]:

@@ -26,7 +26,7 @@ from agent.events import Baseline, Event, GateEvent
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate
 from agent.gate.syntax import MAX_CHECKED_BYTES
-from agent.gate.verdict import evidence_trailer
+from agent.gate.verdict import evidence_trailer, verdict_trailers
 from agent.report import EnvironmentRecord
 from agent.review.records import RunRecord
 from agent.review.repository import UserRepository
@@ -144,8 +144,7 @@ class Rebaser:
                 check = gate.check(workspace.changed_paths(), partial(workspace.file_at, limit=MAX_CHECKED_BYTES))
             tests = evidence_trailer(baseline, check.final)
             # The evidence of the new base replaces the old base's in the rebased commit.
-            trailers = {"Refactor-Agent-Verdict": check.verdict, REBASED_ONTO_TRAILER: onto}
-            rebased = workspace.retrailer({**trailers, **({"Refactor-Agent-Tests": tests} if tests else {})})
+            rebased = workspace.retrailer({**verdict_trailers(baseline, check), REBASED_ONTO_TRAILER: onto})
         finally:
             workspace.remove()
         return BranchTrial(
