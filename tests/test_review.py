@@ -353,7 +353,7 @@ def test_rebase_applies_only_the_branch_that_stays_clean_and_names_branches_that
     evidence = [line for line in trailers if line.startswith(("Refactor-Agent-Verdict", "Refactor-Agent-Tests"))]
     assert sorted(evidence) == [
         "Refactor-Agent-Tests: 4 passed, 1 failed (baseline 3 passed, 1 failed)",
-        "Refactor-Agent-Verdict: verified",
+        "Refactor-Agent-Verdict: verified*",  # the task changed pytest.ini: marked, on the new base too
     ]
     assert f"Refactor-Agent-Rebased-Onto: {main}" in trailers
     assert copy.git("log", "-1", "--format=%an %ae", BRANCH_1) == copy.git(
@@ -379,7 +379,8 @@ def test_rebase_apply_moves_no_branch_that_is_not_verified_on_the_new_base(copy:
     report = json.loads(copy.review("rebase", NIGHT, "--onto", "main", "--apply", "--json"))
     for trial in report["branches"]:
         assert (trial["outcome"], trial["verdict"], trial["moved"]) == ("clean", "unverified", False)
-        assert trial["not_moved"].startswith("not verified on the new base (unverified: the suite did not run at")
+        assert trial["not_moved"].startswith("not verified on the new base (unverified: ")
+        assert "the suite did not run at baseline: pytest exit code 4" in trial["not_moved"]
     assert {branch: copy.tip(branch) for branch in (BRANCH_1, BRANCH_2)} == tips
     trailers = copy.git("log", "-1", "--format=%B", BRANCH_1)
     assert "Refactor-Agent-Verdict: verified" in trailers and "Rebased-Onto" not in trailers
