@@ -22,8 +22,9 @@ def _fastest(work: Callable[[], object], repeat: int = 5) -> float:
 
 
 def test_devcontainer_json_is_read_in_linear_time() -> None:
-    """Unterminated strings full of escapes, unterminated comments, commas before long blanks: 4x the input may
-    take about 4x the time, never the 16x of a quadratic scan (issue 18: 128 KB took 135 s)."""
+    """Unterminated strings full of escapes, unterminated comments, commas before long blanks: 8x the input may
+    take about 8x the time, never the 64x of a quadratic scan (issue 18: 128 KB took 135 s). The wide gap keeps
+    the check true on a loaded machine."""
     shapes = {
         "escapes": lambda n: '"\\' * n,
         "comments": lambda n: "/*" * n,
@@ -31,9 +32,9 @@ def test_devcontainer_json_is_read_in_linear_time() -> None:
         "nested": lambda n: '{"a": [' * (n // 8) + "//x\n" * (n // 8),
     }
     for name, shape in shapes.items():
-        small, large = shape(4000), shape(16000)
+        small, large = shape(4000), shape(32000)
         ratio = _fastest(lambda text=large: strip_jsonc(text)) / _fastest(lambda text=small: strip_jsonc(text))
-        assert ratio < 8, f"{name}: 4x the input took {ratio:.1f}x the time"
+        assert ratio < 24, f"{name}: 8x the input took {ratio:.1f}x the time"
 
 
 def test_jsonc_keeps_strings_and_drops_comments_and_trailing_commas() -> None:
@@ -94,8 +95,8 @@ def test_reading_a_dockerfile_is_linear_in_its_size() -> None:
     def shape(lines: int) -> str:
         return "FROM x\n" + "RUN a \\\n" * lines + "RUN b\n" + "COPY --from=x " + "a " * lines + "/b\n"
 
-    small, large = shape(2000), shape(8000)
+    small, large = shape(2000), shape(16000)
     ratio = _fastest(lambda: base_images(large, "Dockerfile", {})) / _fastest(
         lambda: base_images(small, "Dockerfile", {})
     )
-    assert ratio < 8, f"4x the Dockerfile took {ratio:.1f}x the time"
+    assert ratio < 24, f"8x the Dockerfile took {ratio:.1f}x the time (a quadratic read: 64x)"
