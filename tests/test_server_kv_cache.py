@@ -208,6 +208,41 @@ def test_entries_ignore_metadata_without_its_file(tmp_path):
     assert store.entries() == [] and store.best(key) is None
 
 
+def _planted(directory: Path, name: str, digest: str) -> None:
+    """Metadata a hostile hand wrote into the save directory: a valid entry except for what it names."""
+    key = _key(_system(5)).model_copy(update={"digest": digest})
+    entry = CacheEntry(key=key, tokens=1, bytes=10**9, sha256="0" * 64, last_used=0.0)
+    (directory / name).write_text(entry.model_dump_json())
+
+
+@pytest.mark.parametrize("digest", ["../victim", "{absolute}"], ids=["relative", "absolute"])
+def test_planted_metadata_never_names_a_file_outside_the_directory(tmp_path, digest):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    victims = [tmp_path / "victim.bin", tmp_path / "victim.json"]
+    for victim in victims:
+        victim.write_bytes(b"keep me")
+    store = KVCacheStore(cache, cap_bytes=0)
+    _planted(cache, "planted.json", digest.format(absolute=tmp_path / "victim"))
+    kept = _fake_entry(store, _system(10, last="kept"), 100, last_used=1.0)
+    assert [entry.key.digest for entry in store.entries()] == [kept.digest]
+    store.evict(keep="none")
+    assert all(victim.read_bytes() == b"keep me" for victim in victims)
+
+
+def test_metadata_under_another_name_or_through_a_link_is_not_an_entry(tmp_path):
+    store = KVCacheStore(tmp_path)
+    real = _fake_entry(store, _system(10, last="real"), 100, last_used=1.0)
+    other = _key(_system(10, last="other"))
+    (tmp_path / f"{other.digest}.bin").write_bytes(b"\0" * 100)
+    # A copy of `real`'s metadata filed under another digest, and a link to it: neither is an entry of its own.
+    (tmp_path / f"{other.digest}.json").write_bytes((tmp_path / f"{real.digest}.json").read_bytes())
+    linked = _key(_system(10, last="linked"))
+    (tmp_path / f"{linked.digest}.bin").write_bytes(b"\0" * 100)
+    (tmp_path / f"{linked.digest}.json").symlink_to(tmp_path / f"{real.digest}.json")
+    assert [entry.key.digest for entry in store.entries()] == [real.digest]
+
+
 @pytest.mark.llama_server
 def test_a_restore_over_other_content_keeps_a_speculative_server_decoding(llama_server, llama_state_dir):
     """Restoring over another prompt left the drafter's cache behind: every later request failed with HTTP 500

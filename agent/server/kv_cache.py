@@ -22,16 +22,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import re
+import stat
 import threading
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Annotated, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import httpx
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StringConstraints
 
 from agent.events import PrefixCacheEvent
 from agent.llama_api import LlamaServerAPI, ServerError
@@ -43,6 +46,13 @@ from agent.server.launcher import find_state
 # head after an edit, at 32 bytes of metadata per step (a 4 MB pack: 32 KB).
 HEAD_CHUNK_CHARS = 4096
 DIGEST_HEX = 32
+# A digest names files in the save directory, which anyone who can write there may have planted metadata in: only
+# lower-case hex of the right length is one, so no name can lead out of the directory.
+DIGEST_PATTERN = rf"[0-9a-f]{{{DIGEST_HEX}}}"
+Digest = Annotated[str, StringConstraints(pattern=f"^{DIGEST_PATTERN}$")]
+_METADATA_NAME = re.compile(rf"({DIGEST_PATTERN})\.json")
+# Metadata is 32 bytes per 4 KB of system text: this is a system text of gigabytes.
+MAX_METADATA_BYTES = 32 * 2**20
 # Large models at long contexts save gigabytes per prefix (SmolLM2-135M: ~23 KB per token).
 DEFAULT_CAP_BYTES = 64 * 2**30
 
@@ -55,9 +65,9 @@ class PrefixKey(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    identity: str
-    heads: tuple[str, ...]
-    digest: str
+    identity: Digest
+    heads: tuple[Digest, ...]
+    digest: Digest
     chunk_chars: int
 
     @classmethod
@@ -98,27 +108,38 @@ class CacheEntry(BaseModel):
 
 
 class KVCacheStore:
-    """The save directory: `<digest>.bin` written by llama-server, `<digest>.json` by us."""
+    """The save directory: `<digest>.bin` written by llama-server, `<digest>.json` by us. Files are opened without
+    following links and only as regular files: a link planted there never leads a read or a deletion elsewhere."""
 
     def __init__(self, directory: Path, *, cap_bytes: int = DEFAULT_CAP_BYTES) -> None:
         self.directory = directory
         self.cap_bytes = cap_bytes
 
     @staticmethod
-    def filename(digest: str) -> str:
-        return f"{digest}.bin"
+    def filename(digest: str, suffix: str = ".bin") -> str:
+        """The file of a digest, relative to the directory (llama-server takes it so)."""
+        if not re.fullmatch(DIGEST_PATTERN, digest):
+            raise ValueError(f"not a prefix digest: {digest!r}")
+        return f"{digest}{suffix}"
 
     def _meta(self, digest: str) -> Path:
-        return self.directory / f"{digest}.json"
+        return self.directory / self.filename(digest, ".json")
+
+    def _bin(self, digest: str) -> Path:
+        return self.directory / self.filename(digest)
 
     def entries(self) -> list[CacheEntry]:
         entries = []
-        for meta in sorted(self.directory.glob("*.json")):
-            try:
-                entry = CacheEntry.model_validate_json(meta.read_bytes())
-            except (OSError, ValidationError):
+        for name in sorted(os.listdir(self.directory)):
+            named = _METADATA_NAME.fullmatch(name)
+            if named is None:
                 continue
-            if (self.directory / self.filename(entry.key.digest)).is_file():
+            try:
+                entry = CacheEntry.model_validate_json(_read_regular(self.directory / name, MAX_METADATA_BYTES))
+            except (OSError, ValueError):
+                continue
+            # Metadata filed under another digest than its own would make eviction delete that other prefix.
+            if entry.key.digest == named.group(1) and _regular_size(self._bin(entry.key.digest)) is not None:
                 entries.append(entry)
         return entries
 
@@ -132,21 +153,22 @@ class KVCacheStore:
         return entry, shared
 
     def has(self, digest: str) -> bool:
-        return self._meta(digest).is_file() and (self.directory / self.filename(digest)).is_file()
+        return _regular_size(self._meta(digest)) is not None and _regular_size(self._bin(digest)) is not None
 
     def record(self, key: PrefixKey, tokens: int) -> CacheEntry:
-        path = self.directory / self.filename(key.digest)
-        entry = CacheEntry(
-            key=key, tokens=tokens, bytes=path.stat().st_size, sha256=_file_sha256(path), last_used=time.time()
-        )
+        path = self._bin(key.digest)
+        size = _regular_size(path)
+        if size is None:
+            raise OSError(f"{path} is not the regular file llama-server saves")
+        entry = CacheEntry(key=key, tokens=tokens, bytes=size, sha256=_file_sha256(path), last_used=time.time())
         self._write(entry)
         return entry
 
     def intact(self, entry: CacheEntry) -> bool:
         """The file is the one saved: a damaged one must never reach the server, which would die reading it."""
-        path = self.directory / self.filename(entry.key.digest)
+        path = self._bin(entry.key.digest)
         try:
-            return path.stat().st_size == entry.bytes and _file_sha256(path) == entry.sha256
+            return _regular_size(path) == entry.bytes and _file_sha256(path) == entry.sha256
         except OSError:
             return False
 
@@ -155,12 +177,16 @@ class KVCacheStore:
 
     def _write(self, entry: CacheEntry) -> None:
         partial = self._meta(entry.key.digest).with_suffix(".json.tmp")
-        partial.write_text(entry.model_dump_json())
+        partial.unlink(missing_ok=True)  # a link planted under this name is replaced, never written through
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(entry.model_dump_json())
         partial.replace(self._meta(entry.key.digest))
 
     def forget(self, digest: str) -> None:
+        # unlink removes a link itself, never its target; the names are the digest's own, inside the directory.
         self._meta(digest).unlink(missing_ok=True)
-        (self.directory / self.filename(digest)).unlink(missing_ok=True)
+        self._bin(digest).unlink(missing_ok=True)
 
     def evict(self, keep: str) -> list[str]:
         """Least recently used first until the saved files fit the cap; `keep` (the one just saved) stays."""
@@ -178,8 +204,27 @@ class KVCacheStore:
         return evicted
 
 
+def _regular_size(path: Path) -> int | None:
+    """The size of a regular file that is not a link; None for anything else or nothing."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as file:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise OSError(f"{path} is not a regular file of at most {limit} bytes")
+        return file.read(limit)
+
+
 def _file_sha256(path: Path) -> str:
-    with path.open("rb") as file:
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as file:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 
