@@ -211,7 +211,7 @@ def run(
         int, typer.Option(help="Times the gate sends regressed tests back to the model.")
     ] = RunConfig.model_fields["repair_rounds"].default,
     max_file_size: Annotated[
-        int, typer.Option(help="MiB; larger new files are not committed (listed in summary.json).")
+        int, typer.Option(help="MiB; larger files are not committed, new or grown (listed in summary.json).")
     ] = RunConfig.model_fields["max_file_bytes"].default // MIB,
     temperature: Annotated[float, typer.Option()] = SamplingConfig().temperature,
     top_p: Annotated[float, typer.Option()] = SamplingConfig().top_p,

@@ -93,7 +93,8 @@ class TaskSummary(BaseModel):
     tests: GateEvidence | None = None
     metrics: MetricsSummary | None = None
     warnings: list[str] = []
-    uncommitted_files: dict[str, str] = {}  # new files the commit left out (too large, a nested repository): why
+    # Files the commit left out (too large, new or tracked and grown; a nested repository): why.
+    uncommitted_files: dict[str, str] = {}
 
     @property
     def shown_verdict(self) -> str:

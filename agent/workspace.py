@@ -172,7 +172,7 @@ class Workspace:
         self.branch = branch
         self.base_commit = base_commit
         self.max_file_bytes = max_file_bytes
-        # Untracked paths the last staging left out: path -> why.
+        # Paths the last staging left out (new ones, and tracked ones kept at their base version): path -> why.
         self.uncommitted_files: dict[str, str] = {}
         hooks_dir = scratch / "no-hooks"
         self.user_side = user_git(repo, hooks_dir)
@@ -298,22 +298,35 @@ class Workspace:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             file.write(f"gitdir: {self.admin_dir}\n")
 
-    def _left_out(self, exclude: tuple[str, str], env: dict[str, str] | None = None) -> dict[bytes, str]:
-        """Untracked paths not to stage, with the reason: files above max_file_bytes, and repositories of their
-        own (`git init` in a subdirectory), which git would add as a gitlink, or fail on when they have no commit."""
+    def _left_out(
+        self, exclude: tuple[str, str], env: dict[str, str] | None = None
+    ) -> tuple[dict[bytes, str], list[bytes]]:
+        """Paths not to stage, with the reason: files above max_file_bytes, new or tracked (a tracked file grown past
+        it would otherwise land in the user's .git whole), and repositories of their own (`git init` in a
+        subdirectory), which git would add as a gitlink, or fail on when they have no commit. Second: the tracked
+        ones among them, whose base version the index is to keep."""
         listing = self.git.run(*exclude, "ls-files", "-z", "--others", "--exclude-standard", env=env)
-        left_out = {}
+        modified = self.git.run("ls-files", "-z", "--modified", env=env)
+        left_out: dict[bytes, str] = {}
+        tracked = []
         for name in filter(None, listing.split(b"\0")):
             if name.endswith(b"/"):  # git lists a nested repository as a directory and does not look inside
                 left_out[name.rstrip(b"/")] = "a git repository of its own"
-                continue
-            try:  # lstat: git lists no path below a symbolic link, and a link itself is never followed
-                info = os.lstat(os.fsencode(self.path) + b"/" + name)
-            except OSError:
-                continue
-            if stat.S_ISREG(info.st_mode) and info.st_size > self.max_file_bytes:
-                left_out[name] = f"{info.st_size} bytes, above the limit of {self.max_file_bytes}"
-        return left_out
+            elif (size := self._oversized(name)) is not None:
+                left_out[name] = f"{size} bytes, above the limit of {self.max_file_bytes}"
+        for name in filter(None, modified.split(b"\0")):  # a deleted file is listed too, and has no size
+            if name not in left_out and (size := self._oversized(name)) is not None:
+                left_out[name] = f"{size} bytes, above the limit of {self.max_file_bytes}: its base version is kept"
+                tracked.append(name)
+        return left_out, tracked
+
+    def _oversized(self, name: bytes) -> int | None:
+        """The size of a regular file above max_file_bytes; None for a smaller one, a link or nothing."""
+        try:  # lstat: git lists no path below a symbolic link, and a link itself is never followed
+            info = os.lstat(os.fsencode(self.path) + b"/" + name)
+        except OSError:
+            return None
+        return info.st_size if stat.S_ISREG(info.st_mode) and info.st_size > self.max_file_bytes else None
 
     @property
     def _exclude(self) -> tuple[str, str]:
@@ -324,8 +337,18 @@ class Workspace:
         """Stage every change into the worktree's index, or the index file `env` names."""
         self.restore_git_file()
         exclude = self._exclude
-        left_out = self._left_out(exclude, env)
+        left_out, tracked = self._left_out(exclude, env)
         self.uncommitted_files = {os.fsdecode(name): reason for name, reason in left_out.items()}
+        if tracked:  # an earlier staging may hold an edit of the file made before it grew: back to the base
+            self.git.run(
+                "reset",
+                "-q",
+                self.base_commit,
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                input=b"\0".join(b":(literal,top)" + name for name in tracked),
+                env=env,
+            )
         # Pathspecs on stdin: any number of them, and names need not be UTF-8.
         pathspecs = [b":(top)", *(b":(exclude,literal,top)" + name for name in left_out)]
         self.git.run(

@@ -114,6 +114,23 @@ def test_the_plan_is_kept_and_its_old_names_are_counted(sandbox: DockerSandbox) 
     assert results[4].startswith("Not finished yet") and results[5] == "finished"
 
 
+@pytest.mark.docker
+def test_a_ledger_of_thousands_of_names_stays_inside_the_result_cap(sandbox: DockerSandbox) -> None:
+    # Each name is referenced, so each one's entry lists its first places: the account alone runs past 100 KB.
+    names = [f"name_{number}_{'x' * 40}" for number in range(3000)]
+    content = "\n".join(f"{name} = {name}" for name in names) + "\n"
+    script = [
+        call("plan", items=["rename them"], old_names=names),
+        call("create_file", path="many.py", content=content),
+        call("finish", summary="Done"),
+        call("finish", summary="Done"),
+    ]
+    messages, _ = run_loop(sandbox, script, [])
+    edit = [message["content"] for message in messages if message["role"] == "tool"][1]
+    assert len(edit) <= 20_000
+    assert "[ledger] files changed so far: 1 (many.py)" in edit and "characters cut" in edit
+
+
 def test_switched_off_the_tools_are_not_offered() -> None:
     names = default_registry(symbol_tools=False, ledger=False).names
     assert not {"plan", "update_plan", "find_symbol", "rename_symbol", "move_symbol"} & set(names)

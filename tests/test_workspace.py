@@ -310,6 +310,34 @@ def test_an_oversized_untracked_file_is_listed_and_not_committed(tmp_path: Path)
     assert git_bytes < MAX_FILE_BYTES
 
 
+def test_a_tracked_file_grown_past_the_limit_keeps_its_base_version_and_is_listed(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    base_report = (repo_path / "pkg/report.py").read_bytes()
+    workspace = create(repo_path, "grown")
+    try:
+        # Edited first (and staged so, by a diff), then grown: the commit must not keep either version of it.
+        (workspace.path / "pkg/report.py").write_text("# edited\n")
+        workspace.diff(max_bytes=ALL)
+        subprocess.run(["truncate", "-s", "300M", str(workspace.path / "pkg/report.py")], check=True)
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        diff = workspace.diff(max_bytes=ALL)
+        wip = workspace.snapshot(wip_ref("r", 1))
+        commit = workspace.commit("Change", {})
+        assert workspace.uncommitted_files == {
+            "pkg/report.py": f"{300 * 1024**2} bytes, above the limit of {MAX_FILE_BYTES}: its base version is kept"
+        }
+    finally:
+        workspace.remove()
+    assert b"pkg/report.py" not in diff.data
+    assert commit is not None and committed_files(repo_path, commit) == ["pkg/geometry.py"]
+    for kept in (commit, wip):
+        assert subprocess.run(
+            ["git", "show", f"{kept}:pkg/report.py"], cwd=repo_path, capture_output=True, check=True
+        ).stdout == base_report
+    git_bytes = sum(file.stat().st_size for file in (repo_path / ".git").rglob("*") if file.is_file())
+    assert git_bytes < MAX_FILE_BYTES
+
+
 def test_a_summary_with_nul_control_characters_and_180_kb_still_commits(tmp_path: Path) -> None:
     repo_path = make_repo(tmp_path / "repo")
     summary = "Rename\0 things \x1b[31mred\x7f\r\n\n\tindented\n" + "word " * 36_000

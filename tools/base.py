@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 # File tools run in the sandbox under this timeout of their own (commands have theirs): a read, an edit or a search
 # that takes longer is runaway work, a regular expression that backtracks without end say.
 FILE_TOOL_TIMEOUT_S = 60.0
+# The state ledger appended to a result takes at most this share of the result's cap.
+LEDGER_MAX_SHARE = 0.25
 
 
 class ExecutionResult(Protocol):
@@ -125,10 +127,12 @@ class ToolRegistry:
             return ToolResult(text=f"error: {error}", is_error=True)
         except Exception as error:  # a tool bug must not end the night's run; the model sees it and moves on
             return ToolResult(text=f"error: {name} failed: {error.__class__.__name__}: {error}", is_error=True)
-        text = cap_text(text, context.output_chars)
-        if spec.changes_files and context.ledger is not None:  # after the cap, so the ledger is never cut
-            text = f"{text}\n\n{context.ledger.render(context)}"
-        return ToolResult(text=text)
+        if not spec.changes_files or context.ledger is None:
+            return ToolResult(text=cap_text(text, context.output_chars))
+        # The ledger counts against the cap like the rest: a plan of thousands of old names must not make every
+        # result run past it. Its head (the files changed) comes first, so a cut ledger keeps it.
+        account = cap_text(context.ledger.render(context), int(context.output_chars * LEDGER_MAX_SHARE))
+        return ToolResult(text=f"{cap_text(text, context.output_chars - len(account) - 2)}\n\n{account}")
 
 
 def default_registry(*, symbol_tools: bool = True, ledger: bool = True) -> ToolRegistry:

@@ -61,7 +61,7 @@ def risk_notes(change: TaskChange) -> list[str]:
         notes.append(f"Deletes files: {_names(change.deleted)}.")
     if task.uncommitted_files:
         listed = ", ".join(f"{md.code(path)} ({md.inline(why)})" for path, why in task.uncommitted_files.items())
-        notes.append(f"Files the task made that were left out of the commit: {listed}.")
+        notes.append(f"Files left out of the commit: {listed}.")
     if change.cut_note:
         notes.append(f"A large change: the file list below covers {change.cut_note} of the diff.")
     return notes
