@@ -115,9 +115,9 @@ def test_the_plan_is_kept_and_its_old_names_are_counted(sandbox: DockerSandbox) 
 
 
 @pytest.mark.docker
-def test_a_ledger_of_thousands_of_names_stays_inside_the_result_cap(sandbox: DockerSandbox) -> None:
-    # Each name is referenced, so each one's entry lists its first places: the account alone runs past 100 KB.
-    names = [f"name_{number}_{'x' * 40}" for number in range(3000)]
+def test_a_ledger_of_hundreds_of_long_names_stays_inside_the_result_cap(sandbox: DockerSandbox) -> None:
+    # The model names them, as long as it likes: the account alone runs past 100 KB.
+    names = [f"name_{number}_{'x' * 400}" for number in range(300)]
     content = "\n".join(f"{name} = {name}" for name in names) + "\n"
     script = [
         call("plan", items=["rename them"], old_names=names),

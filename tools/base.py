@@ -129,7 +129,7 @@ class ToolRegistry:
             return ToolResult(text=f"error: {name} failed: {error.__class__.__name__}: {error}", is_error=True)
         if not spec.changes_files or context.ledger is None:
             return ToolResult(text=cap_text(text, context.output_chars))
-        # The ledger counts against the cap like the rest: a plan of thousands of old names must not make every
+        # The ledger counts against the cap like the rest: a plan of hundreds of long old names must not make every
         # result run past it. Its head (the files changed) comes first, so a cut ledger keeps it.
         account = cap_text(context.ledger.render(context), int(context.output_chars * LEDGER_MAX_SHARE))
         return ToolResult(text=f"{cap_text(text, context.output_chars - len(account) - 2)}\n\n{account}")
