@@ -103,7 +103,9 @@ class RunConfig(BaseModel):
     test_cmd: str | None = None
     command_timeout_s: float = Field(600.0, gt=0)
     repair_rounds: int = Field(2, ge=0, description="times the gate may send regressions back to the model")
-    max_file_bytes: int = Field(10 * 1024**2, ge=1, description="files above this are not committed (a tracked one keeps its base version)")
+    max_file_bytes: int = Field(
+        10 * 1024**2, ge=1, description="files above this are not committed (a tracked one keeps its base version)"
+    )
     tool_output_chars: int = Field(20_000, ge=1_000, description="tool output shown to the model, head and tail kept")
     symbol_tools: bool = Field(True, description="find_symbol, rename_symbol, move_symbol (--symbol-tools on|off)")
     ledger: bool = Field(True, description="the state ledger and plan tools (--ledger on|off)")

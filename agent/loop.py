@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent.control_text import neutralised_message
 from agent.events import Event, Request, Response, ToolCallEvent, ToolResultEvent
 from agent.llm import ChatModel, LLMError, ToolCall
 from agent.metrics import RequestStats
@@ -87,8 +88,9 @@ class AgentLoop:
 
     def resume(self, message: str) -> LoopResult:
         """Go on after an end with one more user message (the gate's repair request): appended, so the cached
-        prefix stays valid. Turns keep counting against the same limit."""
-        self.messages.append({"role": "user", "content": message})
+        prefix stays valid. Turns keep counting against the same limit. The message quotes test output: its control
+        tokens' text is marked (agent/control_text.py)."""
+        self.messages.append({"role": "user", "content": neutralised_message(message)})
         return self._until_end()
 
     def continue_from(self, messages: list[dict[str, Any]], *, turn: int, recorded: int, message: str) -> LoopResult:
@@ -152,5 +154,6 @@ class AgentLoop:
         self._append_tool_result(call, result.text, is_error=result.is_error)
 
     def _append_tool_result(self, call: ToolCall, text: str, *, is_error: bool) -> None:
+        text = neutralised_message(text)  # what the repository and its commands wrote never reads as a turn
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         self.emit(ToolResultEvent(turn=self.turn, id=call.id, name=call.name, is_error=is_error, text=text))

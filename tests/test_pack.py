@@ -10,6 +10,8 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from agent.packing.budget import context_budget
 from agent.packing.graph import build_graph
 from agent.packing.outline import MAX_OUTLINE_BYTES, MAX_PARSED_BYTES, extract_outline
 from agent.packing.rank import rank_files
+from agent.packing.render import MAX_SHOWN_LINE_CHARS
 from agent.packing.repomap import OUTLINES_TABLE
 from agent.packing.symbols import extract_symbols
 from agent.server.launcher import ServerState
@@ -805,3 +808,76 @@ def test_whole_text_counted_in_chunks_at_once_equals_one_request(
                 if format_name == "xml":  # markdown's pieces end in a blank line: no seam between its files
                     assert text not in sent and len(chunks) >= 2  # the whole text went in parts
                 assert packed.stats.total_tokens == len(api.tokenize(text)) <= budget
+
+
+# --- bounded work on hostile input: time grows with the input, never faster (ratios of times, never a time) ---
+
+# Lines that made a definition pattern retry every way to split one run of bytes (one 100 KB line of blanks in a
+# JavaScript file took minutes), and lines full of places where a pattern may start.
+PATHOLOGICAL_LINES = (
+    lambda n: " " * n,
+    lambda n: "function" + "\t" * n + "(",
+    lambda n: "type a" + " " * n + "!",
+    lambda n: "const a:" * (n // 8),
+    lambda n: "const a=(=" * (n // 10),
+    lambda n: "type a<" * (n // 7),
+    lambda n: "impl<" * (n // 5),
+    lambda n: " " + "static " * (n // 7) + "(",
+    lambda n: " public " + "a " * (n // 2),
+    lambda n: " " * n + "def",
+    lambda n: "func" + " " * n + "(" + "x" * n,
+)
+LANGUAGES = ("python", "javascript", "typescript", "tsx", "go", "rust", "java")
+GROWTH = 4
+# Linear work takes GROWTH times as long (a fixed start-up cost makes it less); quadratic work GROWTH ** 2.
+MAX_TIME_RATIO = GROWTH * 2
+
+
+def _best_time(work: Callable[[], object], repeats: int = 5) -> float:
+    """The least of a few runs: the machine's other load only ever adds time."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_symbols_of_pathological_lines_take_time_in_proportion_to_their_length(language: str) -> None:
+    def text(n: int) -> bytes:
+        return "\n".join(line(n) for line in PATHOLOGICAL_LINES).encode() + b"\n"
+
+    small = _best_time(lambda: extract_symbols(language, text(4_000)))
+    large = _best_time(lambda: extract_symbols(language, text(4_000 * GROWTH)))
+    assert large < small * MAX_TIME_RATIO, f"{GROWTH}x the input took {large / small:.1f}x the time"
+
+
+def test_pack_time_grows_in_proportion_to_a_long_blank_line(tmp_path: Path) -> None:
+    functions = "".join(f"function f{number}() {{ return {number}; }}\n" for number in range(3000))
+
+    def pack_time(n: int) -> float:
+        repo = make_repo(tmp_path / f"repo-{n}", {"app.js": functions + " " * n + "\nfunction g() {}\n"})
+        # Over budget, so the files are ranked by their symbols; a cache of its own per pack, or a warm run would
+        # read them back instead of extracting them.
+        caches = iter(range(100))
+
+        def pack() -> object:
+            return pack_repository(repo, PackOptions(cache_dir=tmp_path / f"c{n}-{next(caches)}", budget_tokens=2000))
+
+        return _best_time(pack, repeats=3)
+
+    small, large = pack_time(16_000), pack_time(16_000 * GROWTH)
+    assert large < small * MAX_TIME_RATIO, f"{GROWTH}x the line took {large / small:.1f}x the time"
+
+
+def test_a_line_past_the_limit_is_shown_cut_and_the_file_says_so(tmp_path: Path, cache_dir: Path) -> None:
+    long_line = "x = [" + "1, " * 40_000 + "]"
+    # Enough ordinary lines that the file does not pass for minified (which is left out whole).
+    code = "".join(f"def f{number}():\n    return {number}\n" for number in range(600))
+    repo = make_repo(tmp_path / "repo", {"data.py": f"{code}{long_line}\n", "ok.py": "y = 2\n"})
+    text = pack_repository(repo, PackOptions(cache_dir=cache_dir)).text
+    assert f'<file path="data.py" note="lines longer than {MAX_SHOWN_LINE_CHARS} characters are cut">' in text
+    assert f"{long_line[:MAX_SHOWN_LINE_CHARS]}[... {len(long_line) - MAX_SHOWN_LINE_CHARS} more characters" in text
+    assert f"{code}{long_line[:100]}" in text and '<file path="ok.py">\ny = 2\n</file>' in text
+    assert len(text) < len(code) + 2 * MAX_SHOWN_LINE_CHARS

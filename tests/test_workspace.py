@@ -331,9 +331,12 @@ def test_a_tracked_file_grown_past_the_limit_keeps_its_base_version_and_is_liste
     assert b"pkg/report.py" not in diff.data
     assert commit is not None and committed_files(repo_path, commit) == ["pkg/geometry.py"]
     for kept in (commit, wip):
-        assert subprocess.run(
-            ["git", "show", f"{kept}:pkg/report.py"], cwd=repo_path, capture_output=True, check=True
-        ).stdout == base_report
+        assert (
+            subprocess.run(
+                ["git", "show", f"{kept}:pkg/report.py"], cwd=repo_path, capture_output=True, check=True
+            ).stdout
+            == base_report
+        )
     git_bytes = sum(file.stat().st_size for file in (repo_path / ".git").rglob("*") if file.is_file())
     assert git_bytes < MAX_FILE_BYTES
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from agent.control_text import restore_arguments
 from tools.output import cap_text
 
 if TYPE_CHECKING:
@@ -116,7 +117,9 @@ class ToolRegistry:
         if not isinstance(payload, dict):
             return ToolResult(text="error: arguments must be a JSON object", is_error=True)
         try:
-            arguments = spec.arguments.model_validate(payload)
+            # Text the model copied from a result or the pack carries the control-token mark: the tool gets the
+            # text as the repository has it.
+            arguments = spec.arguments.model_validate(restore_arguments(payload))
         except ValidationError as error:
             return ToolResult(text=f"error: invalid arguments for {name}: {_validation_message(error)}", is_error=True)
         try:

@@ -18,7 +18,7 @@ from agent.packing.inventory import take_inventory
 from agent.packing.languages import language_for
 from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
 from agent.packing.options import PackError, PackOptions, resolved_cache_dir
-from agent.packing.render import Renderer, renderer_for
+from agent.packing.render import RENDERING, Renderer, renderer_for
 from agent.packing.repomap import Outlines, Rankings, SymbolCollector, symbols_of
 from agent.packing.select import Candidate, View, fill_budget
 from agent.packing.stats import FileStat, PackStats, timed
@@ -333,7 +333,7 @@ class _Packer:
 
         def request(text_file: TextFile) -> CountRequest:
             return CountRequest(
-                key=piece_key(text_file.blob_id, fmt, "full", text_file.path),
+                key=piece_key(text_file.blob_id, fmt, RENDERING, "full", text_file.path),
                 render=lambda: renderer.full(text_file.path, read_text(repo_dir, text_file)),
                 size_hint=text_file.size + len(text_file.path) + WRAPPER_BYTES,
             )
@@ -439,7 +439,7 @@ class _Packer:
         def request(index: int) -> CountRequest:
             path, outline = files[index].path, outlines[index]
             return CountRequest(
-                key=piece_key(files[index].blob_id, fmt, "outline", path),
+                key=piece_key(files[index].blob_id, fmt, RENDERING, "outline", path),
                 render=lambda: renderer.outline(path, outline),
                 size_hint=len(outline.encode()) + len(path) + WRAPPER_BYTES,
             )

@@ -14,39 +14,55 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-JS_NAME = rb"([A-Za-z_$][\w$]*)"
-JS_MODIFIERS = rb"(?:(?:public|private|protected|static|async|readonly|abstract|override|declare|get|set)[ \t]+)*"
-JAVA_MODIFIERS = rb"(?:(?:public|private|protected|static|final|abstract|synchronized|native|default)[ \t]+)+"
+# Linear in the line's length, whatever the line: a run is taken whole (possessive `*+`, atomic `(?>...)`) where
+# nothing after it could start with what it took, so the engine never retries the ways to split one run of blanks
+# between two quantifiers (one 100 KB line of spaces in a JavaScript file took minutes that way). Patterns that may
+# start anywhere in a line (`\b`) scan at most MAX_SPAN bytes for a type, parameter list or annotation, so a line
+# of many such starts costs each only that: a definition whose parts run longer is not found, and the ranking
+# does without it.
+MAX_SPAN = 160
+
+
+def _up_to(stop: bytes, least: int = 0) -> bytes:
+    """Up to MAX_SPAN bytes of one line before the first of `stop`, taken whole."""
+    return rb"[^" + stop + rb"\n]{%d,%d}+" % (least, MAX_SPAN)
+
+
+JS_NAME = rb"([A-Za-z_$][\w$]*+)"
+# A JavaScript modifier may be the name itself (`get (key) {`), so the engine may give modifiers back: each retry
+# fails at once, as the next byte starts another word. Java's are reserved words, never a name: taken whole.
+JS_MODIFIERS = rb"(?:(?:public|private|protected|static|async|readonly|abstract|override|declare|get|set)[ \t]++)*"
+JAVA_MODIFIERS = rb"(?>(?:(?:public|private|protected|static|final|abstract|synchronized|native|default)[ \t]++)+)"
 _JS_DEFINITIONS = (
-    rb"\b(?:class|interface|enum|namespace)[ \t]+" + JS_NAME,
-    rb"\btype[ \t]+" + JS_NAME + rb"[ \t]*(?:<[^>\n]*>)?[ \t]*=",
-    rb"\bfunction\b[ \t]*\*?[ \t]*" + JS_NAME,
-    rb"\b(?:const|let|var)[ \t]+" + JS_NAME + rb"[ \t]*(?::[^=\n]+)?=[ \t]*(?:async[ \t]+)?"
-    rb"(?:function\b|\([^)\n]*\)[^=\n]*=>|[A-Za-z_$][\w$]*[ \t]*=>)",
+    rb"\b(?:class|interface|enum|namespace)[ \t]++" + JS_NAME,
+    rb"\btype[ \t]++" + JS_NAME + rb"[ \t]*+(?:<" + _up_to(b">") + rb">[ \t]*+)?=",
+    rb"\bfunction\b[ \t]*+(?:\*[ \t]*+)?" + JS_NAME,
+    rb"\b(?:const|let|var)[ \t]++" + JS_NAME + rb"[ \t]*+(?::" + _up_to(b"=", 1) + rb")?=[ \t]*+(?:async[ \t]++)?"
+    rb"(?:function\b|\(" + _up_to(b")") + rb"\)" + _up_to(b"=") + rb"=>|[A-Za-z_$][\w$]*+[ \t]*+=>)",
     # Methods and interface method signatures; control keywords followed by a parenthesis are filtered out.
-    rb"\n[ \t]+" + JS_MODIFIERS + rb"\*?[ \t]*" + JS_NAME + rb"[ \t]*(?:<[^>\n]*>)?\([^)\n]*\)"
-    rb"(?:[ \t]*(?::[^{;\n]+)?\{|[ \t]*:[^{;\n]+;)",
+    rb"\n[ \t]++" + JS_MODIFIERS + rb"(?:\*[ \t]*+)?" + JS_NAME + rb"[ \t]*+(?:<[^>\n]*+>)?\([^)\n]*+\)"
+    rb"(?:[ \t]*+(?::[^{;\n]++)?\{|[ \t]*+:[^{;\n]++;)",
 )
 DEFINITION_PATTERNS: dict[str, tuple[bytes, ...]] = {
     "python": (
-        rb"\n[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)",
-        rb"\n([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)",  # module-level assignments, annotated or not
+        rb"\n[ \t]*+(?:async[ \t]++)?(?:def|class)[ \t]++([A-Za-z_]\w*+)",
+        rb"\n([A-Za-z_]\w*+)[ \t]*+(?::[^=\n]*+)?=(?!=)",  # module-level assignments, annotated or not
     ),
     "javascript": _JS_DEFINITIONS,
     "typescript": _JS_DEFINITIONS,
     "tsx": _JS_DEFINITIONS,
     "go": (
-        rb"\nfunc[ \t]*(?:\([^)\n]*\)[ \t]*)?([A-Za-z_]\w*)",
-        rb"\n(?:type|var|const)[ \t]+([A-Za-z_]\w*)",
+        rb"\nfunc[ \t]*+(?:\([^)\n]*+\)[ \t]*+)?([A-Za-z_]\w*+)",
+        rb"\n(?:type|var|const)[ \t]++([A-Za-z_]\w*+)",
     ),
     "rust": (
-        rb"\b(?:fn|struct|enum|trait|type|mod|union|const|static)[ \t]+([A-Za-z_]\w*)",
-        rb"\bmacro_rules![ \t]*([A-Za-z_]\w*)",
-        rb"\bimpl\b(?:[ \t]*<[^>\n]*>)?[ \t]+(?:[\w:]+[ \t]+for[ \t]+)?([A-Za-z_]\w*)",
+        rb"\b(?:fn|struct|enum|trait|type|mod|union|const|static)[ \t]++([A-Za-z_]\w*+)",
+        rb"\bmacro_rules![ \t]*+([A-Za-z_]\w*+)",
+        rb"\bimpl\b(?:[ \t]*+<" + _up_to(b">") + rb">)?[ \t]++(?:[\w:]++[ \t]++for[ \t]++)?([A-Za-z_]\w*+)",
     ),
     "java": (
-        rb"\b(?:class|interface|enum|record)[ \t]+([A-Za-z_$][\w$]*)",
-        rb"\n[ \t]+" + JAVA_MODIFIERS + rb"[^=;()\n]*?\b([A-Za-z_$][\w$]*)[ \t]*\(",
+        rb"\b(?:class|interface|enum|record)[ \t]++([A-Za-z_$][\w$]*+)",
+        rb"\n[ \t]++" + JAVA_MODIFIERS + rb"[^=;()\n]*?\b([A-Za-z_$][\w$]*+)[ \t]*+\(",
     ),
 }
 NOT_NAMES = frozenset({b"if", b"for", b"while", b"switch", b"catch", b"with", b"return", b"function", b"new"})
