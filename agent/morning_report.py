@@ -183,6 +183,7 @@ def _header_lines(summary: RunSummary) -> list[tuple[str, str]]:
         ("ended", summary.ended_at or "running"),
         ("environment", _environment(summary)),
         ("totals", _totals(summary)),
+        *([("run failed", summary.error)] if summary.error is not None else []),
     ]
 
 

@@ -19,7 +19,8 @@ def now_iso() -> str:
 
 TaskStatus = Literal["committed", "no_changes", "failed", "interrupted", "timed_out", "skipped"]
 # running: the process is at work, or was killed (kill -9, a reboot) and the run can be resumed.
-RunStatus = Literal["running", "completed", "interrupted"]
+# failed: something outside any task stopped the run (the reason is in `error`); the tasks left can be resumed.
+RunStatus = Literal["running", "completed", "interrupted", "failed"]
 # Beside the status, what the gate found: the tests' word on the work (no_changes and failed carried over).
 Verdict = Literal["verified", "unverified", "regressed", "no_changes", "failed", "interrupted", "timed_out", "skipped"]
 
@@ -114,6 +115,7 @@ class RunSummary(BaseModel):
     status: RunStatus = "running"
     resumed: int = 0  # times the run was continued with `resume`
     interrupted_by: str | None = None  # the signal's name, e.g. SIGTERM
+    error: str | None = None  # why a failed run stopped: one line
     environments: list[EnvironmentRecord] = []  # one per repository, in the order their first tasks ran
     tasks: list[TaskSummary] = []
     wall_time_s: float = 0.0
@@ -124,6 +126,8 @@ class RunSummary(BaseModel):
     def exit_code(self) -> int:
         if self.interrupted_by is not None:  # as a shell reports a process that a signal ended
             return 128 + signal.Signals[self.interrupted_by].value
+        if self.status == "failed":
+            return 1
         return 1 if any(task.verdict in ("failed", "regressed", "timed_out") for task in self.tasks) else 0
 
     @property

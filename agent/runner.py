@@ -231,7 +231,7 @@ class Run:
         if self.progress is not None:  # the transcript is the record of what finished
             summary.tasks = list(self.progress.finished)
             summary.resumed += 1
-            summary.status, summary.ended_at, summary.interrupted_by = "running", None, None
+            summary.status, summary.ended_at, summary.interrupted_by, summary.error = "running", None, None, None
         done = {task.index for task in summary.tasks}
         self._drop_settled_snapshots(done)
         try:
@@ -249,10 +249,12 @@ class Run:
                 self.journal.write_summary(summary)
         except Interrupted as stop:  # between tasks, or while a task was being set up
             self.stopped_by = stop
+        except Exception as error:  # outside any task (a repository's preparation): the run failed, said so
+            summary.error = f"{error.__class__.__name__}: {error}"
         finally:
             # From here on further stop signals are ignored (agent.interrupt), so these steps always finish.
             summary.ended_at = now_iso()
-            summary.status = "completed"
+            summary.status = "failed" if summary.error is not None else "completed"
             summary.wall_time_s = round(already + time.monotonic() - started, 3)
             if self.stopped_by is not None:
                 summary.status, summary.interrupted_by = "interrupted", self.stopped_by.signal_name

@@ -28,8 +28,9 @@ EXIT_PREFLIGHT = 2
 OUTPUT_LOG = "output.log"
 NIGHT_RECORD = "night.json"  # the night's settings, which `resume` runs again
 ON_FINISH_TIMEOUT_S = 600
-# Runs a resume may continue: killed while running (the summary still says so), or stopped by a signal.
-RESUMABLE = ("running", "interrupted")
+# Runs a resume may continue: killed while running (the summary still says so), stopped by a signal, or failed
+# outside its tasks (the fault mended since).
+RESUMABLE = ("running", "interrupted", "failed")
 
 
 class ResumeError(Exception):
@@ -233,4 +234,6 @@ def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> N
         )
     for warning in summary.warnings:
         view.log(f"warning: {warning}")
+    if summary.error is not None:
+        view.error(f"run failed: {summary.error}")
     view.log(f"run {summary.run_id}: {journal.directory}")

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.environment.bases import BaseImages
-from agent.environment.committed import committed_tree
+from agent.environment.committed import CommittedFileError, committed_tree
 from agent.environment.devcontainer import DevcontainerError, parse_devcontainer, strip_jsonc
 from agent.environment.indexes import IndexConfig, host_index_config
 from agent.environment.plan import EnvironmentPlan
@@ -106,6 +106,34 @@ def test_uncommitted_and_symlinked_dependency_files_are_not_read(tmp_path: Path)
     (repo / "pyproject.toml").write_text(PYPROJECT)  # not committed: the run works from HEAD
     plan = plan_of(repo)
     assert plan.source == "none" and plan.files == {}
+
+
+def test_the_snapshot_keeps_links_out_of_the_repository_as_links_and_writes_nothing_outside(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "demo", {"pkg/code.py": "x = 1\n"})
+    outside = tmp_path / "outside"
+    outside.write_text("keep me\n")
+    links = {"config": "/etc/passwd", "pkg/up": "../../outside", "root": "/", "pkg/near": "code.py"}
+    for name, target in links.items():
+        (repo / name).symlink_to(target)
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "links")
+    target = tmp_path / "snapshot"
+    with committed_tree(git.Repo(repo)) as tree:
+        tree.snapshot(target)
+    assert {name: os.readlink(target / name) for name in links} == links
+    assert (target / "pkg/code.py").read_text() == "x = 1\n" and outside.read_text() == "keep me\n"
+
+
+def test_only_a_directory_of_the_tree_has_a_tree_id_never_a_path_through_a_link(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "demo", {"pkg/code.py": "x = 1\n"})
+    (repo / "linked").symlink_to("/")
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "a link to /")
+    with committed_tree(git.Repo(repo)) as tree:
+        assert len(tree.tree_id("pkg")) == 40 and tree.tree_id("") != tree.tree_id("pkg")
+        for through_link in ("linked", "linked/etc"):
+            with pytest.raises(CommittedFileError, match=f"{through_link} is not a directory of the repository"):
+                tree.tree_id(through_link)
 
 
 def test_the_users_image_and_table_win_over_the_repositorys_devcontainer_then_detection(tmp_path: Path) -> None:

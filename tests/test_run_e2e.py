@@ -175,6 +175,54 @@ def test_failure_paths_end_with_a_status_and_a_complete_transcript(
     assert kept in patch  # a failed task's work is kept for the morning
 
 
+def test_links_out_of_the_repository_keep_the_run_going_and_stay_links(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (repo / "config").symlink_to("/etc/passwd")  # absolute links are common: /usr/share/..., a system config
+    (repo / "pkg/shared").symlink_to("../../outside")
+    (repo / "docs").symlink_to(repo / "pkg")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "links"], cwd=repo, check=True)
+    before = checkout_fingerprint(repo)
+    script = [
+        Reply(tool_calls=[("create_file", {"path": "pkg/extra.py", "content": "VALUE = 2\n"})]),
+        Reply(tool_calls=[("finish", {"summary": "Add pkg.extra"})]),
+    ]
+    with ScriptedServer(script) as server:
+        done = subprocess.run(
+            cli_command(repo, server, tmp_path / "runs", "Add pkg.extra"), capture_output=True, text=True, timeout=600
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and checkout_fingerprint(repo) == before
+    _, summary, _ = read_run(tmp_path / "runs")
+    assert summary["status"] == "completed" and summary["environments"][0]["status"] != "failed"
+    (task,) = summary["tasks"]
+    assert task["status"] == "committed"
+    listing = subprocess.run(["git", "ls-tree", "-r", task["commit"]], cwd=repo, capture_output=True, text=True)
+    links = {line.split("\t")[1] for line in listing.stdout.splitlines() if line.startswith("120000")}
+    assert links == {"config", "pkg/shared", "docs"}
+
+
+def test_a_run_that_fails_before_its_tasks_says_failed_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(*_arguments: object, **_options: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("agent.runner.prepare_environment", disk_full)
+    repo = make_repo(tmp_path / "repo")
+    with ScriptedServer([Reply(tool_calls=[("finish", {"summary": "nothing"})])]) as server:
+        result = CliRunner().invoke(
+            app, ["run", str(repo), "--task", "Anything", "--server", server.url, "--runs-dir", str(tmp_path / "runs")]
+        )
+    assert result.exit_code == 1, result.output
+    _, summary, transcript = read_run(tmp_path / "runs")
+    assert summary["status"] == "failed" and summary["tasks"] == []
+    assert summary["error"] == "OSError: [Errno 28] No space left on device"
+    assert f"run failed: {summary['error']}" in result.output
+    assert transcript[-1]["type"] == "run_end" and transcript[-1]["status"] == "failed"
+    assert "Traceback" not in result.output
+
+
 def test_context_overflow_fails_the_task_with_that_reason(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     before = checkout_fingerprint(repo)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import git
 
-from agent.safe_git import SafeGit
+from agent.safe_git import GitError, SafeGit
 from agent.workspace import user_git
 
 # Lock files of large projects run to a few megabytes; anything larger is not a dependency file we can use.
@@ -54,9 +54,18 @@ class CommittedTree:
         return self.read(path).decode("utf-8", errors="replace")
 
     def tree_id(self, directory: str) -> str:
-        """The git tree id of a directory: it changes exactly when something under it does."""
+        """The git tree id of a directory: it changes exactly when something under it does. Only a directory of the
+        tree is one: a path through a symbolic link (or a link itself) is refused, so nothing is read through it."""
         spec = f"{self.commit}:{directory}" if directory not in ("", ".") else f"{self.commit}^{{tree}}"
-        return self.git.run("rev-parse", spec).decode().strip()
+        try:
+            object_id = self.git.run("rev-parse", "--verify", "--quiet", spec).decode().strip()
+            kind = self.git.run("cat-file", "-t", object_id).decode().strip()
+        except GitError:
+            kind = "nothing"
+        if kind != "tree":
+            where = f"at {self.commit[:12]}"
+            raise CommittedFileError(f"{directory} is not a directory of the repository {where}")
+        return object_id
 
     def archive(self, directory: str = "") -> bytes:
         """A tar of the committed tree (or one directory of it), as git writes it from its objects."""
@@ -64,14 +73,29 @@ class CommittedTree:
         return self.git.run("archive", "--format=tar", spec)
 
     def snapshot(self, target: Path) -> None:
-        """Extract the committed tree into `target`; the data filter refuses links and paths leading out of it."""
+        """Extract the committed tree into `target`. Symbolic links stay links whatever they point at (absolute
+        ones are common in real repositories); everything else passes tarfile's data filter, which refuses paths
+        leading out of `target`, through a link too."""
         command = self.git.command("archive", "--format=tar", self.commit)
         with subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL) as process:
             assert process.stdout is not None
-            with tarfile.open(fileobj=process.stdout, mode="r|") as archive:
-                archive.extractall(target, filter="data")
+            try:
+                with tarfile.open(fileobj=process.stdout, mode="r|") as archive:
+                    archive.extractall(target, filter=_links_kept)
+            except (tarfile.TarError, OSError) as error:
+                process.kill()
+                raise CommittedFileError(f"cannot copy the tree of {self.commit[:12]}: {error}") from None
             if process.wait() != 0:
                 raise CommittedFileError(f"git archive of {self.commit[:12]} failed")
+
+
+def _links_kept(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
+    """tarfile's data filter, but a symbolic link keeps its target: the link's own path is checked as any other
+    (inside `destination`), and the link is created, never followed here."""
+    if not member.issym():
+        return tarfile.data_filter(member, destination)
+    checked = tarfile.data_filter(member.replace(linkname=".", deep=False), destination)
+    return checked.replace(linkname=member.linkname, deep=False) if checked is not None else None
 
 
 def _entries(safe: SafeGit, commit: str) -> dict[str, tuple[str, str]]:

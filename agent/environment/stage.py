@@ -88,17 +88,17 @@ def prepare_environment(
     """`deadline` (time.time()) is the night's end: a build still going then is stopped and recorded as failed."""
     repository = Path(str(repo.working_tree_dir)).name
     with committed_tree(repo, revision) as tree, build_scratch() as scratch:
+        snapshot, tools = scratch / "tree", scratch / "tools"
         try:
             plan = _plan(tree, client, sandbox_image, image_explicit, spec, allowed_base_images)
+            tree.snapshot(snapshot)  # a tree git cannot write out leaves the tasks unverified, not the night undone
         except PLAN_ERRORS as error:
             return EnvironmentRecord(
                 source="unknown", description="", image=sandbox_image, status="failed", error=str(error)
             )
         for skipped in plan.skipped:
             progress(f"environment: {skipped}; instead: {plan.description}")
-        snapshot, tools = scratch / "tree", scratch / "tools"
         tools.mkdir()
-        tree.snapshot(snapshot)
         builder = EnvironmentBuilder(
             client, plan, repository=repository, sandbox_image=sandbox_image, clock=BuildClock(deadline)
         )
