@@ -66,7 +66,7 @@ from agent.stages.settle import already_committed, save_patch, settle, settle_un
 from agent.stages.workspace import RepoState, open_workspace, state_git
 from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
 from agent.workspace import Workspace, wip_ref
-from sandbox import DockerSandbox, SandboxLimits, remove_run_containers
+from sandbox import DockerSandbox, SandboxLimits, SandboxLost, remove_run_containers
 from tools import ToolContext, default_registry
 from tools.ledger import Ledger, old_names_in
 from tools.symbols import sandbox_mounts
@@ -397,7 +397,9 @@ class Run:
             self.stopped_by = stop
             self._settle_unfinished(workspace, outcome, "interrupted", f"interrupted by {stop.signal_name}")
         except Exception as error:  # the next task still deserves its chance
-            outcome.reason = f"internal error: {error.__class__.__name__}: {error}"
+            # A sandbox that vanished and could not be replaced names itself; anything else is our fault.
+            lost = isinstance(error, SandboxLost)
+            outcome.reason = str(error) if lost else f"internal error: {error.__class__.__name__}: {error}"
             with contextlib.suppress(Exception):  # keep what the model did so far for the morning
                 save_patch(self.journal, workspace, outcome)
         finally:

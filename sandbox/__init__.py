@@ -12,40 +12,42 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sandbox.container import LABEL, DockerSandbox, remove_run_containers, sweep_leftovers
     from sandbox.daemon import docker_client, require_image
-    from sandbox.errors import DockerUnavailable, ImageMissing, SandboxError
+    from sandbox.errors import DockerUnavailable, ImageMissing, SandboxError, SandboxLost
     from sandbox.image import build_image
-    from sandbox.models import DEFAULT_IMAGE, SANDBOX_RESTARTED_NOTICE, ExecResult, SandboxLimits
+    from sandbox.models import DEFAULT_IMAGE, ExecResult, SandboxLimits, restarted_notice
 
 _EXPORTS = {
     "DEFAULT_IMAGE": "sandbox.models",
     "LABEL": "sandbox.container",
-    "SANDBOX_RESTARTED_NOTICE": "sandbox.models",
     "DockerSandbox": "sandbox.container",
     "DockerUnavailable": "sandbox.errors",
     "ExecResult": "sandbox.models",
     "ImageMissing": "sandbox.errors",
     "SandboxError": "sandbox.errors",
     "SandboxLimits": "sandbox.models",
+    "SandboxLost": "sandbox.errors",
     "build_image": "sandbox.image",
     "docker_client": "sandbox.daemon",
     "remove_run_containers": "sandbox.container",
     "require_image": "sandbox.daemon",
+    "restarted_notice": "sandbox.models",
     "sweep_leftovers": "sandbox.container",
 }
 __all__ = [
     "DEFAULT_IMAGE",
     "LABEL",
-    "SANDBOX_RESTARTED_NOTICE",
     "DockerSandbox",
     "DockerUnavailable",
     "ExecResult",
     "ImageMissing",
     "SandboxError",
     "SandboxLimits",
+    "SandboxLost",
     "build_image",
     "docker_client",
     "remove_run_containers",
     "require_image",
+    "restarted_notice",
     "sweep_leftovers",
 ]
 

@@ -19,8 +19,8 @@ from docker.utils.socket import frames_iter
 
 from sandbox.daemon import docker_client, require_image
 from sandbox.disk import DiskWatch
-from sandbox.errors import SandboxError, one_line
-from sandbox.models import ExecResult, SandboxLimits
+from sandbox.errors import SandboxError, SandboxLost, one_line
+from sandbox.models import CONTAINER_GONE, PROCESS_LIMIT_HIT, ExecResult, SandboxLimits
 from sandbox.output import OutputCapture
 from sandbox.owner import current_owner, owner_is_gone
 from sandbox.pids import ProcessTable
@@ -218,27 +218,25 @@ class DockerSandbox:
             return self._execute(command, timeout, max_output_bytes, stdin)
 
     def _execute(self, command: str, timeout: float, max_output_bytes: int, stdin: bytes | None) -> ExecResult:
-        api = self._client.api
-        # GNU timeout leads a process group of its own, so killing that group from outside takes the
-        # whole command tree and leaves the container's idle process alone. One pipe for stdout and
-        # stderr keeps their lines in the order they were written.
-        wrapper = f'echo $$ > {PID_FILE}; exec timeout -k {KILL_AFTER_S} {timeout:.3f} bash -c "$1" 2>&1'
         # A table filled after the last command ended (a bomb in the background) would fail this one too.
         restarted_before = self._recycle_if_full()
         self._disk.command_started()
         started = time.monotonic()
         try:
-            exec_id = api.exec_create(
-                self._container.id, ["sh", "-c", wrapper, "_", command], stdin=stdin is not None, workdir=WORKSPACE
-            )["Id"]
-            exec_socket = api.exec_start(exec_id, socket=True)
+            exec_id, exec_socket = self._start_exec(command, timeout, stdin)
         except docker.errors.APIError as error:
-            raise SandboxError(f"cannot run a command in {self._container.name}: {one_line(error)}") from error
+            if not self._gone():
+                raise SandboxError(f"cannot run a command in {self._container.name}: {one_line(error)}") from error
+            restarted_before = self._replace(CONTAINER_GONE)
+            try:
+                exec_id, exec_socket = self._start_exec(command, timeout, stdin)
+            except docker.errors.APIError as again:
+                raise SandboxError(f"cannot run a command in {self._container.name}: {one_line(again)}") from again
         stream = _CommandStream(exec_socket, OutputCapture(max_output_bytes), stdin)
         deadline = started + timeout + KILL_AFTER_S + BACKSTOP_GRACE_S
         killed_at: float | None = None
         disk_full: str | None = None
-        restarted_during = False
+        restarted_during = None
         next_pids_check = started + PIDS_CHECK_EVERY_S
         while not stream.wait(POLL_S):
             now = time.monotonic()
@@ -254,14 +252,17 @@ class DockerSandbox:
             # container helps, and it ends the command's stream along with the old one.
             if now >= next_pids_check:
                 next_pids_check = now + PIDS_CHECK_EVERY_S
-                if self._recycle_if_full():
-                    restarted_during = True
+                restarted_during = self._recycle_if_full()
+                if restarted_during:
                     # The daemon ends the stream with the old container; cut it only if it does not.
                     if not stream.wait(STREAM_END_GRACE_S):
                         stream.abandon()
                     break
         duration = time.monotonic() - started
         output, total_bytes, truncated = stream.render()
+        # A container removed (or stopped) from outside ends the command's stream: the task goes on in a new one.
+        if restarted_during is None and self._gone():
+            restarted_during = self._replace(CONTAINER_GONE)
         exit_code = None if restarted_during else self._exit_code(exec_id)
         flooded = stream.flooded.is_set()
         timed_out = (killed_at is not None and not (flooded or disk_full)) or (
@@ -269,7 +270,7 @@ class DockerSandbox:
         )
         # A command can end on its own and still leave processes that fill the table, or fill the disk
         # between two looks.
-        restarted_after = not restarted_during and self._recycle_if_full()
+        restarted_after = None if restarted_during else self._recycle_if_full()
         return ExecResult(
             exit_code=None if timed_out or killed_at is not None else exit_code,
             output=output,
@@ -281,15 +282,44 @@ class DockerSandbox:
             sandbox_restarted=restarted_before or restarted_during or restarted_after,
         )
 
-    def _recycle_if_full(self) -> bool:
+    def _start_exec(self, command: str, timeout: float, stdin: bytes | None) -> tuple[str, Any]:
+        api = self._client.api
+        # GNU timeout leads a process group of its own, so killing that group from outside takes the
+        # whole command tree and leaves the container's idle process alone. One pipe for stdout and
+        # stderr keeps their lines in the order they were written.
+        wrapper = f'echo $$ > {PID_FILE}; exec timeout -k {KILL_AFTER_S} {timeout:.3f} bash -c "$1" 2>&1'
+        exec_id = api.exec_create(
+            self._container.id, ["sh", "-c", wrapper, "_", command], stdin=stdin is not None, workdir=WORKSPACE
+        )["Id"]
+        return exec_id, api.exec_start(exec_id, socket=True)
+
+    def _recycle_if_full(self) -> str | None:
         """Replace a container whose process table is full by a fresh one with the same mounts: the workspace's
-        files stay, nothing else does. True when it was replaced."""
+        files stay, nothing else does. The reason when it was replaced."""
         if not self._processes.full():
+            return None
+        return self._replace(PROCESS_LIMIT_HIT)
+
+    def _gone(self) -> bool:
+        """Whether the container was removed or stopped from outside (by hand, a daemon restart, another tool)."""
+        try:
+            self._container.reload()
+        except docker.errors.NotFound:
+            return True
+        except docker.errors.APIError:  # the daemon is there but cannot say: the command's own error stands
             return False
-        log.warning("sandbox %s hit its process limit: replacing it", self._container.name)
+        return self._container.status != "running"
+
+    def _replace(self, reason: str) -> str:
+        """A fresh container for the same workspace; SandboxLost, naming the sandbox, when none can be started."""
+        name = self._container.name
+        log.warning("sandbox %s: %s; replacing it", name, reason)
         self.close()
-        self.start()
-        return True
+        try:
+            self.start()
+        except SandboxError as error:
+            raise SandboxLost(f"sandbox {name}: {reason}, and a new one could not be started: {error}") from error
+        return reason
 
     def _exit_code(self, exec_id: str) -> int | None:
         state = self._client.api.exec_inspect(exec_id)
@@ -311,6 +341,8 @@ class DockerSandbox:
         try:
             # v: the anonymous volumes of the image's VOLUMEs go too, or every task would leave a set behind.
             container.remove(force=True, v=True)
+        except docker.errors.NotFound:  # removed from outside already
+            return
         except Exception as error:
             log.warning("could not remove sandbox container %s: %s", container.name, one_line(error))
 

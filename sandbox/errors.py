@@ -10,6 +10,10 @@ class SandboxError(Exception):
     """Base of every sandbox failure; ``str(error)`` is a one-line message meant for the user."""
 
 
+class SandboxLost(SandboxError):
+    """The task's container vanished and no fresh one could be started: the task cannot go on."""
+
+
 class DockerUnavailable(SandboxError):
     """The Docker daemon cannot be reached."""
 

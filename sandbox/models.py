@@ -7,10 +7,14 @@ DEFAULT_IMAGE = "refactor-agent-sandbox:latest"
 # Sizes as Docker and tmpfs both take them: a number of bytes, or of k, m or g.
 SIZE_PATTERN = r"^[0-9]+[kmgKMG]?$"
 
-# What the model reads after its sandbox was replaced: it must not count on anything it had started.
-SANDBOX_RESTARTED_NOTICE = (
-    "the sandbox hit its process limit and was restarted: processes and files outside /workspace are gone"
-)
+# Why a sandbox was replaced by a fresh container with the same mounts, as the model reads it.
+PROCESS_LIMIT_HIT = "the sandbox hit its process limit"
+CONTAINER_GONE = "the sandbox container was removed or stopped from outside"
+
+
+def restarted_notice(reason: str) -> str:
+    """What the model reads after its sandbox was replaced: it must not count on anything it had started."""
+    return f"{reason} and was restarted: processes and files outside /workspace are gone"
 
 
 class SandboxLimits(BaseModel):
@@ -39,6 +43,8 @@ class ExecResult(BaseModel):
     disk_full: str | None = Field(
         default=None, description="why the command counts as filling the disk (one line), None when it did not"
     )
-    sandbox_restarted: bool = Field(
-        default=False, description="the container hit its process limit and was replaced by a fresh one"
+    sandbox_restarted: str | None = Field(
+        default=None,
+        description="why the container was replaced by a fresh one (its process limit, or removed from outside); "
+        "None when it was not",
     )

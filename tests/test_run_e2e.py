@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from agent.journal import run_directories
 from agent.llm import OpenAIChatModel
 from agent.metrics import percentile
 from agent.server.launcher import ServerState
+from sandbox import DEFAULT_IMAGE
 
 from cli_runs import cli_command, read_run, run_containers, start_cli, transcript_of, wait_for, worktrees
 from repos import checkout_fingerprint, make_repo
@@ -221,6 +223,87 @@ def test_a_run_that_fails_before_its_tasks_says_failed_in_one_line(
     assert f"run failed: {summary['error']}" in result.output
     assert transcript[-1]["type"] == "run_end" and transcript[-1]["status"] == "failed"
     assert "Traceback" not in result.output
+
+
+def test_a_sandbox_container_removed_mid_task_is_replaced_and_the_task_goes_on(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    runs_dir = tmp_path / "runs"
+    removed: list[str] = []
+
+    def task_container() -> docker.models.containers.Container:
+        (run_dir,) = run_directories(runs_dir)
+        (container,) = run_containers(run_dir.name)  # found by the run's label, as an operator's script would
+        return container
+
+    def remove(container: docker.models.containers.Container) -> None:
+        removed.append(container.id)
+        container.remove(force=True)
+
+    def remove_while_sleeping() -> None:
+        def watch() -> None:
+            container = task_container()
+            wait_for(lambda: "sleep" in json.dumps(container.top()), "the command to start")
+            remove(container)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    script = [
+        Reply(tool_calls=[("bash", {"command": "sleep 60; echo late"})], before=remove_while_sleeping),
+        # Between two calls too: the next one finds no container at all.
+        Reply(
+            tool_calls=[("create_file", {"path": "pkg/extra.py", "content": "VALUE = 2\n"})],
+            before=lambda: remove(task_container()),
+        ),
+        Reply(tool_calls=[("bash", {"command": "cat pkg/extra.py"})]),
+        Reply(tool_calls=[("finish", {"summary": "Add pkg.extra"})]),
+    ]
+    with ScriptedServer(script) as server:
+        done = subprocess.run(
+            cli_command(repo, server, runs_dir, "Add pkg.extra"), capture_output=True, text=True, timeout=600
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    _, summary, transcript = read_run(runs_dir)
+    (task,) = summary["tasks"]
+    assert task["status"] == "committed" and len(removed) == 2
+    results = [event["text"] for event in transcript if event["type"] == "tool_result"]
+    assert "the sandbox container was removed" in results[0] and "late" not in results[0]
+    assert not results[1].startswith("error") and "VALUE = 2" in results[2]
+    assert run_containers(summary["run_id"]) == []
+
+
+def test_a_sandbox_that_cannot_be_replaced_fails_the_task_naming_it(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    runs_dir = tmp_path / "runs"
+    client = docker.from_env()
+    tag = f"refactor-agent-test-gone-{secrets.token_hex(4)}:latest"  # a tag of our own on the shared image
+    client.images.get(DEFAULT_IMAGE).tag(tag)
+
+    def remove_container_and_image() -> None:
+        (run_dir,) = run_directories(runs_dir)
+        (container,) = run_containers(run_dir.name)
+        container.remove(force=True)
+        client.images.remove(tag)  # only our tag goes: no fresh sandbox can be made from it now
+
+    script = [
+        Reply(tool_calls=[("create_file", {"path": "pkg/extra.py", "content": "VALUE = 2\n"})]),
+        Reply(tool_calls=[("bash", {"command": "true"})], before=remove_container_and_image),
+        Reply(tool_calls=[("finish", {"summary": "Add pkg.extra"})]),
+    ]
+    try:
+        with ScriptedServer(script) as server:
+            command = [*cli_command(repo, server, runs_dir, "Add pkg.extra"), "--image", tag]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.images.remove(tag)
+    assert done.returncode == 1, done.stdout + done.stderr
+    run_dir, summary, _ = read_run(runs_dir)
+    (task,) = summary["tasks"]
+    assert task["status"] == "failed"
+    assert re.match(
+        r"sandbox refactor-agent-\S+: the sandbox container was removed or stopped from outside", task["reason"]
+    )
+    assert "pkg/extra.py" in (run_dir / "patch.diff").read_text(), "the work so far is kept for the morning"
 
 
 def test_context_overflow_fails_the_task_with_that_reason(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from agent.control_text import restore_arguments
+from sandbox.errors import SandboxLost
 from tools.output import cap_text
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ class ExecutionResult(Protocol):
     timed_out: bool
     duration_s: float
     disk_full: str | None
-    sandbox_restarted: bool
+    sandbox_restarted: str | None  # why the sandbox was replaced during the command, else None
 
 
 class Executor(Protocol):
@@ -124,7 +125,7 @@ class ToolRegistry:
             return ToolResult(text=f"error: invalid arguments for {name}: {_validation_message(error)}", is_error=True)
         try:
             text = spec.handler(arguments, context)
-        except FinishRequested:
+        except (FinishRequested, SandboxLost):  # the end of the task: one the model asked for, one it cannot mend
             raise
         except ToolError as error:
             return ToolResult(text=f"error: {error}", is_error=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from sandbox.models import restarted_notice
 from tools.base import ToolContext, ToolError, ToolSpec
 from tools.fileops_helper import MAX_FILE_BYTES
 
@@ -51,6 +52,8 @@ def call_helper(context: ToolContext, command: str, request: dict[str, Any], tim
     result = context.executor.execute(
         command, timeout_s=timeout_s, max_output_bytes=MAX_REPLY_BYTES, stdin=json.dumps(request).encode("ascii")
     )
+    if result.sandbox_restarted and result.exit_code is None:
+        raise ToolError(f"{operation} was stopped: {restarted_notice(result.sandbox_restarted)}; call it again")
     if result.timed_out:
         raise ToolError(
             f"{operation} timed out after {timeout_s:g}s and was stopped (a regular expression that backtracks "

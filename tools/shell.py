@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from sandbox.models import SANDBOX_RESTARTED_NOTICE
+from sandbox.models import restarted_notice
 from tools.base import ToolContext, ToolError, ToolSpec
 
 # The sandbox keeps at most this much of a command's output in memory; the model sees less (output_chars).
@@ -16,7 +16,7 @@ def _run(context: ToolContext, command: str, timeout_s: float) -> str:
     if result.disk_full is not None:
         status = f"stopped: the command filled the disk ({result.disk_full})"
     elif result.sandbox_restarted and result.exit_code is None:
-        status = "killed: the sandbox hit its process limit"
+        status = f"killed: {result.sandbox_restarted}"
     elif result.timed_out:
         status = f"timed out after {timeout_s:g}s: the command was killed"
     elif result.exit_code is None:
@@ -24,7 +24,7 @@ def _run(context: ToolContext, command: str, timeout_s: float) -> str:
     else:
         status = f"exit code {result.exit_code}"
     size = f", {result.total_bytes} bytes of output" + (" (truncated)" if result.truncated else "")
-    notice = f"[{SANDBOX_RESTARTED_NOTICE}]\n" if result.sandbox_restarted else ""
+    notice = f"[{restarted_notice(result.sandbox_restarted)}]\n" if result.sandbox_restarted else ""
     return f"{notice}[{status}{size}, {result.duration_s:.1f}s]\n{result.output}"
 
 

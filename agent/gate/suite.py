@@ -95,7 +95,7 @@ def run_suite(executor: Executor, test_command: str, *, timeout_s: float) -> Sui
     if result.disk_full is not None:
         return SuiteRun(**base, ran=False, reason=f"stopped: it filled the disk ({result.disk_full})", output_tail=tail)
     if result.sandbox_restarted and result.exit_code is None:
-        return SuiteRun(**base, ran=False, reason="killed: the sandbox hit its process limit", output_tail=tail)
+        return SuiteRun(**base, ran=False, reason=f"killed: {result.sandbox_restarted}", output_tail=tail)
     if result.timed_out:
         return SuiteRun(**base, ran=False, reason=f"timed out after {timeout_s:g}s", output_tail=tail)
     if result.exit_code is None:
