@@ -288,55 +288,32 @@ def test_only_task_branches_are_ever_committed_onto(tmp_path: Path) -> None:
 # --- sizes and messages ---
 
 
-def test_an_oversized_untracked_file_is_listed_and_not_committed(tmp_path: Path) -> None:
+def test_oversized_files_new_or_grown_are_listed_and_not_committed(tmp_path: Path) -> None:
     repo_path = make_repo(tmp_path / "repo")
+    base_report = (repo_path / "pkg/report.py").read_text()
     workspace = create(repo_path, "big")
     try:
         (workspace.path / "data").mkdir()
         subprocess.run(["truncate", "-s", "300M", str(workspace.path / "data/big.bin")], check=True)
         (workspace.path / "small.bin").write_bytes(b"\1" * 1000)
         (workspace.path / "link").symlink_to(workspace.path / "data/big.bin")
-        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
-        diff = workspace.diff(max_bytes=ALL)
-        commit = workspace.commit("Change", {})
-        assert workspace.uncommitted_files == {
-            "data/big.bin": f"{300 * 1024**2} bytes, above the limit of {MAX_FILE_BYTES}"
-        }
-    finally:
-        workspace.remove()
-    assert b"b/data/big.bin" not in diff.data
-    assert commit is not None and committed_files(repo_path, commit) == ["link", "pkg/geometry.py", "small.bin"]
-    git_bytes = sum(file.stat().st_size for file in (repo_path / ".git").rglob("*") if file.is_file())
-    assert git_bytes < MAX_FILE_BYTES
-
-
-def test_a_tracked_file_grown_past_the_limit_keeps_its_base_version_and_is_listed(tmp_path: Path) -> None:
-    repo_path = make_repo(tmp_path / "repo")
-    base_report = (repo_path / "pkg/report.py").read_bytes()
-    workspace = create(repo_path, "grown")
-    try:
-        # Edited first (and staged so, by a diff), then grown: the commit must not keep either version of it.
+        # A tracked file edited first (and staged so, by a diff), then grown: neither version may be committed.
         (workspace.path / "pkg/report.py").write_text("# edited\n")
         workspace.diff(max_bytes=ALL)
         subprocess.run(["truncate", "-s", "300M", str(workspace.path / "pkg/report.py")], check=True)
         (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
         diff = workspace.diff(max_bytes=ALL)
-        wip = workspace.snapshot(wip_ref("r", 1))
         commit = workspace.commit("Change", {})
+        wip = workspace.snapshot(wip_ref("r", 1))
         assert workspace.uncommitted_files == {
-            "pkg/report.py": f"{300 * 1024**2} bytes, above the limit of {MAX_FILE_BYTES}: its base version is kept"
+            "data/big.bin": f"{300 * 1024**2} bytes, above the limit of {MAX_FILE_BYTES}",
+            "pkg/report.py": f"{300 * 1024**2} bytes, above the limit of {MAX_FILE_BYTES}: its base version is kept",
         }
     finally:
         workspace.remove()
-    assert b"pkg/report.py" not in diff.data
-    assert commit is not None and committed_files(repo_path, commit) == ["pkg/geometry.py"]
-    for kept in (commit, wip):
-        assert (
-            subprocess.run(
-                ["git", "show", f"{kept}:pkg/report.py"], cwd=repo_path, capture_output=True, check=True
-            ).stdout
-            == base_report
-        )
+    assert b"b/data/big.bin" not in diff.data and b"pkg/report.py" not in diff.data
+    assert commit is not None and committed_files(repo_path, commit) == ["link", "pkg/geometry.py", "small.bin"]
+    assert all(run_git(repo_path, "show", f"{kept}:pkg/report.py") == base_report for kept in (commit, wip))
     git_bytes = sum(file.stat().st_size for file in (repo_path / ".git").rglob("*") if file.is_file())
     assert git_bytes < MAX_FILE_BYTES
 
