@@ -39,7 +39,10 @@ BACKSTOP_GRACE_S = 10
 STREAM_END_GRACE_S = 10
 # Past this much output the command is killed: it is flooding, and keeping on reading only burns time.
 FLOOD_CEILING_BYTES = 64 * 1024 * 1024
-TIMEOUT_EXIT_CODES = (124, 137)
+SIGKILL_EXIT_CODE = 137
+TIMEOUT_EXIT_CODES = (124, SIGKILL_EXIT_CODE)
+# How long a command killed from outside may wait for the daemon to say its container is gone.
+VANISH_SETTLE_S = 3.0
 # How often a running command's stream, the host disk and the container's process count are looked at.
 POLL_S = 0.2
 PIDS_CHECK_EVERY_S = 1.0
@@ -261,7 +264,7 @@ class DockerSandbox:
         duration = time.monotonic() - started
         output, total_bytes, truncated = stream.render()
         # A container removed (or stopped) from outside ends the command's stream: the task goes on in a new one.
-        if restarted_during is None and self._gone():
+        if restarted_during is None and self._vanished(exec_id, settle=killed_at is None):
             restarted_during = self._replace(CONTAINER_GONE)
         exit_code = None if restarted_during else self._exit_code(exec_id)
         flooded = stream.flooded.is_set()
@@ -309,6 +312,21 @@ class DockerSandbox:
         except docker.errors.APIError:  # the daemon is there but cannot say: the command's own error stands
             return False
         return self._container.status != "running"
+
+    def _vanished(self, exec_id: str, *, settle: bool) -> bool:
+        """Whether the command ended because its container went. Removing a container kills its processes first,
+        and the daemon may still call it running a moment after the command died of that SIGKILL: a command
+        killed so (and not by us: `settle`) is given that moment."""
+        try:
+            killed = self._client.api.exec_inspect(exec_id).get("ExitCode") == SIGKILL_EXIT_CODE
+        except docker.errors.NotFound:  # the exec went with its container
+            return True
+        deadline = time.monotonic() + (VANISH_SETTLE_S if killed and settle else 0)
+        while not self._gone():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
 
     def _replace(self, reason: str) -> str:
         """A fresh container for the same workspace; SandboxLost, naming the sandbox, when none can be started."""
