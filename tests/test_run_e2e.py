@@ -237,7 +237,7 @@ def test_a_sandbox_container_removed_mid_task_is_replaced_and_the_task_goes_on(t
 
     def remove(container: docker.models.containers.Container) -> None:
         removed.append(container.id)
-        container.remove(force=True)
+        container.remove(force=True, v=True)
 
     def remove_while_sleeping() -> None:
         def watch() -> None:
@@ -281,7 +281,7 @@ def test_a_sandbox_that_cannot_be_replaced_fails_the_task_naming_it(tmp_path: Pa
     def remove_container_and_image() -> None:
         (run_dir,) = run_directories(runs_dir)
         (container,) = run_containers(run_dir.name)
-        container.remove(force=True)
+        container.remove(force=True, v=True)
         client.images.remove(tag)  # only our tag goes: no fresh sandbox can be made from it now
 
     script = [
