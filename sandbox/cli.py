@@ -6,6 +6,7 @@ import typer
 
 from sandbox.errors import SandboxError
 from sandbox.models import DEFAULT_IMAGE
+from sandbox.suites import DEFAULT_SUITE, PYTHON_OF_SUITE, image_for_suite
 
 sandbox_app = typer.Typer(
     help="Build and maintain the Docker sandbox the agent runs commands in.", no_args_is_help=True
@@ -19,7 +20,9 @@ def _fail(error: SandboxError) -> typer.Exit:
 
 @sandbox_app.command()
 def build(
-    tag: Annotated[str, typer.Option(help="Tag of the image to build.")] = DEFAULT_IMAGE,
+    tag: Annotated[
+        str | None, typer.Option(help=f"Tag of the image to build (default: {DEFAULT_IMAGE}, or the release's).")
+    ] = None,
     base: Annotated[
         str | None, typer.Option(help="Debian-like image to build FROM (default: the Dockerfile's).")
     ] = None,
@@ -27,12 +30,20 @@ def build(
         bool,
         typer.Option(help="Make the base with debootstrap from Debian's packages: no image registry needed."),
     ] = False,
+    suite: Annotated[
+        str,
+        typer.Option(
+            help="Debian release: "
+            + ", ".join(f"{name} (Python {python})" for name, python in PYTHON_OF_SUITE.items())
+            + ". Projects whose requires-python needs a newer Python get the newer release's image."
+        ),
+    ] = DEFAULT_SUITE,
 ) -> None:
     """Build the sandbox image (python3, pytest, git, bash, coreutils)."""
     from sandbox.image import build_image  # docker loads only for the commands that use it
 
     try:
-        build_image(tag, base=base, bootstrap=bootstrap, log=typer.echo)
+        build_image(tag or image_for_suite(suite), base=base, bootstrap=bootstrap, suite=suite, log=typer.echo)
     except SandboxError as error:
         raise _fail(error) from error
 

@@ -20,9 +20,10 @@ from sandbox.daemon import docker_client
 from sandbox.errors import SandboxError, one_line
 from sandbox.mirrors import choose_mirror
 from sandbox.models import DEFAULT_IMAGE
+from sandbox.suites import DEFAULT_SUITE, PYTHON_OF_SUITE, suite_of_image
 
-ROOTFS_IMAGE = "refactor-agent-sandbox-rootfs:bookworm"
-SUITE = "bookworm"
+ROOTFS_REPOSITORY = "refactor-agent-sandbox-rootfs"
+ROOTFS_IMAGE = f"{ROOTFS_REPOSITORY}:{DEFAULT_SUITE}"
 BOOTSTRAP_PACKAGES = ("python3", "python3-pytest", "git", "bash", "coreutils", "procps")
 PROGRESS_EVERY_S = 20.0
 # Importing ~400 MB and building can take minutes on a loaded machine.
@@ -32,21 +33,30 @@ Log = Callable[[str], None]
 
 
 def build_image(
-    tag: str = DEFAULT_IMAGE, *, base: str | None = None, bootstrap: bool = False, log: Log = print
+    tag: str = DEFAULT_IMAGE,
+    *,
+    base: str | None = None,
+    bootstrap: bool = False,
+    suite: str = DEFAULT_SUITE,
+    log: Log = print,
 ) -> None:
-    """Build the sandbox image `tag` from the Dockerfile, FROM `base` (or the Dockerfile's default base).
+    """Build the sandbox image `tag` from the Dockerfile, FROM `base` (or Debian `suite`'s slim image).
 
     With `bootstrap`, the base is first made without any image registry: debootstrap writes a Debian root
-    filesystem from Debian's packages, which is imported as ROOTFS_IMAGE.
+    filesystem of `suite` from Debian's packages, which is imported as refactor-agent-sandbox-rootfs:<suite>.
     """
     if bootstrap and base is not None:
         raise SandboxError("choose either --bootstrap or --base: bootstrapping makes its own base")
+    if suite not in PYTHON_OF_SUITE:
+        raise SandboxError(f"unknown Debian release {suite!r}: choose one of {', '.join(PYTHON_OF_SUITE)}")
     client = docker_client(timeout_s=BUILD_CLIENT_TIMEOUT_S)
     started = time.monotonic()
     try:
         if bootstrap:
-            bootstrap_base_image(client, ROOTFS_IMAGE, log=log)
-            base = ROOTFS_IMAGE
+            base = f"{ROOTFS_REPOSITORY}:{suite}"
+            bootstrap_base_image(client, base, suite=suite, log=log)
+        elif base is None and suite != DEFAULT_SUITE:
+            base = f"debian:{suite}-slim"
         # The bootstrapped base already holds every package, so its build needs (and gets) no network.
         build_from_dockerfile(client, tag, base=base, network_mode="none" if bootstrap else None, log=log)
     except docker.errors.DockerException as error:
@@ -76,19 +86,44 @@ def build_from_dockerfile(
             log(f"  {text}")
 
 
+def ensure_suite_image(client: docker.DockerClient, image: str, *, log: Log) -> None:
+    """The sandbox image of another Debian release (image_for_suite), made when a repository first needs it (for
+    its requires-python): with debootstrap, as root; otherwise the error says how to make it."""
+    suite = suite_of_image(image)
+    if suite is None:
+        return
+    try:
+        client.images.get(image)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    if os.geteuid() != 0 or shutil.which("debootstrap") is None:
+        raise SandboxError(
+            f"{image} (Python {PYTHON_OF_SUITE[suite]}) is not built: run `refactor-agent sandbox build --suite "
+            f"{suite} --bootstrap` as root, or `--suite {suite}` with registry access"
+        )
+    log(f"{image} (Python {PYTHON_OF_SUITE[suite]}) is needed and not built: making it now, once (minutes)")
+    build_image(image, bootstrap=True, suite=suite, log=log)
+
+
 def bootstrap_base_image(
-    client: docker.DockerClient, tag: str, *, packages: Sequence[str] = BOOTSTRAP_PACKAGES, log: Log
+    client: docker.DockerClient,
+    tag: str,
+    *,
+    packages: Sequence[str] = BOOTSTRAP_PACKAGES,
+    suite: str = DEFAULT_SUITE,
+    log: Log,
 ) -> None:
     """Import as `tag` a Debian root filesystem holding `packages`, made by debootstrap (root only)."""
     if os.geteuid() != 0:
         raise SandboxError("--bootstrap needs root (debootstrap chroots and makes device nodes); or use --base")
     if shutil.which("debootstrap") is None:
         raise SandboxError("debootstrap not found: install it with `apt-get install debootstrap`")
-    mirror = choose_mirror(SUITE)
+    mirror = choose_mirror(suite)
     workdir = Path(tempfile.mkdtemp(prefix="refactor-agent-rootfs-", dir="/var/tmp"))
     rootfs = workdir / "rootfs"
     try:
-        run_debootstrap(rootfs, mirror, packages, log=log)
+        run_debootstrap(rootfs, mirror, packages, suite=suite, log=log)
         log(f"importing the root filesystem as {tag}")
         import_rootfs(client, rootfs, tag)
     finally:
@@ -109,11 +144,11 @@ def import_rootfs(client: docker.DockerClient, rootfs: Path, tag: str) -> None:
             raise SandboxError(f"docker import of {tag} failed: {one_line(message['error'])}")
 
 
-def run_debootstrap(rootfs: Path, mirror: str, packages: Sequence[str], *, log: Log) -> None:
+def run_debootstrap(rootfs: Path, mirror: str, packages: Sequence[str], *, suite: str, log: Log) -> None:
     # minbase: only the essential packages and apt, so `packages` name everything the image needs beyond that.
     include = [f"--include={','.join(packages)}"] if packages else []
-    command = ["debootstrap", "--variant=minbase", *include, SUITE, str(rootfs), mirror]
-    log(f"debootstrap {SUITE} from {mirror} into {rootfs} (takes 3 to 9 minutes)")
+    command = ["debootstrap", "--variant=minbase", *include, suite, str(rootfs), mirror]
+    log(f"debootstrap {suite} from {mirror} into {rootfs} (takes 3 to 9 minutes)")
     started = time.monotonic()
     last_logged = started
     seen_steps: set[str] = set()

@@ -64,10 +64,10 @@ def test_pep_621_extras_and_pep_735_groups_for_tests_are_installed_and_the_src_l
     repo = make_repo(tmp_path / "demo", {"pyproject.toml": PYPROJECT, "src/demo/__init__.py": ""})
     plan = plan_of(repo)
     assert plan.source == "detected"
-    assert "pip install -r pyproject.toml --extra test --group tests" in commands(plan)
+    assert "pip install -r pyproject.toml --extra test --group pyproject.toml:tests" in commands(plan)
     assert "docs" not in commands(plan) and "lint" not in commands(plan)
     assert plan.env["PYTHONPATH"] == "/workspace/src" and plan.env["VIRTUAL_ENV"] == "/opt/refactor-agent/venv"
-    assert set(plan.files) == {"pyproject.toml"}, "dependency files only, never the source"
+    assert set(plan.tree_files) == {"pyproject.toml"}, "what decides the dependencies, never the source"
 
 
 def test_requirements_files_lose_the_line_that_installs_the_project_itself(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_requirements_files_lose_the_line_that_installs_the_project_itself(tmp_p
     repo = make_repo(tmp_path / "flat", {"requirements-dev.txt": requirements, "flat.py": "X = 1\n"})
     plan = plan_of(repo)
     assert "pip install -r requirements-dev.txt" in commands(plan)
-    assert plan.files["requirements-dev.txt"] == b"pytest>=7\nsix  # pinned below\n"
+    assert plan.tree_files["requirements-dev.txt"] == b"pytest>=7\nsix  # pinned below\n"
     assert plan.env["PYTHONPATH"] == "/workspace"
 
 

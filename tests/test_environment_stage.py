@@ -22,7 +22,7 @@ from agent.environment.spec import EnvironmentSpec
 from agent.environment.stage import prepare_environment
 from agent.report import EnvironmentRecord, RunSummary
 from agent.server.doctor import check_environment
-from sandbox import DEFAULT_IMAGE, docker_client
+from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 
 from repos import git as run_git
 from repos import make_repo
@@ -208,10 +208,8 @@ def test_a_failing_build_names_its_step_and_leaves_the_tasks_unverified(tmp_path
     summary, events = run_once(tmp_path, repo, "broken", EnvironmentSpec(wheelhouse=empty_wheelhouse))
     environment = summary.environment
     assert environment is not None and environment.status == "failed"
-    assert environment.failed_step == "python: install from pyproject.toml (group tests)"
-    assert "environment build failed at step 'python: install from pyproject.toml (group tests)'" in str(
-        environment.error
-    )
+    assert environment.failed_step == "python: install pyproject.toml, group tests"
+    assert "environment build failed at step 'python: install pyproject.toml, group tests'" in str(environment.error)
     assert any("iniconfig" in line for line in environment.log_tail), environment.log_tail
     assert Path(environment.log or "").read_text().count("FAILED at step") == 1
     (task,) = summary.tasks
@@ -286,3 +284,107 @@ def test_review_rebase_verifies_in_the_run_environment_and_rebuilds_it_when_the_
     assert report["environment"]["image"] != night.environment.image, "built from the new base's digest"
     (trial,) = report["branches"]
     assert (trial["verdict"], trial["moved"]) == ("verified", True), trial
+
+
+# --- Python projects whose dependencies come from several files, whose metadata needs the source ---
+
+SETUP_PY_PROJECT = {
+    # The runtime requirement is only in install_requires, the test one only in requirements-dev.txt, and the
+    # version only in a file setup.py reads: each of them alone was what broke a real checkout.
+    "setup.py": (
+        "import os\nfrom setuptools import setup\n\n"
+        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "with open(os.path.join(here, 'src', 'spkg', 'VERSION')) as handle:\n"
+        "    version = handle.read().strip()\n"
+        "setup(name='spkg', version=version, package_dir={'': 'src'}, packages=['spkg'],\n"
+        "      install_requires=['idna'], entry_points={'console_scripts': ['spkg-hello = spkg:hello']})\n"
+    ),
+    "src/spkg/VERSION": "1.4.2\n",
+    "src/spkg/__init__.py": "import idna\n\n\ndef hello():\n    print('hello')\n",
+    "requirements-dev.txt": "-e .\nsix\n",
+    "tests/test_spkg.py": (
+        "import importlib.metadata\nimport shutil\nimport subprocess\n\nimport six\nimport spkg\n\n\n"
+        "def test_the_version_from_its_file():\n    assert importlib.metadata.version('spkg') == '1.4.2'\n\n\n"
+        "def test_the_entry_point_runs_the_worktree():\n"
+        "    hello = subprocess.run([shutil.which('spkg-hello')], capture_output=True, text=True)\n"
+        "    assert hello.stdout == 'hello\\n'\n\n\n"
+        "def test_the_worktree_is_what_imports():\n    assert spkg.__file__ == '/workspace/src/spkg/__init__.py'\n\n\n"
+        "def test_six_from_requirements_dev():\n    assert six.PY3\n"
+    ),
+    "pytest.ini": "[pytest]\naddopts = -p no:cacheprovider\n",
+}
+# A build backend inside the repository that imports the package (ansible's shape), which imports its runtime
+# dependency (so the metadata cannot be built in isolation), dynamic dependencies from a file, PEP 621 next to
+# requirements-tests.txt, and an include in requirements/ that reaches another folder. idna and six are not in
+# the sandbox image (its pytest brings iniconfig): only an install makes them importable.
+IN_TREE_BACKEND_PROJECT = {
+    "pyproject.toml": (
+        '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "in_tree_backend"\n'
+        'backend-path = ["build_tools"]\n\n'
+        '[project]\nname = "bpkg"\ndynamic = ["version", "dependencies"]\nrequires-python = ">=3.9"\n\n'
+        '[tool.setuptools.dynamic]\nversion = {attr = "bpkg._version.VERSION"}\n'
+        'dependencies = {file = ["requirements/runtime.in"]}\n'
+    ),
+    "build_tools/in_tree_backend.py": (
+        "import os\nimport sys\n\n"
+        "sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'src'))\n"
+        "import bpkg._version  # noqa: E402,F401  (the build imports the package)\n"
+        "from setuptools.build_meta import *  # noqa: E402,F403\n"
+    ),
+    "src/bpkg/__init__.py": "import idna  # noqa: F401\n",
+    "src/bpkg/_version.py": "VERSION = '2.0.1'\n",
+    "requirements/runtime.in": "idna\n",
+    "requirements-tests.txt": "-r requirements/tests.txt\n",
+    "requirements/tests.txt": "-r ../extras/more.txt\n",
+    "extras/more.txt": "six\n",
+    "tests/test_bpkg.py": (
+        "import importlib.metadata\n\nimport bpkg\nimport six\n\n\n"
+        "def test_metadata_built_by_the_in_tree_backend():\n"
+        "    assert importlib.metadata.version('bpkg') == '2.0.1'\n\n\n"
+        "def test_the_worktree_is_what_imports():\n    assert bpkg.__file__ == '/workspace/src/bpkg/__init__.py'\n\n\n"
+        "def test_six_from_the_nested_include():\n    assert six.PY3\n"
+    ),
+    "pytest.ini": "[pytest]\naddopts = -p no:cacheprovider\n",
+}
+
+
+def suite_in(image: str, repo: Path) -> str:
+    """The repository's tests in a sandbox of the image, with no network, on the repository's own files."""
+    with DockerSandbox(image, repo, run_id="env-python", client=docker_client()) as sandbox:
+        return sandbox.execute("python -m pytest -q 2>&1 | tail -n 3", timeout_s=300).output
+
+
+def test_a_setup_py_project_gets_its_install_requires_its_requirements_dev_and_its_metadata(
+    tmp_path: Path, repository_name: str
+) -> None:
+    repo = make_repo(tmp_path / f"{repository_name}-setup-py", SETUP_PY_PROJECT)
+    record = prepare(repo, tmp_path / "setup-py.log")
+    assert record.status == "built", (record.error, record.log_tail)
+    assert record.description == "detected python (setup.py, requirements-dev.txt)"
+    output = suite_in(record.image, repo)
+    assert "4 passed" in output, output
+    client = docker_client()
+    leftover = client.containers.run(record.image, ["ls", "-A", "/workspace"], network_mode="none", remove=True)
+    assert leftover == b"", "the build's copy of the tree is not kept in the image"
+    site = client.containers.run(
+        record.image, ["sh", "-c", "ls /opt/refactor-agent/venv/lib/python3*/site-packages"], remove=True
+    ).decode()
+    assert "spkg-1.4.2.dist-info" in site and "\nspkg\n" not in f"\n{site}", "metadata only, never a copy"
+
+
+def test_a_build_that_imports_the_package_sees_the_committed_tree_and_source_edits_reuse_its_image(
+    tmp_path: Path, repository_name: str
+) -> None:
+    repo = make_repo(tmp_path / f"{repository_name}-in-tree", IN_TREE_BACKEND_PROJECT)
+    record = prepare(repo, tmp_path / "in-tree.log")
+    assert record.status == "built", (record.error, record.log_tail)
+    output = suite_in(record.image, repo)
+    assert "3 passed" in output, output
+    (repo / "src" / "bpkg" / "extra.py").write_text("VALUE = 1\n")
+    (repo / "build_tools" / "in_tree_backend.py").write_text(
+        IN_TREE_BACKEND_PROJECT["build_tools/in_tree_backend.py"] + "\n"
+    )
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "source only")
+    again = prepare(repo, tmp_path / "again.log")
+    assert (again.status, again.image) == ("reused", record.image)

@@ -19,6 +19,7 @@ import io
 import shutil
 import socket
 import tarfile
+import tempfile
 import threading
 import time
 from collections import deque
@@ -290,6 +291,8 @@ class EnvironmentBuilder:
                 try:
                     proxy_url = None if offline else self._start_forwarder(container)
                     self._run_steps(container, proxy_url, proxy)
+                    if self.plan.needs_snapshot:
+                        self._exec_root(container, f"find {WORKSPACE} -mindepth 1 -maxdepth 1 -exec rm -rf {{}} +")
                     self._commit(container, base, tag)
                 finally:
                     container.remove(force=True, v=True)
@@ -412,15 +415,31 @@ class EnvironmentBuilder:
     def _container(self, base: str, tools: Path, snapshot: Path) -> Any:
         mounts = [Mount(TOOLS_DIR, str(tools), type="bind", read_only=True)]
         mounts += [Mount(inside, host, type="bind", read_only=True) for host, inside in self.plan.index.mounts.items()]
-        if self.plan.needs_snapshot:
-            mounts.append(Mount(WORKSPACE, str(snapshot), type="bind"))
         container = self._confined(base, ["sleep", "infinity"], mounts, BUILD_CAPABILITIES)
         try:
             container.put_archive("/", _tar(self.plan.files, DEPS_DIR))
+            if self.plan.needs_snapshot:
+                self._copy_tree(container, snapshot)
         except BaseException:
             container.remove(force=True, v=True)
             raise
         return container
+
+    def _copy_tree(self, container: Any, snapshot: Path) -> None:
+        """The committed tree at /workspace, copied in (a mount would leave the build's root-owned files on the
+        host), then the plan's tree files over it."""
+        self._exec_root(container, f"mkdir -p {WORKSPACE}")
+        with tempfile.TemporaryFile() as archive_file:
+            with tarfile.open(fileobj=archive_file, mode="w") as archive:
+                archive.add(snapshot, arcname=".")
+            archive_file.seek(0)
+            container.put_archive(WORKSPACE, archive_file)
+        container.put_archive("/", _tar(self.plan.tree_files, WORKSPACE))
+
+    def _exec_root(self, container: Any, command: str) -> None:
+        exit_code, output = container.exec_run(["sh", "-c", command], user="0:0")
+        if exit_code != 0:
+            raise self.log.fail("the copy of the committed tree", one_line(output.decode(errors="replace")))
 
     def _step_environment(self, base_env: dict[str, str], proxy_url: str | None) -> dict[str, str]:
         kept = kept_environment(self.plan, base_env)

@@ -53,6 +53,13 @@ class CommittedTree:
     def text(self, path: str) -> str:
         return self.read(path).decode("utf-8", errors="replace")
 
+    def nearest_tag(self) -> str | None:
+        """The closest tag reachable from the commit (what a version-from-git build would start from), if any."""
+        try:
+            return self.git.run("describe", "--tags", "--abbrev=0", self.commit).decode().strip() or None
+        except GitError:
+            return None
+
     def tree_id(self, directory: str) -> str:
         """The git tree id of a directory: it changes exactly when something under it does. Only a directory of the
         tree is one: a path through a symbolic link (or a link itself) is refused, so nothing is read through it."""

@@ -1,48 +1,27 @@
-"""What a repository needs, found from its committed dependency files: Python, Node, Go and Rust.
+"""What a repository needs, found from its committed files: Python, Node, Go and Rust.
 
-Nothing here runs anything: the files are parsed (TOML, a few regular expressions) and turned into build steps
-that run later inside the build container. Python's steps use uv, which reads pyproject.toml, PEP 735 groups and
-uv.lock itself; other lock files go through their own tool's exporter, run with uv from the index.
+Nothing here runs anything: the files are parsed (TOML, INI, YAML, Python's `ast`, a few regular expressions) and
+turned into build steps that run later inside the build container. Python's steps use uv on the build's copy of
+the committed tree (python_sources.py says what is installed, and in which order).
 """
 
 from __future__ import annotations
 
 import re
-import shlex
-import tomllib
 from dataclasses import dataclass, field
-from typing import Any
+
+from packaging.version import InvalidVersion, Version
 
 from agent.environment.committed import CommittedTree
-from agent.environment.plan import DEPS_DIR, ENV_ROOT, TOOLS_DIR, SetupStep
+from agent.environment.plan import DEPS_DIR, ENV_ROOT, UV, SetupStep
+from agent.environment.python_project import ProjectError
+from agent.environment.python_sources import metadata_install, python_sources, union_install
 from sandbox.container import WORKSPACE
 
 VENV = f"{ENV_ROOT}/venv"
-UV = f"{TOOLS_DIR}/uv"
-EXPORTED = "/tmp/refactor-agent-requirements.txt"
-# Extras and dependency groups a test run needs, by the names projects give them.
-TEST_NAMES = ("test", "tests", "testing", "dev")
-REQUIREMENTS = re.compile(r"^(requirements[^/]*\.txt|requirements/[^/]+\.txt)$")
-# A requirements line naming the project itself: the worktree is on the path instead.
-SELF_REFERENCE = re.compile(
-    rb"^[ \t]*(-e[ \t]+|--editable[ \t]+)?\.(\[[^\]\n]*\])?[ \t]*(#[^\n]*)?(\n|$)", re.MULTILINE
-)
-PYTHON_FILES = (
-    "pyproject.toml",
-    "setup.py",
-    "setup.cfg",
-    "uv.lock",
-    "poetry.lock",
-    "pdm.lock",
-    "Pipfile",
-    "Pipfile.lock",
-)
-LOCK_EXPORTERS = {
-    "poetry.lock": f"{UV} tool run --from poetry --with poetry-plugin-export poetry export --without-hashes "
-    f"--all-extras --all-groups -o {EXPORTED}",
-    "pdm.lock": f"{UV} tool run pdm export --without-hashes -G :all -o {EXPORTED}",
-    "Pipfile.lock": f"{UV} tool run pipenv requirements --dev > {EXPORTED}",
-}
+# The version a build from git would compute, for backends that take it from tags (the build's copy has no .git).
+SCM_VERSION_VARIABLES = ("SETUPTOOLS_SCM_PRETEND_VERSION", "PDM_BUILD_SCM_VERSION", "VERSIONINGIT_PRETEND_VERSION")
+FALLBACK_VERSION = "0.0.0"
 
 
 class DetectionError(Exception):
@@ -52,26 +31,17 @@ class DetectionError(Exception):
 @dataclass
 class Detected:
     ecosystems: list[str] = field(default_factory=list)
-    files: dict[str, bytes] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)  # copied to DEPS_DIR
+    tree_files: dict[str, bytes] = field(default_factory=dict)  # written over the build's copy of the tree
     steps: list[SetupStep] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     path_prepend: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)  # each ecosystem's default registry
+    requires_python: str | None = None
 
 
 def _require(tool: str, where: str) -> str:
     return f'command -v {tool} >/dev/null || {{ echo "{tool} is not in the base image: {where}" >&2; exit 127; }}'
-
-
-def _toml(tree: CommittedTree, path: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(tree.text(path))
-    except tomllib.TOMLDecodeError as error:
-        raise DetectionError(f"{path} is not valid TOML: {error}") from None
-
-
-def _test_names(table: Any) -> list[str]:
-    return [name for name in TEST_NAMES if isinstance(table, dict) and name in table]
 
 
 def python_path(tree: CommittedTree) -> str:
@@ -80,61 +50,50 @@ def python_path(tree: CommittedTree) -> str:
     return f"{WORKSPACE}/src" if src_layout else WORKSPACE
 
 
-def _python_install(tree: CommittedTree, project: dict[str, Any]) -> tuple[str, str]:
-    """The install step's description and command, from the most exact source there is."""
-    metadata = project.get("project") if isinstance(project.get("project"), dict) else None
-    extras = _test_names((metadata or {}).get("optional-dependencies"))
-    groups = _test_names(project.get("dependency-groups"))
-    extra_flags = " ".join(f"--extra {shlex.quote(name)}" for name in extras)
-    if tree.regular("uv.lock"):
-        export = f"{UV} export --frozen --no-hashes --no-emit-project --all-groups {extra_flags} -o {EXPORTED}"
-        return "uv.lock", f"{export} && {UV} pip install -r {EXPORTED}"
-    for lock, exporter in LOCK_EXPORTERS.items():
-        if tree.regular(lock):
-            return lock, f"{exporter} && {UV} pip install -r {EXPORTED}"
-    requirements = [path for path in tree.paths() if REQUIREMENTS.match(path) and tree.regular(path)]
-    if metadata is not None:
-        group_flags = " ".join(f"--group {shlex.quote(name)}" for name in groups)
-        chosen = ", ".join([f"extra {name}" for name in extras] + [f"group {name}" for name in groups])
-        return (
-            f"pyproject.toml ({chosen or 'dependencies'})",
-            f"{UV} pip install -r pyproject.toml {extra_flags} {group_flags}",
-        )
-    if requirements:
-        files = " ".join(f"-r {shlex.quote(path)}" for path in requirements)
-        return ", ".join(requirements), f"{UV} pip install {files}"
-    for setup in ("setup.py", "setup.cfg"):
-        if tree.regular(setup):
-            return setup, f"{UV} pip install -r {setup}"
-    if groups:
-        group_flags = " ".join(f"--group {shlex.quote(name)}" for name in groups)
-        return f"pyproject.toml (groups {', '.join(groups)})", f"{UV} pip install {group_flags}"
-    return "", ""
-
-
 def venv_step() -> SetupStep:
     """A virtual environment that still sees the base image's packages (its pytest, when the project pins none)."""
     command = f"{_require('python3', 'Python is needed')} && {UV} venv --system-site-packages {VENV}"
     return SetupStep(name="python: virtual environment", command=command)
 
 
+def _scm_version(tree: CommittedTree) -> str:
+    """The nearest tag as a version (a release changes it, a commit does not), or a placeholder."""
+    tag = (tree.nearest_tag() or "").removeprefix("v").removeprefix("V")
+    try:
+        return str(Version(tag))
+    except InvalidVersion:
+        return FALLBACK_VERSION
+
+
 def detect_python(tree: CommittedTree, found: Detected) -> None:
-    present = [path for path in PYTHON_FILES if tree.regular(path)]
-    requirements = [path for path in tree.paths() if REQUIREMENTS.match(path) and tree.regular(path)]
-    if not present and not requirements:
+    try:
+        sources = python_sources(tree)
+    except ProjectError as error:
+        raise DetectionError(str(error)) from None
+    if sources is None:
         return
-    project = _toml(tree, "pyproject.toml") if tree.regular("pyproject.toml") else {}
-    what, install = _python_install(tree, project)
-    if not install:
-        return
-    found.ecosystems.append(f"python ({what})")
-    for path in present:
-        found.files[path] = tree.read(path)
-    for path in requirements:
-        found.files[path] = SELF_REFERENCE.sub(b"", tree.read(path))
-    found.steps += [venv_step(), SetupStep(name=f"python: install from {what}", command=install)]
+    prefix = ""
+    if sources.project.scm_version:
+        version = _scm_version(tree)
+        prefix = "export " + " ".join(f"{name}={version}" for name in SCM_VERSION_VARIABLES) + "; "
+    steps = [venv_step()]
+    if sources.export:
+        steps.append(
+            SetupStep(name=f"python: export {sources.project.lock}", command=prefix + sources.export, workdir=WORKSPACE)
+        )
+    labels = ", ".join(source.label for source in sources.installs)
+    steps.append(
+        SetupStep(name=f"python: install {labels}", command=prefix + union_install(sources), workdir=WORKSPACE)
+    )
+    if sources.project.installable:
+        metadata = metadata_install(sources.project)
+        steps.append(SetupStep(name="python: the project's metadata", command=prefix + metadata, workdir=WORKSPACE))
+    found.ecosystems.append(f"python ({labels})")
+    found.tree_files.update(sources.tree_files)
+    found.steps += steps
     found.env.update({"VIRTUAL_ENV": VENV, "PYTHONPATH": python_path(tree)})
     found.path_prepend.append(f"{VENV}/bin")
+    found.requires_python = sources.project.requires_python
 
 
 def detect_node(tree: CommittedTree, found: Detected) -> None:

@@ -16,10 +16,11 @@ ENV_ROOT = "/opt/refactor-agent"
 DEPS_DIR = f"{ENV_ROOT}/src"
 # uv and the CA bundle, mounted read-only for the build only: nothing of them is left in the image.
 TOOLS_DIR = "/run/refactor-agent"
+UV = f"{TOOLS_DIR}/uv"
 WHEELHOUSE_DIR = "/run/refactor-agent-wheelhouse"
 ENV_REPOSITORY = "refactor-agent-env"
 # Bump when what a plan means changes, so older images are no longer taken for current ones.
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 
 Source = Literal["image", "devcontainer", "environment-file", "detected", "none"]
 
@@ -45,13 +46,18 @@ class EnvironmentPlan(BaseModel):
     description: str
     base_image: str | None = None
     dockerfile: DockerfileBase | None = None
-    files: dict[str, bytes] = {}
+    files: dict[str, bytes] = {}  # copied to DEPS_DIR
+    # Written over the build's copy of the committed tree: the files that decide the dependencies, as the build
+    # reads them (requirements files cleaned). Only they, never the rest of the tree, go into the digest.
+    tree_files: dict[str, bytes] = {}
     steps: list[SetupStep] = []
     env: dict[str, str] = {}
     path_prepend: list[str] = []
     index: IndexConfig = IndexConfig()
     hosts: list[str] = []  # reachable in the build besides the package indexes (npm's registry, an apt mirror)
-    needs_snapshot: bool = False  # lifecycle commands (devcontainer) run in a copy of the committed tree
+    # The steps run in a copy of the committed tree at /workspace (a devcontainer's lifecycle commands, Python
+    # metadata built from the source); the copy is removed before the image is committed.
+    needs_snapshot: bool = False
     # For the record, not the image: what the plan was made from, and what was found and not used, with why.
     used: list[str] = []
     skipped: list[str] = []
@@ -68,6 +74,7 @@ class EnvironmentPlan(BaseModel):
             "base": base_image_id,
             "dockerfile": self.dockerfile.model_dump() if self.dockerfile else None,
             "files": {path: hashlib.sha256(data).hexdigest() for path, data in sorted(self.files.items())},
+            "tree_files": {path: hashlib.sha256(data).hexdigest() for path, data in sorted(self.tree_files.items())},
             "steps": [step.model_dump() for step in self.steps],
             "env": self.env,
             "path": self.path_prepend,

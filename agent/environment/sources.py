@@ -14,6 +14,8 @@ from agent.environment.devcontainer import DevcontainerError, devcontainer_parts
 from agent.environment.indexes import IndexConfig, host_index_config, with_table
 from agent.environment.plan import WHEELHOUSE_DIR, EnvironmentPlan, SetupStep
 from agent.environment.spec import EnvironmentSpec
+from sandbox.models import DEFAULT_IMAGE
+from sandbox.suites import DEFAULT_SUITE, PYTHON_OF_SUITE, image_for_suite, suite_for
 
 
 def resolve_plan(
@@ -85,11 +87,14 @@ def _detected(tree: CommittedTree, sandbox_image: str, host_index: IndexConfig) 
             base_image=sandbox_image,
             used=[f"sandbox image {sandbox_image} as is: no dependencies detected{what}"],
         )
+    base, why = python_base(sandbox_image, detected.requires_python)
     return EnvironmentPlan(
         source="detected",
-        description="detected " + ", ".join(detected.ecosystems),
-        base_image=sandbox_image,
+        description="detected " + ", ".join(detected.ecosystems) + why,
+        base_image=base,
         files=detected.files,
+        tree_files=detected.tree_files,
+        needs_snapshot=bool(detected.tree_files),
         steps=detected.steps,
         env=detected.env,
         path_prepend=detected.path_prepend,
@@ -97,6 +102,20 @@ def _detected(tree: CommittedTree, sandbox_image: str, host_index: IndexConfig) 
         hosts=detected.hosts,
         used=[f"detection: {', '.join(detected.ecosystems)}"],
     )
+
+
+def python_base(sandbox_image: str, requires_python: str | None) -> tuple[str, str]:
+    """The base image whose Python meets the project's requires-python, and the words that say why: the default
+    sandbox image when it does (or when the user chose another image), a newer Debian release's otherwise."""
+    if requires_python is None or sandbox_image != DEFAULT_IMAGE:
+        return sandbox_image, ""
+    suite = suite_for(requires_python)
+    if suite is None:
+        default = PYTHON_OF_SUITE[DEFAULT_SUITE]
+        return sandbox_image, f"; no Python of ours meets requires-python {requires_python}: {default} it is"
+    if suite == DEFAULT_SUITE:
+        return sandbox_image, ""
+    return image_for_suite(suite), f"; Python {PYTHON_OF_SUITE[suite]} for requires-python {requires_python}"
 
 
 def _from_table(
@@ -123,14 +142,16 @@ def _from_table(
     detected.steps += [
         SetupStep(name=f"setup command {number}", command=command) for number, command in enumerate(spec.setup, 1)
     ]
-    base = spec.base_image or sandbox_image
+    base, why = (spec.base_image, "") if spec.base_image else python_base(sandbox_image, detected.requires_python)
     found = ", ".join(detected.ecosystems) or "nothing detected"
     return EnvironmentPlan(
         source="environment-file",
         description=f"[environment] table: base {base}, {found}, {len(spec.packages)} package(s), "
-        f"{len(spec.setup)} setup command(s), packages from {index.describe()}",
+        f"{len(spec.setup)} setup command(s), packages from {index.describe()}{why}",
         base_image=base,
         files=detected.files,
+        tree_files=detected.tree_files,
+        needs_snapshot=bool(detected.tree_files),
         steps=detected.steps,
         env=detected.env,
         path_prepend=detected.path_prepend,

@@ -25,6 +25,7 @@ from agent.leftovers import build_scratch
 from agent.report import EnvironmentRecord
 from sandbox import DockerSandbox, SandboxError, SandboxLimits
 from sandbox.errors import one_line
+from sandbox.image import ensure_suite_image
 from tools.test_command import choose_test_command
 
 COLLECT_TIMEOUT_S = 300
@@ -129,6 +130,8 @@ def _realise(
     started = time.monotonic()
     try:
         if plan.builds:
+            if plan.base_image is not None:
+                ensure_suite_image(client, plan.base_image, log=progress)
             record.image = builder.tag()
             if _exists(client, record.image):
                 record.status = "reused"
