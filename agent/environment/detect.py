@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from packaging.version import InvalidVersion, Version
 
 from agent.environment.committed import CommittedTree
+from agent.environment.generated_modules import capture_step, list_tree_step
 from agent.environment.plan import DEPS_DIR, ENV_ROOT, UV, SetupStep
 from agent.environment.python_project import ProjectError
 from agent.environment.python_sources import metadata_install, python_sources, union_install
@@ -76,7 +77,7 @@ def detect_python(tree: CommittedTree, found: Detected) -> None:
     if sources.project.scm_version:
         version = _scm_version(tree)
         prefix = "export " + " ".join(f"{name}={version}" for name in SCM_VERSION_VARIABLES) + "; "
-    steps = [venv_step()]
+    steps = [venv_step(), list_tree_step()]
     if sources.export:
         steps.append(
             SetupStep(name=f"python: export {sources.project.lock}", command=prefix + sources.export, workdir=WORKSPACE)
@@ -88,6 +89,7 @@ def detect_python(tree: CommittedTree, found: Detected) -> None:
     if sources.project.installable:
         metadata = metadata_install(sources.project)
         steps.append(SetupStep(name="python: the project's metadata", command=prefix + metadata, workdir=WORKSPACE))
+    steps.append(capture_step(f"{VENV}/bin/python", python_path(tree)))
     found.ecosystems.append(f"python ({labels})")
     found.tree_files.update(sources.tree_files)
     found.steps += steps

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from agent.environment.committed import CommittedTree
 
 # Where projects keep them: requirements.txt, requirements-dev.txt, requirements_test.txt, test-requirements.txt,
-# requirements/*.txt, tests/requirements.txt.
+# requirements/*.txt, tests/requirements.txt, tests/requirements/*.txt (Django's).
 _NAMED = re.compile(
-    r"^(?:(?:tests?/)?requirements[^/]*|[^/]*[-_.]requirements|requirements/[^/]+)\.txt$", re.IGNORECASE
+    r"^(?:tests?/)?(?:requirements[^/]*|[^/]*[-_.]requirements|requirements/[^/]+)\.txt$", re.IGNORECASE
 )
 # Files for what a test run never needs; their pins (old Sphinx, a linter's) only make the union fail to resolve.
 _UNNEEDED = re.compile(r"doc|lint|release|publish|deploy|upload|bench|typing|mypy", re.IGNORECASE)
