@@ -23,6 +23,7 @@ from agent.environment.stage import prepare_environment
 from agent.report import EnvironmentRecord, RunSummary
 from agent.server.doctor import check_environment
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
+from sandbox.suites import image_for_suite
 
 from repos import git as run_git
 from repos import make_repo
@@ -417,3 +418,31 @@ def test_a_module_the_build_generates_is_served_to_the_tests(tmp_path: Path, rep
     output = suite_in(record.image, repo)
     assert "3 passed" in output, output
     assert not (repo / "src" / "vpkg" / "_version.py").exists(), "nothing is written into the worktree"
+
+
+NEWER_PYTHON_PROJECT = {
+    "pyproject.toml": (
+        '[project]\nname = "newer"\nversion = "1"\nrequires-python = ">=3.12"\ndependencies = ["six"]\n'
+    ),
+    "newer.py": "import six\n\nNAME = 'newer'\n",
+    "tests/test_newer.py": (
+        "import sys\n\nimport newer\nimport six\n\n\n"
+        "def test_the_python_it_requires():\n    assert sys.version_info >= (3, 12)\n\n\n"
+        "def test_six_installed_for_that_python():\n    assert six.PY3 and newer.NAME\n"
+    ),
+    "pytest.ini": "[pytest]\naddopts = -p no:cacheprovider\n",
+}
+
+
+@pytest.mark.bootstrap
+def test_a_project_that_requires_a_newer_python_gets_the_newer_debian_releases_base(
+    tmp_path: Path, repository_name: str
+) -> None:
+    """The trixie image is made by debootstrap the first time a repository needs it, then kept and reused."""
+    repo = make_repo(tmp_path / f"{repository_name}-newer", NEWER_PYTHON_PROJECT)
+    record = prepare(repo, tmp_path / "newer.log")
+    assert record.status == "built", (record.error, record.log_tail)
+    assert record.description.endswith("; Python 3.13.5 for requires-python >=3.12"), record.description
+    docker_client().images.get(image_for_suite("trixie"))
+    output = suite_in(record.image, repo)
+    assert "2 passed" in output, output
