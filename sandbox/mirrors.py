@@ -1,8 +1,9 @@
 """Choosing a Debian mirror for debootstrap: its default first, then the ones apt is configured with."""
 
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sandbox.errors import SandboxError
@@ -81,3 +82,11 @@ def choose_mirror(
         if answers(mirror, suite):
             return mirror
     raise SandboxError(f"no Debian mirror answers for {suite!r} (tried {', '.join(candidates)})")
+
+
+def mirror_hosts(suites: Sequence[str], apt_dir: Path = APT_CONFIG_DIR) -> list[str]:
+    """`host:port` of each mirror an image bootstrapped here fetches its Debian packages from: debootstrap's
+    default mirror and the ones apt is configured with (choose_mirror picks among them)."""
+    uris = [DEBOOTSTRAP_DEFAULT_MIRROR, *(uri for suite in suites for uri in configured_mirrors(suite, apt_dir))]
+    addresses = (urllib.parse.urlsplit(uri) for uri in uris)
+    return sorted({f"{a.hostname}:{a.port or (443 if a.scheme == 'https' else 80)}" for a in addresses if a.hostname})

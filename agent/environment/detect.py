@@ -12,12 +12,16 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
+from agent.environment import build_tools
+from agent.environment.build_tools import compiles
 from agent.environment.committed import CommittedTree
 from agent.environment.generated_modules import capture_step, list_tree_step
 from agent.environment.plan import DEPS_DIR, ENV_ROOT, UV, SetupStep
 from agent.environment.python_project import ProjectError
 from agent.environment.python_sources import metadata_install, python_sources, union_install
 from sandbox.container import WORKSPACE
+from sandbox.mirrors import mirror_hosts
+from sandbox.suites import PYTHON_OF_SUITE
 
 VENV = f"{ENV_ROOT}/venv"
 # The version a build from git would compute, for backends that take it from tags (the build's copy has no .git).
@@ -78,6 +82,10 @@ def detect_python(tree: CommittedTree, found: Detected) -> None:
         version = _scm_version(tree)
         prefix = "export " + " ".join(f"{name}={version}" for name in SCM_VERSION_VARIABLES) + "; "
     steps = [venv_step(), list_tree_step()]
+    if compiles(
+        *(sources.tree_files.get(name, b"").decode(errors="replace") for name in ("setup.py", "pyproject.toml"))
+    ):
+        steps.append(build_tools.install_step())
     if sources.export:
         steps.append(
             SetupStep(name=f"python: export {sources.project.lock}", command=prefix + sources.export, workdir=WORKSPACE)
@@ -89,13 +97,14 @@ def detect_python(tree: CommittedTree, found: Detected) -> None:
     if sources.project.installable:
         metadata = metadata_install(sources.project)
         steps.append(SetupStep(name="python: the project's metadata", command=prefix + metadata, workdir=WORKSPACE))
-    steps.append(capture_step(f"{VENV}/bin/python", python_path(tree)))
+    steps += [capture_step(f"{VENV}/bin/python", python_path(tree)), build_tools.remove_step()]
     found.ecosystems.append(f"python ({labels})")
     found.tree_files.update(sources.tree_files)
     found.steps += steps
     found.env.update({"VIRTUAL_ENV": VENV, "PYTHONPATH": python_path(tree)})
     found.path_prepend.append(f"{VENV}/bin")
     found.requires_python = sources.project.requires_python
+    found.hosts += mirror_hosts(list(PYTHON_OF_SUITE))  # the build tools' packages, when something compiles
 
 
 def detect_node(tree: CommittedTree, found: Detected) -> None:

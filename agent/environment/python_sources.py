@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from agent.environment.build_tools import ATTEMPT
 from agent.environment.committed import CommittedTree
 from agent.environment.plan import UV
 from agent.environment.python_project import PythonProject, read_project
@@ -94,7 +95,7 @@ def python_sources(tree: CommittedTree) -> PythonSources | None:
 
 
 def _uv_install(arguments: list[str]) -> str:
-    return f"{UV} pip install {shlex.join(arguments)}"
+    return f"attempt {UV} pip install {shlex.join(arguments)}"
 
 
 def say(message: str) -> str:
@@ -107,11 +108,11 @@ def metadata_install(project: PythonProject) -> str:
     the task's worktree is what imports, never a copy. A build that imports the project's dependencies fails in
     isolation: it is tried again in the environment, which has them now, with the project's build requirements.
     A project whose editable build fails all the same still gets its tests run."""
-    editable = f"{UV} pip install --no-deps -e {WORKSPACE}"
+    editable = f"attempt {UV} pip install --no-deps -e {WORKSPACE}"
     again = say("the isolated build of the project failed: again in the environment, with its build requirements")
     requires = f"{UV} pip install {shlex.join(project.build_requires)} && " if project.build_requires else ""
     failed = say("the metadata of the project itself is not installed: its editable build failed")
-    return f"{editable} || {{ {again}; {requires}{editable} --no-build-isolation; }} || {failed}"
+    return f"{ATTEMPT}{editable} || {{ {again}; {requires}{editable} --no-build-isolation; }} || {failed}"
 
 
 def union_install(sources: PythonSources) -> str:
@@ -119,7 +120,7 @@ def union_install(sources: PythonSources) -> str:
     (the step fails only when none installs)."""
     notes = [say(note) for note in sources.notes]
     if len(sources.installs) == 1:
-        return " && ".join([*notes, _uv_install(sources.installs[0].arguments)])
+        return ATTEMPT + " && ".join([*notes, _uv_install(sources.installs[0].arguments)])
     pairs = [pair for install in sources.installs for pair in _pairs(install.arguments)]
     union = [word for pair in dict.fromkeys(pairs) for word in pair]
     fallback = [say("these do not install together: each one on its own, in order"), "installed=0"]
@@ -127,7 +128,7 @@ def union_install(sources: PythonSources) -> str:
         skipped = say(f"skipped {install.label}: it does not install (see above)")
         fallback.append(f"if {_uv_install(install.arguments)}; then installed=1; else {skipped}; fi")
     fallback.append('[ "$installed" = 1 ]')
-    return "; ".join([*notes, f"if {_uv_install(union)}; then :; else {'; '.join(fallback)}; fi"])
+    return ATTEMPT + "; ".join([*notes, f"if {_uv_install(union)}; then :; else {'; '.join(fallback)}; fi"])
 
 
 def _pairs(arguments: list[str]) -> list[tuple[str, ...]]:
