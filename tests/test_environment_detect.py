@@ -31,6 +31,12 @@ EXTRAS = {"socks": ["PySocks"], "test": ["pytest-mock"]}
 setup(name="pkg", version=version, long_description=readme, install_requires=["urllib3"], extras_require=EXTRAS,
       python_requires=">=3.8")
 """
+SETUP_PY_PROJECT = {
+    "setup.py": SETUP_PY_READING_ITS_VERSION,
+    "src/pkg/VERSION": "1.0\n",
+    "src/pkg/__init__.py": "",
+    "README.md": "pkg\n",
+}
 
 
 def union_line(plan: EnvironmentPlan) -> list[str]:
@@ -51,13 +57,7 @@ def commit(repo: Path, files: dict[str, str], message: str = "change") -> None:
 
 def test_setup_py_install_requires_and_requirements_dev_are_installed_together(tmp_path: Path) -> None:
     """The requests shape: requirements-dev.txt alone was used and `No module named 'urllib3'` followed."""
-    files = {
-        "setup.py": SETUP_PY_READING_ITS_VERSION,
-        "src/pkg/VERSION": "1.0\n",
-        "src/pkg/__init__.py": "",
-        "README.md": "pkg\n",
-        "requirements-dev.txt": "-e .[socks]\npytest-httpbin==2.1.0\n",
-    }
+    files = {**SETUP_PY_PROJECT, "requirements-dev.txt": "-e .[socks]\npytest-httpbin==2.1.0\n"}
     plan = plan_of(make_repo(tmp_path / "requests-like", files))
     words = union_line(plan)
     assert words[:2] == ["-r", "setup.py"], "the runtime requirements first"
@@ -188,6 +188,7 @@ def test_ci_install_lines_count_only_when_nothing_else_names_test_dependencies(t
         ".github/workflows/ci.yml": WORKFLOW,
         ".github/workflows/bomb.yaml": BILLION_LAUGHS,
         ".github/workflows/broken.yml": "jobs: [unclosed\n",
+        ".github/workflows/huge.yml": "run: pip install never-read\n" + "#" * 300_000 + "\n",
         ".gitlab-ci.yml": GITLAB,
         "ci/reqs.txt": "responses\n",
     }
@@ -199,18 +200,13 @@ def test_ci_install_lines_count_only_when_nothing_else_names_test_dependencies(t
         assert expected in words, (expected, words)
     assert "pip" not in words and not any("$" in word or "example.org" in word for word in words), words
     assert ".github/workflows/ci.yml" in plan.tree_files and ".github/workflows/bomb.yaml" not in plan.tree_files
+    assert "never-read" not in words, "a workflow over 256 KiB is not read"
     commit(repo, {"requirements-test.txt": "pytest-mock\n"})
     assert union_line(plan_of(repo)) == ["-r", "setup.py", "-r", "requirements-test.txt"]
 
 
 def test_the_digest_covers_what_decides_the_dependencies_and_no_other_file(tmp_path: Path) -> None:
-    files = {
-        "setup.py": SETUP_PY_READING_ITS_VERSION,
-        "src/pkg/VERSION": "1.0\n",
-        "src/pkg/__init__.py": "",
-        "src/pkg/core.py": "X = 1\n",
-        "README.md": "pkg\n",
-    }
+    files = {**SETUP_PY_PROJECT, "src/pkg/core.py": "X = 1\n"}
     repo = make_repo(tmp_path / "digest", files)
     plan = plan_of(repo)
     assert plan.needs_snapshot, "the metadata build sees the committed tree"

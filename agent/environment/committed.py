@@ -41,13 +41,13 @@ class CommittedTree:
     def paths(self) -> list[str]:
         return sorted(self.entries)
 
-    def read(self, path: str) -> bytes:
-        """A regular committed file (not a symlink, not a submodule), at most MAX_DEPENDENCY_FILE_BYTES."""
+    def read(self, path: str, max_bytes: int = MAX_DEPENDENCY_FILE_BYTES) -> bytes:
+        """A regular committed file (not a symlink, not a submodule), at most `max_bytes`."""
         if not self.regular(path):
             raise CommittedFileError(f"{path} is not a regular file at {self.commit[:12]}")
-        blob = self.git.read_capped("cat-file", "blob", self.entries[path][1], max_bytes=MAX_DEPENDENCY_FILE_BYTES)
-        if blob.total_bytes > MAX_DEPENDENCY_FILE_BYTES:
-            raise CommittedFileError(f"{path} is larger than {MAX_DEPENDENCY_FILE_BYTES // 1024**2} MiB")
+        blob = self.git.read_capped("cat-file", "blob", self.entries[path][1], max_bytes=max_bytes)
+        if blob.total_bytes > max_bytes:
+            raise CommittedFileError(f"{path} is larger than {max_bytes // 1024} KiB")
         return blob.data
 
     def text(self, path: str) -> str:

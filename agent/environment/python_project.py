@@ -35,6 +35,7 @@ class Requirements:
 
     label: str
     lines: list[str]
+    tests: bool = True  # a test dependency (Poetry's and a Pipfile's main tables are the runtime)
 
 
 @dataclass
@@ -160,7 +161,7 @@ def _declared_tables(document: dict[str, Any], locked: bool) -> list[Requirement
     declared = []
     if poetry_table and not table(document, "project"):
         dependencies = table(poetry_table, "dependencies")
-        declared.append(Requirements("[tool.poetry.dependencies]", poetry.requirements(dependencies)))
+        declared.append(Requirements("[tool.poetry.dependencies]", poetry.requirements(dependencies), tests=False))
         for extra in (name for name in TEST_NAMES if name in table(poetry_table, "extras")):
             names = strings(table(poetry_table, "extras").get(extra))
             lines = [poetry.requirement(name, {**table(dependencies, name), "optional": False}) for name in names]
@@ -210,7 +211,8 @@ def read_project(tree: CommittedTree) -> PythonProject:
     if tree.regular("Pipfile") and project.lock != "Pipfile.lock":
         pipfile = toml_file(tree, "Pipfile")
         for section in ("packages", "dev-packages"):
-            project.declared.append(Requirements(f"Pipfile [{section}]", poetry.requirements(table(pipfile, section))))
+            lines = poetry.requirements(table(pipfile, section))
+            project.declared.append(Requirements(f"Pipfile [{section}]", lines, tests=section == "dev-packages"))
     project.declared = [requirements for requirements in project.declared if requirements.lines]
     texts = [str(table(document, "build-system")), "setuptools_scm" if "setuptools_scm" in tool else ""]
     texts += [cfg.get("options", "setup_requires", fallback="") if cfg else "", tree.text("setup.py") if setup else ""]

@@ -73,7 +73,11 @@ def python_sources(tree: CommittedTree) -> PythonSources | None:
     read_requirement_files(tree, [path for declared in tooling for path in declared.files], into=files)
     named = files.extras.union(*(declared.extras for declared in tooling))
     if not (
-        project.test_extras(named) or project.groups or project.declared or tooling or any(map(is_test_file, roots))
+        project.test_extras(named)
+        or project.groups
+        or any(declared.tests for declared in project.declared)
+        or tooling
+        or any(map(is_test_file, roots))
     ):
         # Nothing else names a test dependency: what CI installs before it runs the tests.
         tooling = [ci] if (ci := ci_requirements(tree)) else []

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
-from agent.environment.committed import CommittedTree
+from agent.environment.committed import CommittedFileError, CommittedTree
 from agent.environment.python_project import TEST_NAMES, strings, table, toml_file
 from agent.environment.requirements_files import inside_tree
 from agent.environment.setup_py import MAX_SETUP_PY_BYTES, called_name
@@ -259,13 +259,10 @@ def ci_requirements(tree: CommittedTree) -> Declared:
     declared = Declared(label="CI workflow pip install lines")
     paths = [path for path in tree.paths() if WORKFLOWS.match(path) and tree.regular(path)][:MAX_WORKFLOWS]
     for path in paths:
-        data = tree.read(path)
-        if len(data) > MAX_WORKFLOW_BYTES:
-            continue
         try:
-            document = yaml.safe_load(data)
-        except yaml.YAMLError:
-            continue
+            document = yaml.safe_load(tree.read(path, max_bytes=MAX_WORKFLOW_BYTES))
+        except (CommittedFileError, yaml.YAMLError):
+            continue  # a workflow too large to be one, or not YAML: CI is only a last resort anyway
         for script in _scripts(document):
             for arguments in _install_commands(script):
                 try:
