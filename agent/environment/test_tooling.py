@@ -199,25 +199,35 @@ def _constant_words(node: ast.expr, lists: dict[str, list[str]]) -> list[str]:
     return []
 
 
-def nox_requirements(tree: CommittedTree) -> Declared:
-    declared = Declared(label="noxfile.py session.install")
-    if not tree.regular("noxfile.py"):
-        return declared
-    text = tree.text("noxfile.py")
-    declared.read.append("noxfile.py")
+def nox_test_sessions(text: str) -> tuple[list[ast.FunctionDef], dict[str, list[str]]]:
+    """A noxfile's sessions named for tests, and its module-level lists of strings (often spread into
+    `session.install(*DEPS)`): parsed, never run."""
     try:
         module = ast.parse(text) if len(text) <= MAX_SETUP_PY_BYTES else ast.Module(body=[], type_ignores=[])
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return declared
+        return [], {}
     lists = {
         node.targets[0].id: [item.value for item in node.value.elts if isinstance(item, ast.Constant)]
         for node in module.body
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.List)
     }
-    for function in (node for node in module.body if isinstance(node, ast.FunctionDef)):
-        name = _session_name(function)
-        if name is None or not any(word in name.lower() for word in ("test", "unit", "pytest")):
-            continue
+    sessions = [
+        function
+        for function in module.body
+        if isinstance(function, ast.FunctionDef)
+        and (name := _session_name(function)) is not None
+        and any(word in name.lower() for word in ("test", "unit", "pytest"))
+    ]
+    return sessions, lists
+
+
+def nox_requirements(tree: CommittedTree) -> Declared:
+    declared = Declared(label="noxfile.py session.install")
+    if not tree.regular("noxfile.py"):
+        return declared
+    declared.read.append("noxfile.py")
+    sessions, lists = nox_test_sessions(tree.text("noxfile.py"))
+    for function in sessions:
         for call in ast.walk(function):
             if isinstance(call, ast.Call) and called_name(call) == "install" and isinstance(call.func, ast.Attribute):
                 words = [word for argument in call.args for word in _constant_words(argument, lists)]
@@ -255,15 +265,23 @@ def _install_commands(script: str) -> Iterator[str]:
                 yield match.group(1)
 
 
+def workflow_scripts(data: bytes) -> list[str]:
+    """The shell scripts of a CI workflow (GitHub Actions or GitLab CI); none for what is not YAML."""
+    try:
+        return list(_scripts(yaml.safe_load(data)))
+    except yaml.YAMLError:
+        return []
+
+
 def ci_requirements(tree: CommittedTree) -> Declared:
     declared = Declared(label="CI workflow pip install lines")
     paths = [path for path in tree.paths() if WORKFLOWS.match(path) and tree.regular(path)][:MAX_WORKFLOWS]
     for path in paths:
         try:
-            document = yaml.safe_load(tree.read(path, max_bytes=MAX_WORKFLOW_BYTES))
-        except (CommittedFileError, yaml.YAMLError):
-            continue  # a workflow too large to be one, or not YAML: CI is only a last resort anyway
-        for script in _scripts(document):
+            scripts = workflow_scripts(tree.read(path, max_bytes=MAX_WORKFLOW_BYTES))
+        except CommittedFileError:
+            continue  # a workflow too large to be one: CI is only a last resort anyway
+        for script in scripts:
             for arguments in _install_commands(script):
                 try:
                     words = shlex.split(arguments, comments=True)
