@@ -23,7 +23,7 @@ from sandbox import (
 )
 from sandbox.cli import sandbox_app
 from sandbox.image import ROOTFS_IMAGE, bootstrap_base_image, import_rootfs
-from sandbox.mirrors import DEBOOTSTRAP_DEFAULT_MIRROR, choose_mirror, configured_mirrors
+from sandbox.mirrors import DEBOOTSTRAP_DEFAULT_MIRROR, choose_mirror, configured_mirrors, mirror_hosts
 
 PACKAGE_CHECK = "python3 -m pytest --version && git --version && timeout --version && bash --version"
 
@@ -54,6 +54,14 @@ def test_cli_reports_errors_in_one_line_without_traceback() -> None:
     ]
 
 
+def test_an_unknown_debian_release_is_one_line_naming_the_known_ones() -> None:
+    result = CliRunner().invoke(sandbox_app, ["build", "--suite", "buster"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "error: unknown Debian release 'buster': choose one of bookworm, trixie"
+    ]
+
+
 def _write_apt_sources(apt_dir: Path) -> None:
     (apt_dir / "sources.list.d").mkdir(parents=True)
     (apt_dir / "sources.list").write_text(
@@ -71,6 +79,14 @@ def _write_apt_sources(apt_dir: Path) -> None:
 def test_configured_mirrors_are_read_from_both_source_formats(tmp_path: Path) -> None:
     _write_apt_sources(tmp_path)
     assert configured_mirrors("bookworm", tmp_path) == ["http://mirror.example/debian", "http://other.example/debian"]
+
+
+def test_the_hosts_a_build_may_fetch_debian_packages_from_are_the_mirrors_choose_mirror_picks_among(
+    tmp_path: Path,
+) -> None:
+    _write_apt_sources(tmp_path)
+    assert mirror_hosts(["bookworm"], tmp_path) == ["deb.debian.org", "mirror.example", "other.example"]
+    assert mirror_hosts(["trixie"], tmp_path) == ["deb.debian.org"]
 
 
 def test_the_default_mirror_is_preferred_when_it_answers(tmp_path: Path) -> None:
