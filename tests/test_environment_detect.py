@@ -312,3 +312,10 @@ def test_extras_a_setup_py_computes_are_taken_from_what_other_files_name(tmp_pat
     }
     words = union_line(plan_of(make_repo(tmp_path / "k", files)))
     assert words == ["-r", "setup.py", "--extra", "tests"]
+
+
+def test_a_requirements_file_name_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    plan = plan_of(make_repo(tmp_path / "esc", {"requirements-\x1b]0;owned\x07.txt": "six\n"}))
+    assert "\x1b" not in plan.description and "\x07" not in plan.description
+    assert all("\x1b" not in step.name for step in plan.steps)
+    assert "requirements-\\x1b]0;owned\\x07.txt" in plan.description

@@ -19,6 +19,7 @@ from agent.environment.generated_modules import capture_step, list_tree_step
 from agent.environment.plan import DEPS_DIR, ENV_ROOT, UV, SetupStep
 from agent.environment.python_project import ProjectError
 from agent.environment.python_sources import metadata_install, python_sources, union_install
+from agent.printable import printable
 from sandbox.container import WORKSPACE
 from sandbox.mirrors import mirror_hosts
 from sandbox.suites import PYTHON_OF_SUITE
@@ -90,7 +91,8 @@ def detect_python(tree: CommittedTree, found: Detected) -> None:
         steps.append(
             SetupStep(name=f"python: export {sources.project.lock}", command=prefix + sources.export, workdir=WORKSPACE)
         )
-    labels = ", ".join(source.label for source in sources.installs)
+    # Paths of the repository's: shown on the terminal, so no control character of theirs gets there.
+    labels = printable(", ".join(source.label for source in sources.installs)).replace("\n", "\\n")
     steps.append(
         SetupStep(name=f"python: install {labels}", command=prefix + union_install(sources), workdir=WORKSPACE)
     )
