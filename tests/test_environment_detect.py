@@ -105,14 +105,25 @@ def test_includes_are_followed_inside_the_repository_and_nothing_leads_out_of_it
 TOX_INI = """[tox]
 envlist = py311, lint
 
+[base]
+deps =
+    pytest-timeout
+
 [testenv]
 deps =
     -r{toxinidir}/ci/tox-requirements.txt
     pytest-cov>=4  # coverage in CI
     py38: importlib-metadata
     {[base]deps}
-extras = testing
+    {env:EXTRA_DEPS}
 commands = pytest {posargs}
+
+[testenv:all]
+extras = testing
+
+[testenv:docs]
+extras = docs
+deps = sphinx
 
 [testenv:lint]
 deps = flake8
@@ -142,7 +153,7 @@ def test_tox_deps_and_nox_test_sessions_are_parsed_and_never_run(tmp_path: Path)
     files = {
         "pyproject.toml": (
             '[project]\nname = "t"\nversion = "1"\n[project.optional-dependencies]\n'
-            'testing = ["mock"]\ntest = ["pytest-mock"]\n'
+            'testing = ["mock"]\ntest = ["pytest-mock"]\ndocs = ["sphinx"]\n'
         ),
         "tox.ini": TOX_INI,
         "ci/tox-requirements.txt": "pytest-randomly\n",
@@ -152,9 +163,10 @@ def test_tox_deps_and_nox_test_sessions_are_parsed_and_never_run(tmp_path: Path)
     words = union_line(plan)
     for expected in ("--extra", "test", "testing", "-r", "ci/tox-requirements.txt", "pytest-cov>=4", "hypothesis"):
         assert expected in words, (expected, words)
+    assert "pytest-timeout" in words, "{[base]deps} is that section's deps"
     assert "freezegun" in words, "a module-level list spread into session.install"
-    for unexpected in ("flake8", "ruff", "importlib-metadata", "{[base]deps}"):
-        assert unexpected not in " ".join(words)
+    for unexpected in ("flake8", "ruff", "importlib-metadata", "sphinx", "docs", "{"):
+        assert unexpected not in " ".join(words), unexpected
     assert not marker.exists(), "noxfile.py was executed"
     assert {"tox.ini", "noxfile.py", "ci/tox-requirements.txt"} <= set(plan.tree_files)
 

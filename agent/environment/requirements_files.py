@@ -18,8 +18,9 @@ from agent.environment.committed import CommittedTree
 _NAMED = re.compile(
     r"^(?:tests?/)?(?:requirements[^/]*|[^/]*[-_.]requirements|requirements/[^/]+)\.txt$", re.IGNORECASE
 )
-# Files for what a test run never needs; their pins (old Sphinx, a linter's) only make the union fail to resolve.
-_UNNEEDED = re.compile(r"doc|lint|release|publish|deploy|upload|bench|typing|mypy", re.IGNORECASE)
+# Requirements files (and tox environments) for what a test run never needs: their pins (an old Sphinx, a linter's)
+# would only make the union fail to resolve.
+UNNEEDED = re.compile(r"doc|lint|release|publish|deploy|upload|bench|typing|mypy", re.IGNORECASE)
 TEST_WORDS = re.compile(r"test|dev|ci\b|check|tox|pytest", re.IGNORECASE)
 # A chain of includes deeper or wider than this is not a dependency description.
 MAX_INCLUDE_DEPTH = 8
@@ -43,7 +44,7 @@ class RequirementFiles:
 def found_requirement_files(tree: CommittedTree) -> list[str]:
     """The repository's requirements files worth installing for its tests, the runtime ones first."""
     named = [path for path in tree.paths() if _NAMED.match(path) and tree.regular(path)]
-    wanted = [path for path in named if not _UNNEEDED.search(path.rsplit("/", 1)[-1])]
+    wanted = [path for path in named if not UNNEEDED.search(path.rsplit("/", 1)[-1])]
     return sorted(wanted, key=lambda path: (bool(TEST_WORDS.search(path)), path))
 
 

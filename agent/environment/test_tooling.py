@@ -22,7 +22,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from agent.environment.committed import CommittedFileError, CommittedTree
 from agent.environment.python_project import TEST_NAMES, strings, table, toml_file
-from agent.environment.requirements_files import inside_tree
+from agent.environment.requirements_files import UNNEEDED, inside_tree
 from agent.environment.setup_py import MAX_SETUP_PY_BYTES, called_name
 
 # tox environments and nox sessions that run the tests, by the names projects give them.
@@ -32,6 +32,8 @@ MAX_WORKFLOW_BYTES = 256 * 1024
 MAX_WORKFLOWS = 32
 MAX_YAML_NODES = 20_000
 WORKFLOWS = re.compile(r"^(\.github/workflows/[^/]+\.ya?ml|\.gitlab-ci\.yml)$")
+_TOX_REFERENCE = re.compile(r"^\{\[([^\]]+)\]([\w-]+)\}$")
+MAX_TOX_SUBSTITUTIONS = 5
 _FACTOR = re.compile(r"^!?[\w.-]+(,!?[\w.-]+)*\s*:\s+\S")
 _INSTALL = re.compile(r"(?:^|\s)(?:python[\d.]*\s+-m\s+pip|pip[\d.]*|uv\s+pip)\s+install\s+(.*)$")
 # pip options whose value is the next word: skipped with it.
@@ -128,13 +130,17 @@ def _tox_ini(tree: CommittedTree) -> tuple[str, configparser.ConfigParser] | Non
     return path, parser
 
 
-def _tox_lines(value: str) -> list[str]:
-    """tox's deps: one per line, `{toxinidir}/` made relative, conditional (`py38: x`) and substituted lines out."""
+def _tox_lines(parser: configparser.ConfigParser, section: str, key: str, depth: int = 0) -> list[str]:
+    """tox's deps: one per line, `{[base]deps}` replaced by that section's lines, `{toxinidir}/` made relative,
+    conditional lines (`py38: x`) and other substitutions left out."""
     lines = []
-    for raw in value.splitlines():
+    for raw in parser.get(section, key, fallback="").splitlines():
         line = re.sub(r"\s+#.*$", "", raw).strip()
         line = line.replace("{toxinidir}/", "").replace("{toxinidir}", ".")
-        if line and not line.startswith("#") and not _FACTOR.match(line) and "{" not in line:
+        reference = _TOX_REFERENCE.match(line)
+        if reference is not None and depth < MAX_TOX_SUBSTITUTIONS:
+            lines += _tox_lines(parser, reference.group(1), reference.group(2), depth + 1)
+        elif line and not line.startswith("#") and not _FACTOR.match(line) and "{" not in line:
             lines.append(line)
     return lines
 
@@ -156,10 +162,14 @@ def tox_requirements(tree: CommittedTree) -> Declared:
     if (ini := _tox_ini(tree)) is not None:
         path, parser = ini
         for section in (section for section in sections if parser.has_section(section)):
-            for line in _tox_lines(parser.get(section, "deps", fallback="")):
+            for line in _tox_lines(parser, section, "deps"):
                 parse_install_words(declared, tree, _tox_words(line))
-            extras = parser.get(section, "extras", fallback="")
-            declared.extras.update(name for name in re.split(r"[,\s]+", extras) if name)
+        # Extras any test environment installs (`all = calendars, langdetect`): the project's own, they resolve
+        # together, unlike the pins of a `min` environment's deps.
+        for section in parser.sections():
+            if section.startswith(("testenv", "tox:testenv")) and not UNNEEDED.search(section.partition(":")[2]):
+                for line in _tox_lines(parser, section, "extras"):
+                    declared.extras.update(name for name in re.split(r"[,\s]+", line) if name)
         declared.read.append(path)
     path = "tox.toml" if tree.regular("tox.toml") else "pyproject.toml"
     document = toml_file(tree, path) if tree.regular(path) else {}
