@@ -467,8 +467,12 @@ C_EXTENSION_PROJECT = {
     ),
     "src/cpkg/__init__.py": "from cpkg._speed import twice\n",
     "src/cpkg/_speed.c": SPEED_C,
+    # mysqlclient has no wheel for Linux and needs MySQL's client library, which is not there: it is left out, not
+    # the rest.
+    "requirements-tests.txt": "six\nmysqlclient==2.2.7\n",
     "tests/test_cpkg.py": (
-        "import cpkg\n\n\ndef test_the_compiled_extension():\n    assert cpkg.twice(21) == 42\n\n\n"
+        "import cpkg\nimport six\n\n\n"
+        "def test_the_compiled_extension():\n    assert cpkg.twice(21) == 42 and six.PY3\n\n\n"
         "def test_the_worktree_is_what_imports():\n    assert cpkg.__file__ == '/workspace/src/cpkg/__init__.py'\n"
     ),
     "pytest.ini": "[pytest]\naddopts = -p no:cacheprovider\n",
@@ -478,7 +482,9 @@ C_EXTENSION_PROJECT = {
 def test_a_c_extension_is_compiled_with_build_tools_the_image_does_not_keep(
     tmp_path: Path, repository_name: str
 ) -> None:
-    _, record = built_and_passing(tmp_path, f"{repository_name}-c", C_EXTENSION_PROJECT, passed=2)
+    name = f"{repository_name}-c"
+    _, record = built_and_passing(tmp_path, name, C_EXTENSION_PROJECT, passed=2)
+    assert "==> refactor-agent: left out mysqlclient: it does not build here" in (tmp_path / f"{name}.log").read_text()
     client = docker_client()
     probe = "command -v gcc cc || echo no compiler; ls /usr/include/python3*/Python.h 2>/dev/null || echo no headers"
     leftover = client.containers.run(record.image, ["sh", "-c", probe], network_mode="none", remove=True).decode()

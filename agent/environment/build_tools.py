@@ -18,20 +18,11 @@ NEEDS_COMPILER = r"gcc|cc1|Python\.h|compiler|command 'cc'|unable to execute|x86
 # A project that compiles its own extensions: known before anything runs.
 _COMPILES = re.compile(r"\bExtension\(|ext_modules|cythonize|scikit[-_]build|mesonpy|meson-python|pybind11")
 
+# Installs them once (a no-op when they are there), noting what they brought.
 INSTALL = (
     f"[ -e {ADDED} ] || {{ {LISTED} > {ADDED}.before && apt-get update -qq && "
     f"DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {' '.join(PACKAGES)} && "
     f"{LISTED} | comm -13 {ADDED}.before - > {ADDED}; }}"
-)
-
-
-# A shell function the install steps run their uv commands through: a command that failed for want of a
-# compiler gets the tools and runs once more. Its output is shown after it ends (it has to be searched).
-ATTEMPT = (
-    'attempt() { "$@" > /tmp/refactor-agent-attempt.log 2>&1; status=$?; cat /tmp/refactor-agent-attempt.log; '
-    f'if [ $status != 0 ] && [ ! -e {ADDED} ] && grep -qE "{NEEDS_COMPILER}" /tmp/refactor-agent-attempt.log; '
-    "then printf '%s\\n' '==> refactor-agent: it needs a C compiler: the build tools, for the build only'; "
-    f'{INSTALL} && "$@"; else return $status; fi; }}; '
 )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from agent.environment.build_tools import ATTEMPT
+from agent.environment.build_tools import ADDED, INSTALL, NEEDS_COMPILER
 from agent.environment.committed import CommittedTree
 from agent.environment.plan import UV
 from agent.environment.python_project import PythonProject, read_project
@@ -30,6 +30,12 @@ LOCK_EXPORTERS = {
     "Pipfile.lock": f"{UV} tool run pipenv requirements --dev > {EXPORTED}",
 }
 LOG_PREFIX = "==> refactor-agent:"
+ATTEMPT_LOG = "/tmp/refactor-agent-attempt.log"
+EXCLUDES = "/tmp/refactor-agent-excludes.txt"
+MAX_ROUNDS = 6
+# uv's words for a package from the index whose source distribution did not build: Failed to build `name==1.0`
+# (the project itself, `name @ file:///workspace`, is never left out).
+_FAILED_PACKAGE = r"s/.*Failed to \(download and \)\{0,1\}build `\([A-Za-z0-9._-]*\)\(==[^`]*\)\{0,1\}`.*/\2/p"
 
 
 @dataclass
@@ -98,13 +104,39 @@ def python_sources(tree: CommittedTree) -> PythonSources | None:
     return sources
 
 
-def _uv_install(arguments: list[str]) -> str:
-    return f"attempt {UV} pip install {shlex.join(arguments)}"
-
-
 def say(message: str) -> str:
     """A shell command that writes a line of ours into the build log."""
     return f"printf '%s\\n' {shlex.quote(f'{LOG_PREFIX} {message}')}"
+
+
+# A shell function every `uv pip install` of the build runs through. A command that failed for want of a compiler
+# gets the build tools (once) and runs again; one that failed because a package's source distribution does not
+# build here (pycurl without libcurl's headers) runs again without that package, which the log names. The output
+# is shown when the command ends (it has to be searched).
+ATTEMPT = f"""attempt() {{
+    rounds=0
+    while :; do
+        if [ -s {EXCLUDES} ]; then "$@" --excludes {EXCLUDES}; else "$@"; fi > {ATTEMPT_LOG} 2>&1
+        status=$?
+        cat {ATTEMPT_LOG}
+        rounds=$((rounds + 1))
+        if [ $status = 0 ] || [ $rounds -ge {MAX_ROUNDS} ]; then return $status; fi
+        if [ ! -e {ADDED} ] && grep -qE "{NEEDS_COMPILER}" {ATTEMPT_LOG}; then
+            {say("it needs a C compiler: the build tools, for the build only")}
+            {INSTALL} || return $status
+            continue
+        fi
+        package=$(sed -n '{_FAILED_PACKAGE}' {ATTEMPT_LOG} | head -n 1)
+        if [ -z "$package" ] || grep -qx "$package" {EXCLUDES} 2>/dev/null; then return $status; fi
+        printf '%s\\n' "{LOG_PREFIX} left out $package: it does not build here"
+        echo "$package" >> {EXCLUDES}
+    done
+}}
+"""
+
+
+def _uv_install(arguments: list[str]) -> str:
+    return f"attempt {UV} pip install {shlex.join(arguments)}"
 
 
 def metadata_install(project: PythonProject) -> str:
