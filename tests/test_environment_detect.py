@@ -244,6 +244,12 @@ def test_the_digest_covers_what_decides_the_dependencies_and_no_other_file(tmp_p
     )
     assert set(plan_of(dynamic).tree_files) == {"pyproject.toml", "src/d/__init__.py", "deps/runtime.in"}
 
+    flit = '[build-system]\nbuild-backend = "flit_core.buildapi"\n[project]\nname = "f"\n'
+    static = make_repo(tmp_path / "flit", {"pyproject.toml": flit + 'version = "1"\n', "f.py": "X = 1\n"})
+    assert set(plan_of(static).tree_files) == {"pyproject.toml"}, "a static version does not come from the module"
+    from_module = make_repo(tmp_path / "flit-dynamic", {"pyproject.toml": flit + 'dynamic = ["version"]\n', "f.py": ""})
+    assert set(plan_of(from_module).tree_files) == {"pyproject.toml", "f.py"}
+
 
 @pytest.mark.parametrize(
     ("declaration", "image", "why"),

@@ -142,8 +142,11 @@ def _metadata_inputs(tree: CommittedTree, document: dict[str, Any], cfg: configp
     inputs += strings(table(tool, "hatch", "version").get("path"))
     inputs += strings(table(tool, "hatch", "metadata", "hooks", "requirements_txt").get("files"))
     inputs += strings(table(tool, "pdm", "version").get("path"))
+    # flit takes a dynamic version and description from the module itself.
     module = table(tool, "flit", "module").get("name") or table(document, "project").get("name")
-    if "flit" in str(table(document, "build-system").get("build-backend", "")) and isinstance(module, str):
+    dynamic = strings(table(document, "project").get("dynamic"))
+    flit = "flit" in str(table(document, "build-system").get("build-backend", ""))
+    if flit and isinstance(module, str) and {"version", "description"} & set(dynamic):
         inputs += _module_files(tree, module.replace("-", "_"))
     if cfg is not None:
         for section, option in (("metadata", "version"), ("options", "install_requires")):
