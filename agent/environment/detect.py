@@ -43,6 +43,9 @@ class Detected:
     env: dict[str, str] = field(default_factory=dict)
     path_prepend: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)  # each ecosystem's default registry
+    # Reachable only when the build has a network for its indexes anyway (Debian's mirror, for the C build tools
+    # when something compiles): a build from a wheelhouse stays without any network.
+    online_hosts: list[str] = field(default_factory=list)
     requires_python: str | None = None
 
 
@@ -106,7 +109,7 @@ def detect_python(tree: CommittedTree, found: Detected) -> None:
     found.env.update({"VIRTUAL_ENV": VENV, "PYTHONPATH": python_path(tree)})
     found.path_prepend.append(f"{VENV}/bin")
     found.requires_python = sources.project.requires_python
-    found.hosts += mirror_hosts(list(PYTHON_OF_SUITE))  # the build tools' packages, when something compiles
+    found.online_hosts += mirror_hosts(list(PYTHON_OF_SUITE))
 
 
 def detect_node(tree: CommittedTree, found: Detected) -> None:

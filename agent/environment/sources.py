@@ -99,7 +99,7 @@ def _detected(tree: CommittedTree, sandbox_image: str, host_index: IndexConfig) 
         env=detected.env,
         path_prepend=detected.path_prepend,
         index=host_index,
-        hosts=detected.hosts,
+        hosts=[*detected.hosts, *([] if host_index.offline else detected.online_hosts)],
         used=[f"detection: {', '.join(detected.ecosystems)}"],
     )
 
@@ -156,6 +156,6 @@ def _from_table(
         env=detected.env,
         path_prepend=detected.path_prepend,
         index=index,
-        hosts=[*detected.hosts, *spec.allowed_hosts],
+        hosts=[*detected.hosts, *([] if index.offline else detected.online_hosts), *spec.allowed_hosts],
         used=["[environment] table", *([f"detection: {found}"] if detected.ecosystems else [])],
     )
