@@ -85,8 +85,8 @@ def test_the_hosts_a_build_may_fetch_debian_packages_from_are_the_mirrors_choose
     tmp_path: Path,
 ) -> None:
     _write_apt_sources(tmp_path)
-    assert mirror_hosts(["bookworm"], tmp_path) == ["deb.debian.org", "mirror.example", "other.example"]
-    assert mirror_hosts(["trixie"], tmp_path) == ["deb.debian.org"]
+    assert mirror_hosts(["bookworm"], tmp_path) == ["deb.debian.org:80", "mirror.example:80", "other.example:80"]
+    assert mirror_hosts(["trixie"], tmp_path) == ["deb.debian.org:80"]
 
 
 def test_the_default_mirror_is_preferred_when_it_answers(tmp_path: Path) -> None:
