@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from agent.events import Event
 from agent.morning_report import render_html, render_markdown, split_patch
+from agent.private_dirs import PRIVATE_MODE, private_dir
 from agent.report import RunSummary
 
 # patch.diff holds at most this much of each task's diff: a task that wrote gigabytes must not fill the disk twice.
@@ -67,8 +68,9 @@ class RunJournal:
         self.directory = runs_dir / run_id
         if resume:
             _drop_torn_line(self.directory / "transcript.jsonl")
-        else:
-            self.directory.mkdir(parents=True, exist_ok=False)
+        else:  # the transcript holds the whole repository: readable by the user alone
+            private_dir(runs_dir)
+            self.directory.mkdir(mode=PRIVATE_MODE)
         self._transcript: TextIO = (self.directory / "transcript.jsonl").open("a", encoding="utf-8")
         self._lock = threading.Lock()  # tasks in parallel (a fleet) write whole lines and whole diffs, never halves
 

@@ -17,6 +17,7 @@ from agent.interrupt import Interrupted, stop_signals
 from agent.journal import new_run_id
 from agent.llama_api import ServerError
 from agent.llm import ChatModel, OpenAIChatModel
+from agent.private_dirs import PRIVATE_MODE, private_dir
 from agent.server import ensure_server
 from sandbox import SandboxError, docker_client, require_image
 
@@ -69,7 +70,8 @@ def execute_eval(
 
     eval_id = f"eval-{new_run_id()}"
     directory = template.runs_dir / eval_id
-    directory.mkdir(parents=True)
+    private_dir(template.runs_dir)
+    directory.mkdir(mode=PRIVATE_MODE)
     report = EvalReport(
         eval_id=eval_id,
         suite=str(suite),

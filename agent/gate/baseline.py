@@ -16,6 +16,7 @@ import docker
 from pydantic import ValidationError
 
 from agent.gate.results import SuiteRun
+from agent.private_dirs import private_dir
 
 CACHE_DIR_NAME = ".baselines"
 
@@ -47,7 +48,7 @@ class BaselineCache:
             return None
 
     def put(self, key: str, suite: SuiteRun) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)
         # A partial file of its own: tasks running in parallel (a fleet) may store the same baseline at once.
         descriptor, partial = tempfile.mkstemp(dir=self.directory, prefix=f"{key}.", suffix=".partial")
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:

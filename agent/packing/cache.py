@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agent.private_dirs import private_dir
+
 LOOKUP_CHUNK = 900  # below SQLite's default limit on bound parameters
 
 
@@ -24,7 +26,7 @@ class ContentCache:
     """One table of key -> JSON value in a SQLite file; writes are buffered until save()."""
 
     def __init__(self, path: Path, table: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         self._table = table
         self._db = sqlite3.connect(path, timeout=30.0, check_same_thread=False)
         self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")

@@ -18,6 +18,7 @@ import numpy
 from agent.packing.classify import TextFile
 from agent.packing.repomap import SymbolCollector, load_symbols, state_digest
 from agent.packing.symbols import FileSymbols
+from agent.private_dirs import private_dir
 
 GRAPH_VERSION = "graph_v1"  # bump when the graph's construction or weights change
 KEEP_GRAPHS = 16  # graphs of the most recently packed repository states kept on disk
@@ -90,7 +91,7 @@ def build_graph(symbols: list[FileSymbols | None]) -> ReferenceGraph:
 
 
 def _save(path: Path, graph: ReferenceGraph) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     with partial.open("wb") as stream:
         numpy.savez(

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from agent.private_dirs import private_dir
+
 # Bytes per token of source code under common BPE vocabularies; replaced by a measured ratio once a server is seen.
 DEFAULT_TOKENS_PER_BYTE = 0.3
 
@@ -69,7 +71,7 @@ class Calibration:
         with contextlib.suppress(OSError):
             if self.path.read_text() == text:  # a warm run measures what the cold one did: no write to wait for
                 return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         self.path.write_text(text)
 
 

@@ -15,6 +15,7 @@ import httpx
 from pydantic import BaseModel
 
 from agent.llama_api import LlamaServerAPI, ServerLoading, ServerUnreachable
+from agent.private_dirs import private_dir
 from agent.server.binary import help_text, supported_flags
 from agent.server.errors import LaunchError
 from agent.server.paths import default_state_dir
@@ -94,9 +95,9 @@ def start_server(
         if _answers(api):
             raise LaunchError(f"port {preset.port} is taken: a server already answers at {api.root}")
     directory = state_dir or default_state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    if preset.slot_save_path is not None:
-        preset.slot_save_path.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
+    if preset.slot_save_path is not None:  # saved prefixes are the repositories' text in another form
+        private_dir(preset.slot_save_path)
     log_file = directory / f"server-{preset.port}.log"
     command = preset.command(binary)
     log(f"starting llama-server (preset {preset.name}): {shlex.join(command)}")

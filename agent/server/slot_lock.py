@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from agent.llama_api import LlamaServerAPI, ServerError
+from agent.private_dirs import private_dir
 from agent.server.paths import default_state_dir
 
 POLL_S = 1.0  # more tasks than slots on the node: look for a free slot this often
@@ -36,7 +37,7 @@ def claim_slot(server_url: str, slots: int, *, lock_dir: Path | None = None) -> 
     """One of the server's `slots` slots, this process's until the block ends; waits while all are taken."""
     name = hashlib.sha256(server_url.encode()).hexdigest()[:16]
     directory = (lock_dir or default_state_dir() / "slot-locks") / name
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     while True:
         for slot in range(slots):
             handle = (directory / f"{slot}.lock").open("a")
