@@ -18,16 +18,18 @@ from agent.eval.cli import eval_command
 from agent.night import load_night
 from agent.pack_cli import pack
 from agent.review.cli import review_app
+from agent.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read, user_runs_dir
 from agent.schedule import schedule_app
 from agent.server.cli import doctor, server_app
 from agent.settings import (
     MIB,
+    ConfigFiles,
     Layer,
     Options,
     SettingsError,
     Source,
     check_dispatch,
-    config_file_layers,
+    deadline_at,
     night_config,
     options_from,
     run_config,
@@ -163,7 +165,6 @@ ParallelOption = Annotated[
     typer.Option(min=1, help="Tasks at once on each server, each in a slot of its own (server start --parallel N)."),
 ]
 AddressOption = Annotated[str | None, typer.Option(help="The Ray cluster to join (--executor ray; default: Ray's).")]
-RunsDirOption = Annotated[Path, typer.Option(help="Where run records go.")]
 UntilOption = Annotated[
     str | None, typer.Option(help="End time: HH:MM (its next occurrence, local time) or a date and time.")
 ]
@@ -179,6 +180,13 @@ OnFinishOption = Annotated[
     str | None, typer.Option(help="Shell command run after the run; $REFACTOR_AGENT_REPORT is the report's path.")
 ]
 ResumeOption = Annotated[bool, typer.Option(help="Continue the unfinished run of the same tasks if there is one.")]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A config file of yours, over ~/.config/refactor-agent/config.toml and ./refactor-agent.toml.",
+    ),
+]
 
 
 @app.command()
@@ -197,7 +205,9 @@ def run(
     environment: Annotated[
         Path | None, typer.Option(help="TOML file whose [environment] table describes the environment.")
     ] = None,
-    runs_dir: RunsDirOption = NightConfig.model_fields["runs_dir"].default,
+    runs_dir: Annotated[
+        Path, typer.Option(help="Where run records go [default: runs, or the per-user runs folder inside REPO].")
+    ] = DEFAULT_RUNS_DIR,
     max_turns: Annotated[int, typer.Option(help="Model turns per task.")] = RunConfig.model_fields["max_turns"].default,
     test_cmd: Annotated[str | None, typer.Option(help="Test command (default: detected).")] = None,
     command_timeout: Annotated[
@@ -240,14 +250,17 @@ def run(
     parallel: ParallelOption = None,
     executor: ExecutorOption = None,
     address: AddressOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/.
 
-    Settings not given here come from ./refactor-agent.toml, then ~/.config/refactor-agent/config.toml."""
+    Settings not given here come from --config FILE, ./refactor-agent.toml (unless the current directory is
+    inside REPO), then ~/.config/refactor-agent/config.toml."""
     with _usage_errors():
         tasks = _read_tasks(task, task_file)
-        layers = [*config_file_layers(), _given(context)]
-        night = night_config([(repo.resolve(), tasks, layers)], layers)
+        target = repo.resolve()
+        layers = [*ConfigFiles(config).layers([target], typer.echo), _given(context)]
+        night = night_config([(target, tasks, layers)], layers, log=typer.echo)
         _check_runs_dir(night.runs_dir)
         chosen = _pick_resume(night, resume)
     _execute(night, chosen)
@@ -269,10 +282,11 @@ def night(
     parallel: ParallelOption = None,
     executor: ExecutorOption = None,
     address: AddressOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Run every task of every repository in NIGHT_FILE, in order, in one run directory with one report."""
     with _usage_errors():
-        night = load_night(night_file, config_file_layers(), _given(context))
+        night = load_night(night_file, ConfigFiles(config), _given(context), log=typer.echo)
         _check_runs_dir(night.runs_dir)
         chosen = _pick_resume(night, resume)
     _execute(night, chosen)
@@ -282,7 +296,9 @@ def night(
 def resume_run(
     context: typer.Context,
     run_id: Annotated[str, typer.Argument(help="The run to continue (its directory name under --runs-dir).")],
-    runs_dir: RunsDirOption = NightConfig.model_fields["runs_dir"].default,
+    runs_dir: Annotated[
+        Path | None, typer.Option(help="Where its record is [default: runs, else the per-user runs folder].")
+    ] = None,
     server: Annotated[str | None, typer.Option(help="The server, if not the run's own.")] = None,
     until: UntilOption = None,
     deadline: DeadlineOption = None,
@@ -292,12 +308,14 @@ def resume_run(
     from agent.session import ResumeError, load_run_night
 
     with _one_line(ResumeError, SettingsError):
-        if "/" in run_id or run_id.startswith(".") or not (runs_dir / run_id).is_dir():
-            raise ResumeError(f"no run {run_id} in {runs_dir}")
-        night = load_run_night(runs_dir / run_id).model_copy(update={"runs_dir": runs_dir})
+        runs = runs_dir_to_read(runs_dir, run_id)
+        if "/" in run_id or run_id.startswith(".") or not (runs / run_id).is_dir():
+            where = runs if runs_dir is not None else f"{DEFAULT_RUNS_DIR} or {user_runs_dir()}"
+            raise ResumeError(f"no run {run_id} in {where}")
+        night = load_run_night(runs / run_id).model_copy(update={"runs_dir": runs})
         given = _given(context)
         if given.values.keys() & {"until", "deadline"}:
-            night.deadline_at = night_config([], [given]).deadline_at
+            night.deadline_at = deadline_at(given.values)
         check_dispatch(night)
         if server is not None:  # checked as `run` checks it (one line naming --server), then used for every task
             run_config(night.repos[0].repo, ["-"], [given])
@@ -315,19 +333,36 @@ app.add_typer(config_app, name="config")
 @config_app.command("show")
 def config_show(
     night_file: Annotated[Path | None, typer.Option("--night", help="Also the [defaults] of this night file.")] = None,
+    repo: Annotated[
+        list[Path],
+        typer.Option(help="The repository a run would work on [default: the one you are in]; repeatable."),
+    ] = [],  # noqa: B006
+    config: ConfigOption = None,
 ) -> None:
-    """Each setting with its value and where it was set: default, a config file (with its line), a night file."""
-    from agent.night import night_defaults
+    """Each setting with its value and where it was set: default, a config file (with its line), a night file.
+    The files are those a run on --repo (or the night's repositories) would read."""
+    from agent.night import night_defaults, night_repositories
     from agent.settings import describe_settings
 
     defaults = {name: parameter.default for name, parameter in inspect.signature(run).parameters.items()}
     with _usage_errors():
-        layers = config_file_layers()
+        targets = [path.resolve() for path in repo]
+        if night_file is not None:
+            targets += night_repositories(night_file)
+        if not targets:  # as `run .` would see it
+            targets = [path for path in [_work_tree_holding(Path.cwd())] if path is not None]
+        layers = ConfigFiles(config).layers(targets, typer.echo)
         if night_file is not None:
             layers.append(night_defaults(night_file))
         lines = describe_settings(defaults, layers)
     for line in lines:
         typer.echo(line)
+
+
+def _work_tree_holding(directory: Path) -> Path | None:
+    """The git work tree `directory` is in (found by its `.git`, no git runs), if any."""
+    resolved = directory.resolve()
+    return next((path for path in [resolved, *resolved.parents] if (path / ".git").exists()), None)
 
 
 def run_option_names() -> list[str]:
@@ -339,9 +374,11 @@ def run_config_of(repo: Path, tasks: list[str], values: dict[str, object]) -> Ru
     """A RunConfig from option values as `run` takes them (`eval` uses it): the config files' settings, then the
     values that differ from `run`'s defaults, as if given on the command line."""
     defaults = inspect.signature(run).parameters
-    given = {name: value for name, value in values.items() if value != defaults[name].default}
-    _check_runs_dir(Path(str(values.get("runs_dir") or NightConfig.model_fields["runs_dir"].default)))
-    return run_config(repo, tasks, [*config_file_layers(), options_from(given, Source("command line"))])
+    explicit = values.get("config")
+    given = {name: value for name, value in values.items() if value != defaults[name].default and name != "config"}
+    _check_runs_dir(Path(str(values.get("runs_dir") or DEFAULT_RUNS_DIR)))
+    files = ConfigFiles(Path(str(explicit)) if explicit is not None else None).layers([repo], typer.echo)
+    return run_config(repo, tasks, [*files, options_from(given, Source("command line"))])
 
 
 app.command("eval")(eval_command(run, run_option_names()))

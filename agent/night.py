@@ -16,13 +16,24 @@ sets only what can differ per task.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent.config import NightConfig
-from agent.settings import NIGHT_WIDE, Layer, Options, SettingsError, Source, describe, night_config, read_toml
+from agent.settings import (
+    NIGHT_WIDE,
+    ConfigFiles,
+    Layer,
+    Options,
+    SettingsError,
+    Source,
+    describe,
+    night_config,
+    read_toml,
+)
 
 
 def _per_task_only(values: dict[str, Any]) -> dict[str, Any]:
@@ -86,25 +97,27 @@ def night_defaults(path: Path) -> Layer:
     return _defaults(path, _read(path))
 
 
-def load_night(path: Path, base: list[Layer], command_line: Layer) -> NightConfig:
-    """The night file on top of the config files (`base`), under the command line. Raises SettingsError."""
+def load_night(
+    path: Path, config_files: ConfigFiles, command_line: Layer, *, log: Callable[[str], None]
+) -> NightConfig:
+    """The night file on top of the config files, under the command line. Raises SettingsError. `log` gets the
+    lines that say a config file was not read or the runs directory moved (agent/settings.py)."""
     path = path.absolute()
     night = _read(path)
     defaults = _defaults(path, night)
+    repositories = [_repository(path, number, repo.path) for number, repo in enumerate(night.repo)]
+    for number, repo_path in enumerate(repositories):
+        if repo_path in repositories[:number]:
+            where = Source(str(path), path, ("repo", number, "path"))
+            raise SettingsError(
+                f"{where.where()}: repo.{number}.path: {repo_path} is listed twice (also "
+                f"repo.{repositories.index(repo_path)}): give one [[repo]] all its tasks"
+            )
+    # The config files after the repositories: a directory's file inside one of them is not the user's.
+    base = config_files.layers(repositories, log)
     night_layers = [*base, defaults, command_line]
     entries = []
-    seen: dict[Path, int] = {}
-    for number, repo in enumerate(night.repo):
-        where = Source(str(path), path, ("repo", number, "path"))
-        repo_path = (path.parent / repo.path.expanduser()).resolve()
-        if not repo_path.is_dir():
-            raise SettingsError(f"{where.where()}: repo.{number}.path: {repo_path} is not a directory")
-        if repo_path in seen:
-            raise SettingsError(
-                f"{where.where()}: repo.{number}.path: {repo_path} is listed twice (also repo.{seen[repo_path]}): "
-                "give one [[repo]] all its tasks"
-            )
-        seen[repo_path] = number
+    for number, (repo, repo_path) in enumerate(zip(night.repo, repositories, strict=True)):
         repo_layer = Layer(Source(f"{path} [[repo]] {number}", path, ("repo", number)), _option_values(repo))
         plain = [text.strip() for text in repo.tasks if text.strip()]
         if plain:
@@ -113,4 +126,23 @@ def load_night(path: Path, base: list[Layer], command_line: Layer) -> NightConfi
             task_source = Source(f"{path} [[repo.task]] {number}.{index}", path, ("repo", number, "task", index))
             task_layer = Layer(task_source, _option_values(task))
             entries.append((repo_path, [task.text.strip()], [*base, defaults, repo_layer, task_layer, command_line]))
-    return night_config(entries, night_layers, night_file=path)
+    return night_config(entries, night_layers, night_file=path, directory=config_files.directory, log=log)
+
+
+def _repository_path(night_file: Path, given: Path) -> Path:
+    return (night_file.parent / given.expanduser()).resolve()  # relative to the night file's folder
+
+
+def _repository(night_file: Path, number: int, given: Path) -> Path:
+    """A [[repo]]'s path, checked to be a directory."""
+    repo_path = _repository_path(night_file, given)
+    if not repo_path.is_dir():
+        where = Source(str(night_file), night_file, ("repo", number, "path"))
+        raise SettingsError(f"{where.where()}: repo.{number}.path: {repo_path} is not a directory")
+    return repo_path
+
+
+def night_repositories(path: Path) -> list[Path]:
+    """The repositories a night file names, there or not (for `config show --night`)."""
+    path = path.absolute()
+    return [_repository_path(path, repo.path) for repo in _read(path).repo]

@@ -1,15 +1,21 @@
-"""Settings in layers: built-in defaults < user config file < ./refactor-agent.toml < night file < command line.
+"""Settings in layers: built-in defaults < the user's config file < ./refactor-agent.toml < --config FILE < night
+file < command line.
 
 Every layer speaks the command line's words (`max_turns`, `server`, `until` ...), checked by one pydantic model,
 and remembers where each value came from (a file and the TOML key's location in it), so that an error names the
 file, the line and the key, and `config show` can say where each setting was set.
+
+Configuration is the user's, never a repository's: ./refactor-agent.toml is read only when the current directory
+lies outside every repository the command works on. After `cd repo && refactor-agent run .` that file is the
+repository's own, committed by anyone, and it could name `on_finish` (a host command), `server` (where the packed
+repository is sent), `image`, `environment`, `allow_dirty` or `test_cmd`.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent.config import Effort, Executor, NightConfig, RunConfig, Switch
 from agent.durations import parse_duration, parse_until
 from agent.environment.spec import load_environment_file
+from agent.runs_dir import user_runs_dir
 
 MIB = 1024**2
 CONFIG_FILE_NAME = "refactor-agent.toml"
@@ -263,18 +270,50 @@ def describe(error: ValidationError, source: Source) -> str:
     return f"{where}: {key}: {text[:1].lower() + text[1:]}{more}"
 
 
-def user_config_files(cwd: Path | None = None) -> list[Path]:
-    """The user's config file, then the one in the current directory (the later wins)."""
+def user_config_file() -> Path:
     config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return [config_home / "refactor-agent" / "config.toml", (cwd or Path.cwd()) / CONFIG_FILE_NAME]
+    return config_home / "refactor-agent" / "config.toml"
 
 
-def config_file_layers(cwd: Path | None = None) -> list[Layer]:
-    layers = []
-    for path in user_config_files(cwd):
-        if path.is_file():
-            layers.append(options_from(read_toml(path), Source(str(path), path)))
-    return layers
+def enclosing_repository(path: Path, repositories: Iterable[Path]) -> Path | None:
+    """The repository among `repositories` whose work tree holds `path` (symbolic links resolved), if any."""
+    resolved = path.resolve()
+    for repository in repositories:
+        root = repository.resolve()
+        if resolved == root or root in resolved.parents:
+            return root
+    return None
+
+
+def _file_layer(path: Path) -> Layer:
+    return options_from(read_toml(path), Source(str(path), path))
+
+
+@dataclass(frozen=True)
+class ConfigFiles:
+    """The config files a command reads, lowest first: the user's own, ./refactor-agent.toml of `directory` (the
+    current one) unless it lies inside a repository the command works on, then an explicit --config FILE."""
+
+    explicit: Path | None = None
+    directory: Path | None = None
+
+    def layers(self, repositories: Iterable[Path], log: Callable[[str], None]) -> list[Layer]:
+        """The files' layers for a command on `repositories`; `log` gets the one line that says a directory's
+        file was not read."""
+        layers = [_file_layer(path) for path in [user_config_file()] if path.is_file()]
+        local = (self.directory or Path.cwd()) / CONFIG_FILE_NAME
+        if local.is_file():
+            inside = enclosing_repository(local.parent, repositories)
+            if inside is None:
+                layers.append(_file_layer(local))
+            else:
+                log(
+                    f"note: {local} is not read: it lies inside {inside}, a repository this run works on "
+                    f"(settings come from {user_config_file()}, --config FILE, the night file, the command line)"
+                )
+        if self.explicit is not None:
+            layers.append(_file_layer(self.explicit))
+        return layers
 
 
 def user_setting(option: str) -> Any:
@@ -326,10 +365,42 @@ def _refusal(detail: Any, sources: dict[str, Source]) -> str:
     option = next((name for name, (path, _) in RUN_FIELDS.items() if path[-1] == field), field)
     # A validator's own ValueError reads as its text; pydantic's "Value error, " prefix says nothing more.
     text = str(detail["ctx"]["error"]) if detail["type"] == "value_error" else detail["msg"]
-    source = sources.get(option, Source("default"))
+    return f"{_named(option, sources.get(option, Source('default')))} {detail['input']}: {text[:1].lower() + text[1:]}"
+
+
+def _named(option: str, source: Source) -> str:
+    """An option as the user set it: `--max-turns` on the command line, `night.toml:7: max_turns` in a file."""
     key = ".".join(str(part) for part in (*source.location, option))
-    named = "--" + option.replace("_", "-") if source.path is None else f"{source.where_key(option)}: {key}"
-    return f"{named} {detail['input']}: {text[:1].lower() + text[1:]}"
+    return "--" + option.replace("_", "-") if source.path is None else f"{source.where_key(option)}: {key}"
+
+
+def _ignore(_line: str) -> None:
+    pass
+
+
+def placed_runs_dir(
+    runs_dir: Path,
+    source: Source | None,
+    repositories: list[Path],
+    *,
+    directory: Path | None = None,
+    log: Callable[[str], None] = _ignore,
+) -> Path:
+    """Run records never go inside a repository the run works on (agent/runs_dir.py): a runs_dir set there
+    (`source`: where) is refused, the default moves to the user's own folder, said in one line."""
+    inside = enclosing_repository((directory or Path.cwd()) / runs_dir, repositories)
+    if inside is None:
+        return runs_dir
+    if source is not None:
+        raise SettingsError(
+            f"{_named('runs_dir', source)} {runs_dir}: inside {inside}, a repository this run works on (its records "
+            "hold the whole repository and would leave the checkout dirty): choose a directory outside it"
+        )
+    moved = user_runs_dir()
+    if enclosing_repository(moved, repositories) is not None:
+        raise SettingsError(f"{moved} lies inside a repository this run works on: give --runs-dir outside it")
+    log(f"note: {runs_dir} here would be inside {inside}, a repository this run works on: run records go to {moved}")
+    return moved
 
 
 def night_config(
@@ -338,24 +409,35 @@ def night_config(
     *,
     night_file: Path | None = None,
     now: datetime | None = None,
+    directory: Path | None = None,
+    log: Callable[[str], None] = _ignore,
 ) -> NightConfig:
     """The night: one RunConfig per entry from that entry's layers (all of them, lowest first); the night-wide
-    settings (end time, run directory ...) from `layers`."""
-    values, _ = merged(layers)
+    settings (end time, run directory ...) from `layers`. `directory`: where the command runs (None: the current
+    one), which a relative runs directory is in; `log` gets the line that says the runs directory moved."""
+    values, sources = merged(layers)
     fields: dict[str, Any] = {"night_file": night_file}
     for option, (field, convert) in NIGHT_FIELDS.items():
         if values.get(option) is not None:
             fields[field] = convert(values[option])
-    if values.get("until") is not None:
-        fields["deadline_at"] = parse_until(values["until"], now)
-    elif values.get("deadline") is not None:
-        fields["deadline_at"] = (now or datetime.now().astimezone()) + timedelta(
-            seconds=parse_duration(values["deadline"])
-        )
+    fields["deadline_at"] = deadline_at(values, now)
     fields["repos"] = [run_config(repo, tasks, own) for repo, tasks, own in entries]
     night = NightConfig.model_validate(fields)
     check_dispatch(night)
-    return night
+    runs_dir = placed_runs_dir(
+        night.runs_dir, sources.get("runs_dir"), night.repositories(), directory=directory, log=log
+    )
+    placed = {"runs_dir": runs_dir}  # each task's config.json says where its records really are
+    return night.model_copy(update={**placed, "repos": [config.model_copy(update=placed) for config in night.repos]})
+
+
+def deadline_at(values: dict[str, Any], now: datetime | None = None) -> datetime | None:
+    """The night's end from `until` (a time) or `deadline` (a duration from now), if either is set."""
+    if values.get("until") is not None:
+        return parse_until(values["until"], now)
+    if values.get("deadline") is not None:
+        return (now or datetime.now().astimezone()) + timedelta(seconds=parse_duration(values["deadline"]))
+    return None
 
 
 def check_dispatch(night: NightConfig) -> None:

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 import agent
 from agent.cli import app, run, run_config_of, run_option_names
+from agent.config import LLMConfig, NightConfig, RunConfig
+from agent.report import RunSummary
 
 from repos import checkout_fingerprint, make_repo
 
@@ -123,3 +125,27 @@ def test_the_feature_switches_take_on_or_off(tmp_path: Path) -> None:
     options = {name: options[name] for name in run_option_names()}
     config = run_config_of(tmp_path, ["Rename x"], {**options, "symbol_tools": "off", "runs_dir": tmp_path / "runs"})
     assert (config.symbol_tools, config.ledger) == (False, True)
+
+
+def test_a_runs_dir_inside_the_repository_is_one_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    stderr = _refused(tmp_path, ["--runs-dir", str(repo / "records")])
+    assert stderr == (
+        f"error: --runs-dir {repo}/records: inside {repo}, a repository this run works on (its records hold the "
+        "whole repository and would leave the checkout dirty): choose a directory outside it\n"
+    )
+
+
+def test_resume_with_a_new_deadline_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """`resume --deadline` reads the end time like `run` does; the preflight's refusal is then its one line."""
+    repo = make_repo(tmp_path / "repo")
+    night = NightConfig(repos=[RunConfig(repo=repo, tasks=["x"], llm=LLMConfig(server_url=DEAD_SERVER))])
+    run_dir = tmp_path / "runs" / "20261201-010000-abcd"
+    run_dir.mkdir(parents=True)
+    (run_dir / "night.json").write_text(night.model_dump_json())
+    summary = RunSummary(run_id=run_dir.name, repo=str(repo), model="m", server_url=DEAD_SERVER)
+    (run_dir / "summary.json").write_text(summary.model_dump_json())
+    options = ["--runs-dir", str(tmp_path / "runs"), "--deadline", "2h", "--server", DEAD_SERVER]
+    result = CliRunner().invoke(app, ["resume", run_dir.name, *options])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1

@@ -29,13 +29,13 @@ from agent.review.pager import TerminalPager
 from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
 from agent.review.repository import UserRepository, user_repository
 from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
+from agent.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read
 from agent.safe_git import GitError
 from agent.workspace import WorkspaceError
 from sandbox.errors import SandboxError
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
-DEFAULT_RUNS_DIR: Path = RunConfig.model_fields["runs_dir"].default
 RUN_COMMAND = "tasks"
 RECENT_RUNS = 20
 # A piped table has no terminal to size it by (unless COLUMNS says); this keeps the report's fifteen columns readable.
@@ -61,7 +61,10 @@ review_app = typer.Typer(
     ),
 )
 
-RunsDirOption = Annotated[Path | None, typer.Option("--runs-dir", help=f"Run records (default: {DEFAULT_RUNS_DIR}).")]
+RunsDirOption = Annotated[
+    Path | None,
+    typer.Option("--runs-dir", help=f"Run records [default: {DEFAULT_RUNS_DIR}, else the per-user runs folder]."),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON on stdout).")]
 RepoOption = Annotated[Path | None, typer.Option("--repo", help="The repository (default: the one the run used).")]
 TargetArgument = Annotated[
@@ -76,7 +79,7 @@ RunArgument = Annotated[str, typer.Argument(metavar="RUN", help="A run id (see `
 def _runs_dir(context: typer.Context, given: Path | None) -> Path:
     """A subcommand's --runs-dir, else the one given before it (`review --runs-dir D RUN`), else the default."""
     inherited = context.parent.params.get("runs_dir") if context.parent is not None else None
-    return given or inherited or DEFAULT_RUNS_DIR
+    return runs_dir_to_read(given or inherited)
 
 
 def _as_json(context: typer.Context, given: bool) -> bool:
@@ -132,14 +135,14 @@ def overview(
     if context.invoked_subcommand is not None:
         return
     with _one_line_errors():
-        runs = list_runs(runs_dir or DEFAULT_RUNS_DIR)[:limit]
+        runs = list_runs(runs_dir_to_read(runs_dir))[:limit]
     if as_json:
         _print_json([run_json(record) for record in runs])
         return
     for record in runs:
         _say(run_line(record))
     if not runs:
-        _say(f"no runs in {runs_dir or DEFAULT_RUNS_DIR}")
+        _say(f"no runs in {runs_dir_to_read(runs_dir)}")
 
 
 @review_app.command(RUN_COMMAND)
