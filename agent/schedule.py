@@ -14,6 +14,7 @@ import re
 import shlex
 import subprocess
 import sys
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -21,7 +22,8 @@ from typing import Annotated
 import typer
 
 from agent.night import load_night
-from agent.settings import Layer, SettingsError, Source, config_file_layers
+from agent.private_dirs import private_dir
+from agent.settings import ConfigFiles, Layer, SettingsError, Source
 from agent.workspace import task_slug
 
 EXIT_USAGE = 2
@@ -43,8 +45,25 @@ def _at(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def _plain(what: str, text: str) -> str:
+    """`text` for a crontab line or a unit file: refused when it holds a control character. A newline in a night
+    file's folder would add a line of the attacker's to the crontab (`* * * * * ...`) or the unit
+    (`ExecStartPre=...`); no quoting keeps a newline inside one crontab line."""
+    bad = next((character for character in text if unicodedata.category(character) == "Cc"), None)
+    if bad is not None:
+        raise ScheduleError(f"{what} {text!r}: has a control character ({bad!r}): rename it to schedule it")
+    return text
+
+
 def _night_command(night_file: Path, runs_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "agent", "night", str(night_file), "--runs-dir", str(runs_dir)]
+    return [
+        _plain("the Python interpreter", sys.executable), "-m", "agent", "night",
+        _plain("the night file", str(night_file)), "--runs-dir", _plain("the runs directory", str(runs_dir)),
+    ]  # fmt: skip
+
+
+def _search_path() -> str:
+    return _plain("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
 
 
 def _crontab() -> list[str]:
@@ -66,17 +85,28 @@ def _write_crontab(lines: list[str]) -> None:
         raise ScheduleError(f"crontab - failed: {written.stderr.strip() or written.returncode}")
 
 
+def _cron_escaped(text: str) -> str:
+    """cron turns an unescaped % of the command into a newline (the rest becomes its stdin); it drops the
+    backslash of `\\%` and keeps every other backslash as it is."""
+    return text.replace("%", "\\%")
+
+
+def _marker(night_file: Path) -> str:
+    return _cron_escaped(f"{MARKER}{night_file}")
+
+
 def cron_line(night_file: Path, runs_dir: Path, hour: int, minute: int) -> str:
+    """The crontab line: a shell command (every word quoted for sh, then escaped for cron) and our marker, a
+    shell comment. The working directory is the night file's, for its ./refactor-agent.toml."""
     command = shlex.join(_night_command(night_file, runs_dir))
     log = shlex.quote(str(runs_dir / LOG_NAME))
-    path = shlex.quote("PATH=" + os.environ.get("PATH", "/usr/bin:/bin"))
-    # cron turns % into a newline: escape it. The working directory is the night file's, for ./refactor-agent.toml.
+    path = shlex.quote("PATH=" + _search_path())
     line = f"cd {shlex.quote(str(night_file.parent))} && env {path} {command} >> {log} 2>&1"
-    return f"{minute} {hour} * * * {line.replace('%', chr(92) + '%')} {MARKER}{night_file}"
+    return f"{minute} {hour} * * * {_cron_escaped(line)} {_marker(night_file)}"
 
 
 def _is_ours(line: str, night_file: Path | None) -> bool:
-    return line.endswith(f"{MARKER}{night_file}") if night_file is not None else MARKER in line
+    return line.endswith(_marker(night_file)) if night_file is not None else MARKER in line
 
 
 def unit_name(night_file: Path) -> str:
@@ -90,22 +120,39 @@ def default_unit_dir() -> Path:
     return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "systemd" / "user"
 
 
-def _systemd_quote(text: str) -> str:
+def _unit_quoted(text: str) -> str:
+    """A quoted word of Environment= (C escapes, % specifiers)."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
+
+
+def _unit_argument(text: str) -> str:
+    """A quoted word of ExecStart=, which also expands $VARIABLES: $$ is a dollar sign."""
+    return _unit_quoted(text).replace("$", "$$")
+
+
+def _unit_raw(what: str, text: str) -> str:
+    """A value systemd takes as it is written (WorkingDirectory=, Description=, append:PATH): quotes would be part
+    of it, only % specifiers are expanded. Whitespace around it would be dropped and a backslash at its end would
+    join the next line to it: refused."""
+    if text != text.strip() or text.endswith("\\"):
+        raise ScheduleError(f"{what} {text!r}: begins or ends with a space or a backslash: rename it to schedule it")
+    return text.replace("%", "%%")
 
 
 def systemd_units(night_file: Path, runs_dir: Path, hour: int, minute: int) -> dict[str, str]:
     name = unit_name(night_file)
-    log = str(runs_dir / LOG_NAME).replace("%", "%%")
+    command = _night_command(night_file, runs_dir)  # checked for control characters, as is PATH
+    log = _unit_raw("the runs directory", str(runs_dir / LOG_NAME))
+    description = _unit_raw("the night file", f"refactor-agent night {night_file}")
     service = (
-        f"[Unit]\nDescription=refactor-agent night {night_file}\n\n"
-        f"[Service]\nType=oneshot\nWorkingDirectory={_systemd_quote(str(night_file.parent))}\n"
-        f"Environment={_systemd_quote('PATH=' + os.environ.get('PATH', '/usr/bin:/bin'))}\n"
-        f"ExecStart={' '.join(_systemd_quote(part) for part in _night_command(night_file, runs_dir))}\n"
+        f"[Unit]\nDescription={description}\n\n"
+        f"[Service]\nType=oneshot\nWorkingDirectory={_unit_raw('its folder', str(night_file.parent))}\n"
+        f"Environment={_unit_quoted('PATH=' + _search_path())}\n"
+        f"ExecStart={' '.join(_unit_argument(part) for part in command)}\n"
         f"StandardOutput=append:{log}\nStandardError=append:{log}\n"
     )
     timer = (
-        f"[Unit]\nDescription=refactor-agent night {night_file}\n\n"
+        f"[Unit]\nDescription={description}\n\n"
         f"[Timer]\nOnCalendar=*-*-* {hour:02d}:{minute:02d}:00\nPersistent=true\n\n"
         "[Install]\nWantedBy=timers.target\n"
     )
@@ -117,7 +164,9 @@ def _checked_night(night_file: Path, runs_dir: Path | None) -> tuple[Path, Path]
     runs directory it will use, both absolute."""
     night_file = night_file.absolute()
     given = {"runs_dir": runs_dir} if runs_dir is not None else {}
-    night = load_night(night_file, config_file_layers(night_file.parent), Layer(Source("command line"), given))
+    # Read as the scheduled `night` will read it: in the night file's folder.
+    config_files = ConfigFiles(directory=night_file.parent)
+    night = load_night(night_file, config_files, Layer(Source("command line"), given), log=typer.echo)
     runs = night.runs_dir if night.runs_dir.is_absolute() else night_file.parent / night.runs_dir
     return night_file, runs
 
@@ -151,11 +200,13 @@ def install(
     def act() -> None:
         hour, minute = _at(at)
         night, runs = _checked_night(night_file, runs_dir)
-        runs.mkdir(parents=True, exist_ok=True)
-        if systemd:
+        # Made (and checked) before anything is written.
+        schedule = systemd_units(night, runs, hour, minute) if systemd else cron_line(night, runs, hour, minute)
+        private_dir(runs)
+        if isinstance(schedule, dict):
             directory = unit_dir or default_unit_dir()
             directory.mkdir(parents=True, exist_ok=True)
-            for name, text in systemd_units(night, runs, hour, minute).items():
+            for name, text in schedule.items():
                 (directory / name).write_text(text, encoding="utf-8")
             user = "" if directory == Path("/etc/systemd/system") else " --user"
             typer.echo(f"wrote {directory / unit_name(night)}.service and .timer; log: {runs / LOG_NAME}")
@@ -163,8 +214,8 @@ def install(
                 f"enable it: systemctl{user} daemon-reload && systemctl{user} enable --now {unit_name(night)}.timer"
             )
             return
-        lines = [line for line in _crontab() if not _is_ours(line, night)]
-        _write_crontab([*lines, cron_line(night, runs, hour, minute)])
+        kept = [line for line in _crontab() if not _is_ours(line, night)]
+        _write_crontab([*kept, schedule])
         typer.echo(f"crontab: {night} every day at {hour:02d}:{minute:02d}; log: {runs / LOG_NAME}")
 
     _one_line(act)
@@ -178,13 +229,15 @@ def list_schedules(unit_dir: UnitDirOption = None) -> None:
         for line in _crontab():
             if _is_ours(line, None):
                 minute, hour = line.split()[:2]
-                typer.echo(f"cron     {int(hour):02d}:{int(minute):02d}  {line.split(MARKER, 1)[1]}")
+                night = line.split(MARKER, 1)[1].replace("\\%", "%")
+                typer.echo(f"cron     {int(hour):02d}:{int(minute):02d}  {night}")
         directory = unit_dir or default_unit_dir()
         for timer in sorted(directory.glob(f"{UNIT_PREFIX}*.timer")):
             text = timer.read_text(encoding="utf-8", errors="replace")
             when = re.search(r"OnCalendar=\S+ (\d\d:\d\d)", text)
             night = re.search(r"Description=refactor-agent night (.*)", text)
-            typer.echo(f"systemd  {when.group(1) if when else '?'}  {night.group(1) if night else '?'}  ({timer.name})")
+            name = night.group(1).replace("%%", "%") if night else "?"
+            typer.echo(f"systemd  {when.group(1) if when else '?'}  {name}  ({timer.name})")
 
     _one_line(act)
 

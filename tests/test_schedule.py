@@ -3,7 +3,11 @@ machine's own crontab is never touched) or systemd units in a directory of the t
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +103,99 @@ def test_a_broken_night_file_is_refused_now_not_at_night(crontab: Path, night_fi
     code, _, errors = invoke("install", str(night_file), "--at", "01:00")
     assert (code, errors) == (2, f"error: {night_file}:5: defaults.max_turn: unknown key\n")
     assert not crontab.exists()
+
+
+def _night_in(folder: Path, repo: Path) -> Path:
+    folder.mkdir(parents=True)
+    path = folder / "night.toml"
+    path.write_text(f'[[repo]]\npath = "{repo}"\ntasks = ["Rename compute_area"]\n')
+    return path
+
+
+INJECTED = "nights\n* * * * * touch /tmp/refactor-agent-pwned #"
+
+
+@pytest.mark.parametrize("writer", [[], ["--systemd"]], ids=["cron", "systemd"])
+def test_a_newline_in_the_night_files_path_is_refused_and_nothing_is_written(
+    crontab: Path, tmp_path: Path, writer: list[str]
+) -> None:
+    night_file = _night_in(tmp_path / INJECTED, make_repo(tmp_path / "repo"))
+    units = tmp_path / "units"
+    code, _, errors = invoke("install", str(night_file), "--at", "01:00", *writer, "--unit-dir", str(units))
+    assert (code, errors) == (
+        2,
+        f"error: the night file {str(night_file)!r}: has a control character ('\\n'): rename it to schedule it\n",
+    )
+    assert not crontab.exists() and not units.exists()
+
+
+def test_a_newline_in_path_is_refused_too(crontab: Path, night_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", os.environ["PATH"] + "\n* * * * * touch /tmp/refactor-agent-pwned")
+    code, _, errors = invoke("install", str(night_file), "--at", "01:00")
+    assert code == 2 and errors.startswith("error: PATH ") and "has a control character ('\\n')" in errors
+    assert not crontab.exists()
+
+
+# A folder name that needs every kind of quoting: a space, cron's %, the shell's $( ) and quotes, systemd's $ and \.
+AWKWARD = "odd night %d $(touch pwned) 'q' \"dq\" back\\slash $HOME"
+
+# What cron does to a crontab line's command (cronie's do_command.c): an unescaped % ends the command (the rest is
+# its stdin), `\%` becomes %, any other backslash stays; then /bin/sh -c runs it.
+CRON_COMMAND = re.compile(r"^\S+ \S+ \S+ \S+ \S+ (.*)$")
+
+
+def _as_cron_runs_it(line: str) -> str:
+    command, escaped = [], False
+    for character in CRON_COMMAND.fullmatch(line).group(1):  # type: ignore[union-attr]
+        if escaped:
+            command.append(character if character == "%" else "\\" + character)
+            escaped = False
+        elif character == "\\":
+            escaped = True
+        elif character == "%":
+            break
+        else:
+            command.append(character)
+    return "".join(command)
+
+
+def test_cron_runs_the_night_with_exactly_its_paths_however_odd(
+    crontab: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    night_file = _night_in(tmp_path / AWKWARD, make_repo(tmp_path / "repo"))
+    record = tmp_path / "argv.json"
+    python = tmp_path / "bin" / "fake python"  # stands for sys.executable: records how it was called, and where
+    python.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                      f"open({str(record)!r}, 'w').write(json.dumps([sys.argv[1:], os.getcwd()]))\n")  # fmt: skip
+    python.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(python))
+    assert invoke("install", str(night_file), "--at", "01:00")[0] == 0
+    (line,) = crontab.read_text().splitlines()
+    subprocess.run(["/bin/sh", "-c", _as_cron_runs_it(line)], cwd=tmp_path, check=True)
+    runs = night_file.parent / "runs"
+    assert json.loads(record.read_text()) == [
+        ["-m", "agent", "night", str(night_file), "--runs-dir", str(runs)],
+        str(night_file.parent),
+    ]
+    assert (runs / "schedule.log").exists() and not (tmp_path / "pwned").exists()
+    assert invoke("list") == (0, f"cron     01:00  {night_file}\n", "")
+    assert invoke("remove", str(night_file))[0] == 0 and crontab.read_text() == ""
+
+
+def test_the_systemd_units_of_an_odd_path_are_valid_units(crontab: Path, tmp_path: Path) -> None:
+    night_file = _night_in(tmp_path / AWKWARD, make_repo(tmp_path / "repo"))
+    units = tmp_path / "units"
+    assert invoke("install", str(night_file), "--at", "01:00", "--systemd", "--unit-dir", str(units))[0] == 0
+    service = next(units.glob("*.service"))
+    # systemd's own parser: WorkingDirectory= is a raw path (quotes would be part of it), % and $ are escaped.
+    verified = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(service)], capture_output=True, text=True, check=False
+    )
+    assert (verified.returncode, verified.stderr) == (0, "")
+    keys = [line.split("=", 1)[0] for line in service.read_text().splitlines() if "=" in line]
+    assert keys == [
+        "Description", "Type", "WorkingDirectory", "Environment", "ExecStart", "StandardOutput", "StandardError",
+    ]  # fmt: skip
+    assert f"WorkingDirectory={str(night_file.parent).replace('%', '%%')}\n" in service.read_text()
+    assert "$$(touch pwned)" in service.read_text() and "$$HOME" in service.read_text()
+    assert invoke("list", "--unit-dir", str(units))[1].startswith(f"systemd  01:00  {night_file}  (")
