@@ -10,8 +10,8 @@ from pathlib import Path
 import docker
 import git
 
-from agent.config import NightConfig, RunConfig
-from agent.llama_api import ServerError
+from agent.config import LLMConfig, NightConfig, RunConfig
+from agent.llama_api import ServerError, ServerLoading, ServerUnreachable
 from agent.server import ensure_server
 from agent.workspace import WorkspaceError, dirty_description, open_repository
 from sandbox import SandboxError, docker_client, require_image
@@ -26,6 +26,7 @@ class Prepared:
     repos: dict[Path, git.Repo]  # every repository of the night, by its path
     docker: docker.DockerClient | None  # None on the head of a Ray run: Docker is the worker nodes' business
     server_url: str
+    fleet: list[str] | None = None  # a fleet's servers that answered, server_url first (None: no fleet)
 
     @property
     def repo(self) -> git.Repo:
@@ -65,10 +66,32 @@ def preflight(night: NightConfig | RunConfig, *, allow_dirty: bool, log: Callabl
         raise PreflightError(str(error)) from None
     slots = night.parallel if isinstance(night, NightConfig) else 1  # each server serves --parallel tasks at once
     try:
+        if len(config.llm.fleet) > 1:
+            fleet = _live_fleet(config.llm, log=log, slots=slots)
+            return Prepared(repos=repos, docker=client, server_url=fleet[0], fleet=fleet)
         server_url = ensure_server(config.llm, log=log, slots=slots)
-        for other in config.llm.fleet[1:]:  # a fleet's servers are the user's own: each must answer
-            other_llm = config.llm.model_copy(update={"server_url": other, "server_explicit": True})
-            ensure_server(other_llm, log=log, slots=slots)
     except ServerError as error:
         raise PreflightError(str(error)) from None
     return Prepared(repos=repos, docker=client, server_url=server_url)
+
+
+def _live_fleet(llm: LLMConfig, *, log: Callable[[str], None], slots: int) -> list[str]:
+    """The fleet's servers that answer. One that does not (down, or still loading past the wait) is left out in
+    one line, as the failover leaves out one that dies later; a server that answers wrongly (too few slots, not
+    a llama-server) is a mistake in the settings and stops the run."""
+    live, silent = [], []
+    for url in llm.fleet:  # the user's own servers: none is replaced by the embedded one
+        try:
+            ensure_server(llm.model_copy(update={"server_url": url, "server_explicit": True}), log=log, slots=slots)
+            live.append(url)
+        except (ServerUnreachable, ServerLoading) as error:
+            silent.append((url, "is still loading" if isinstance(error, ServerLoading) else "does not answer"))
+    if not live:
+        raise PreflightError(
+            f"no server of the fleet answers ({', '.join(url for url, _ in silent)}): start them, or name others"
+        )
+    for url, why in silent:
+        log(
+            f"warning: {url} {why}: left out of the fleet for this run ({len(live)} of {len(llm.fleet)} servers answer)"
+        )
+    return live

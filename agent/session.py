@@ -112,7 +112,10 @@ def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunVie
     swept = sweep_run_scratch(prefix=BUILD_SCRATCH_PREFIX)
     if swept:
         view.log(f"removed the scratch directories of {swept} environment build(s) that did not finish")
-    server = {"llm": night.repos[0].llm.model_copy(update={"server_url": prepared.server_url})}
+    servers: dict[str, object] = {"server_url": prepared.server_url}
+    if prepared.fleet is not None:  # the servers that answered; the run's record names only those
+        servers["servers"] = prepared.fleet
+    server = {"llm": night.repos[0].llm.model_copy(update=servers)}
     night = night.model_copy(update={"repos": [config.model_copy(update=server) for config in night.repos]})
     journal = RunJournal(night.runs_dir, run_id, resume=resume)
     view.divert_to(journal.directory / OUTPUT_LOG)

@@ -27,6 +27,7 @@ from agent.runner import Run
 from sandbox import docker_client
 
 from cli_runs import read_run
+from llama_fixtures import free_port
 from repos import SAMPLE_FILES, make_repo
 from scripted_model import ScriptedModel
 from scripted_server import Die, Reply, ScriptedServer
@@ -271,3 +272,35 @@ def test_parallel_tasks_on_one_server_each_in_a_slot_of_its_own(tmp_path: Path) 
     assert sorted(slot_of.values(), key=sorted) == [{0}, {1}], "each task's every request in its own slot"
     placed = {line["task"]: line["slot"] for line in lines if line["type"] == "task_server"}
     assert sorted(placed.values()) == [0, 1] and sorted(placed) == [1, 2]
+
+
+@pytest.mark.parametrize("dead_first", [True, False], ids=["dead-first", "dead-second"])
+def test_a_fleet_server_dead_at_start_is_skipped_in_one_line_and_the_tasks_commit_on_the_live_one(
+    tmp_path: Path, dead_first: bool
+) -> None:
+    repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    scripts = {text: [create(key), finish(key)] for key, text in TASKS.items()}
+    tasks = [option for text in TASKS.values() for option in ("--task", text)]
+    with ScriptedServer(scripts=scripts) as live:
+        servers = [dead, live.url] if dead_first else [live.url, dead]
+        options = [*(option for url in servers for option in ("--server", url)), "--runs-dir", str(tmp_path / "runs")]
+        result = CliRunner().invoke(app, ["run", str(repo), *tasks, *options])
+    assert result.exit_code == 0, result.output
+    skipped = [line for line in result.stdout.splitlines() if dead in line]
+    assert skipped == [f"warning: {dead} does not answer: left out of the fleet for this run (1 of 2 servers answer)"]
+    _, summary, transcript = read_run(tmp_path / "runs")
+    assert [(task["status"], task["verdict"]) for task in summary["tasks"]] == [("committed", "verified")] * 2
+    assert {event["server"] for event in transcript if event["type"] == "task_server"} <= {live.url}
+
+
+def test_a_fleet_whose_servers_all_are_dead_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+    dead = sorted({f"http://127.0.0.1:{free_port()}/v1" for _ in range(4)})[:2]  # two of them, not one twice
+    options = ["--server", dead[0], "--server", dead[1], "--runs-dir", str(tmp_path / "runs")]
+    result = CliRunner().invoke(app, ["run", str(repo), "--task", "x", *options])
+    assert result.exit_code == 2
+    assert (
+        result.stderr == f"error: no server of the fleet answers ({dead[0]}, {dead[1]}): start them, or name others\n"
+    )
+    assert not (tmp_path / "runs").exists()
