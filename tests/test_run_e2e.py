@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -123,6 +125,46 @@ def test_dirty_checkout_is_refused_unless_allowed_and_never_touched(tmp_path: Pa
     assert checkout_fingerprint(repo) == before
     _, summary, _ = read_run(tmp_path / "runs")
     assert summary["tasks"][0]["status"] == "no_changes"
+
+
+def test_a_run_from_inside_the_repository_reads_none_of_its_config_and_keeps_its_records_out(tmp_path: Path) -> None:
+    """`cd repo && refactor-agent run .`: the committed refactor-agent.toml is the repository's, not the user's
+    (its on_finish would run on the host); the records go to the user's folder, so the next run finds the checkout
+    as clean as before; a --config FILE of the user's own is read."""
+    repo = make_repo(tmp_path / "repo")
+    marker, mine_ran = tmp_path / "repository-command-ran", tmp_path / "my-command-ran"
+    (repo / "refactor-agent.toml").write_text(
+        f'on_finish = "touch {marker}"\nallow_dirty = true\ntest_cmd = "true"\nmax_turns = 1\n'
+    )
+    git.Repo(repo).index.add(["refactor-agent.toml"])
+    git.Repo(repo).index.commit("settings of the repository's")
+    before = checkout_fingerprint(repo)
+    mine = tmp_path / "mine.toml"
+    mine.write_text(f'on_finish = "touch {mine_ran}"\n')
+    source_root = str(Path(__file__).resolve().parents[1])
+    environment = {
+        **os.environ, "PYTHONPATH": source_root, "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "no-config"), "TMPDIR": str(tmp_path),
+    }  # fmt: skip
+    for extra in ([], ["--config", str(mine)]):
+        with ScriptedServer([Reply(tool_calls=[("finish", {"summary": "nothing to do"})])]) as server:
+            done = subprocess.run(
+                [sys.executable, "-m", "agent", "run", ".", "--task", "Look around", "--server", server.url, *extra],
+                cwd=repo, env=environment, capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"note: {repo}/refactor-agent.toml is not read: it lies inside {repo}" in done.stdout
+        runs = tmp_path / "state" / "refactor-agent" / "runs"
+        assert f"note: runs here would be inside {repo}, a repository this run works on: run records go to {runs}" in (
+            done.stdout
+        )
+    assert not marker.exists() and mine_ran.exists()
+    assert checkout_fingerprint(repo) == before and not (repo / "runs").exists()
+    records = run_directories(runs)
+    assert len(records) == 2 and stat.S_IMODE(runs.stat().st_mode) == 0o700
+    config = json.loads((records[0] / "config.json").read_text())
+    assert (config["test_cmd"], config["max_turns"]) == (None, 100)
+    assert json.loads((records[0] / "night.json").read_text())["allow_dirty"] is False
 
 
 @pytest.mark.parametrize(
