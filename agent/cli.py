@@ -342,7 +342,7 @@ def config_show(
     """Each setting with its value and where it was set: default, a config file (with its line), a night file.
     The files are those a run on --repo (or the night's repositories) would read."""
     from agent.night import night_defaults, night_repositories
-    from agent.settings import describe_settings
+    from agent.settings import describe_settings, merged, placed_runs_dir
 
     defaults = {name: parameter.default for name, parameter in inspect.signature(run).parameters.items()}
     with _usage_errors():
@@ -354,6 +354,12 @@ def config_show(
         layers = ConfigFiles(config).layers(targets, typer.echo)
         if night_file is not None:
             layers.append(night_defaults(night_file))
+        values, sources = merged(layers)
+        # Where the records would go: the default moves out of a target repository, as for `run`.
+        set_runs_dir = values.get("runs_dir")
+        defaults["runs_dir"] = placed_runs_dir(
+            set_runs_dir or DEFAULT_RUNS_DIR, sources.get("runs_dir") if set_runs_dir else None, targets, log=typer.echo
+        )
         lines = describe_settings(defaults, layers)
     for line in lines:
         typer.echo(line)

@@ -126,14 +126,17 @@ def test_config_show_skips_the_file_of_the_repository_you_are_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     repo = make_repo(tmp_path / "repo")
     committed = _write(repo / "pkg/refactor-agent.toml", HOSTILE)
     monkeypatch.chdir(repo / "pkg")  # found by its .git above
     result = CliRunner().invoke(app, ["config", "show"])
     assert result.exit_code == 0, result.output
-    note, *table = result.stdout.splitlines()
-    assert note.startswith(f"note: {committed} is not read: it lies inside {repo}, a repository this run works on")
+    skipped, moved, *table = result.stdout.splitlines()
+    assert skipped.startswith(f"note: {committed} is not read: it lies inside {repo}, a repository this run works on")
+    assert moved.startswith(f"note: runs here would be inside {repo}")
     rows = {line.split()[0]: line.split()[1:] for line in table}
+    assert rows["runs_dir"] == [str(tmp_path / "state/refactor-agent/runs"), "default"]
     assert rows["on_finish"] == rows["test_cmd"] == ["-", "default"]
     assert rows["server"] == ["-", "default"]
     # A run on another repository from here reads it: then this is a folder of the user's.
