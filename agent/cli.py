@@ -206,7 +206,7 @@ def run(
         Path | None, typer.Option(help="TOML file whose [environment] table describes the environment.")
     ] = None,
     runs_dir: Annotated[
-        Path, typer.Option(help="Where run records go [default: runs, or the per-user runs folder inside REPO].")
+        Path, typer.Option(help="Where run records go; never inside REPO (the default moves to the per-user folder).")
     ] = DEFAULT_RUNS_DIR,
     max_turns: Annotated[int, typer.Option(help="Model turns per task.")] = RunConfig.model_fields["max_turns"].default,
     test_cmd: Annotated[str | None, typer.Option(help="Test command (default: detected).")] = None,
@@ -297,7 +297,7 @@ def resume_run(
     context: typer.Context,
     run_id: Annotated[str, typer.Argument(help="The run to continue (its directory name under --runs-dir).")],
     runs_dir: Annotated[
-        Path | None, typer.Option(help="Where its record is [default: runs, else the per-user runs folder].")
+        Path | None, typer.Option(help="Where its record is (default: runs, else the per-user runs folder).")
     ] = None,
     server: Annotated[str | None, typer.Option(help="The server, if not the run's own.")] = None,
     until: UntilOption = None,
@@ -335,7 +335,7 @@ def config_show(
     night_file: Annotated[Path | None, typer.Option("--night", help="Also the [defaults] of this night file.")] = None,
     repo: Annotated[
         list[Path],
-        typer.Option(help="The repository a run would work on [default: the one you are in]; repeatable."),
+        typer.Option(help="The repository a run would work on (default: the one you are in); repeatable."),
     ] = [],  # noqa: B006
     config: ConfigOption = None,
 ) -> None:

@@ -63,7 +63,7 @@ review_app = typer.Typer(
 
 RunsDirOption = Annotated[
     Path | None,
-    typer.Option("--runs-dir", help=f"Run records [default: {DEFAULT_RUNS_DIR}, else the per-user runs folder]."),
+    typer.Option("--runs-dir", help=f"Run records (default: {DEFAULT_RUNS_DIR}, else the per-user runs folder)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON on stdout).")]
 RepoOption = Annotated[Path | None, typer.Option("--repo", help="The repository (default: the one the run used).")]
