@@ -316,10 +316,10 @@ class ConfigFiles:
         return layers
 
 
-def user_setting(option: str) -> Any:
-    """One option as the user's config files set it (None if they do not): for commands that take no settings
-    layers of their own (`env build`, `doctor`)."""
-    values, _ = merged(config_file_layers())
+def user_setting(option: str, repositories: Iterable[Path], log: Callable[[str], None]) -> Any:
+    """One option as the user's config files set it (None if they do not), for a command on `repositories` that
+    takes no settings layers of its own (`env build`, `doctor --repo`): a file inside one of them is not read."""
+    values, _ = merged(ConfigFiles().layers(repositories, log))
     return values.get(option)
 
 

@@ -14,7 +14,7 @@ from agent.cli import app
 from agent.durations import format_duration, parse_duration, parse_until
 from agent.night import load_night
 from agent.runs_dir import user_runs_dir
-from agent.settings import ConfigFiles, Layer, SettingsError, Source, key_line, night_config
+from agent.settings import ConfigFiles, Layer, SettingsError, Source, key_line, night_config, user_setting
 
 from repos import make_repo
 
@@ -253,3 +253,18 @@ def test_an_address_without_ray_is_refused_in_one_line(tmp_path: Path, monkeypat
     result = CliRunner().invoke(app, ["run", str(tmp_path), *options])
     assert (result.exit_code, result.stderr) == (2, "error: --address: only with --executor ray\n")
     assert not runs.exists()
+
+
+def test_env_build_and_doctor_read_no_allowed_base_images_from_the_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository that could allow its own devcontainer base image would pick what its build runs on."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    repo = tmp_path / "repo"
+    _write(repo / "refactor-agent.toml", 'allowed_base_images = ["attacker/base:latest"]\n')
+    monkeypatch.chdir(repo)
+    lines: list[str] = []
+    assert user_setting("allowed_base_images", [repo], lines.append) is None
+    assert len(lines) == 1 and lines[0].startswith(f"note: {repo}/refactor-agent.toml is not read")
+    _write(tmp_path / "xdg/refactor-agent/config.toml", 'allowed_base_images = ["mine:1"]\n')
+    assert user_setting("allowed_base_images", [repo], lines.append) == ["mine:1"]

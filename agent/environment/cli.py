@@ -36,19 +36,24 @@ def build(
     """Build REPO's environment image now (or find it already built), and check its tests collect."""
     from agent.environment.spec import EnvironmentFileError, load_environment_file
     from agent.environment.stage import prepare_environment
-    from agent.settings import SettingsError, user_setting
+    from agent.private_dirs import private_dir
+    from agent.runs_dir import DEFAULT_RUNS_DIR
+    from agent.settings import SettingsError, placed_runs_dir, user_setting
     from agent.workspace import WorkspaceError, open_repository
     from sandbox import SandboxError, docker_client, require_image
 
     try:
-        allowed_base_images = user_setting("allowed_base_images") or []
+        target = repo.resolve()
+        allowed_base_images = user_setting("allowed_base_images", [target], _say) or []
         spec = load_environment_file(environment) if environment is not None else None
-        repository = open_repository(repo.resolve())
+        repository = open_repository(target)
         client = docker_client()
         require_image(client, base)
+        # As a run's records: never in the repository's checkout (`cd repo && refactor-agent env build .`).
+        runs = placed_runs_dir(DEFAULT_RUNS_DIR, None, [target], log=_say)
     except (EnvironmentFileError, SettingsError, WorkspaceError, SandboxError) as error:
         raise _usage(str(error)) from None
-    log_path = log or Path("runs") / f"env-build-{repo.resolve().name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    log_path = log or private_dir(runs) / f"env-build-{target.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     record = prepare_environment(
         repository,
         client=client,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -285,6 +286,10 @@ def check_docker(image: str) -> CheckResult:
     return CheckResult(name="docker", status="ok", message=f"Docker daemon answers and image {image} is present")
 
 
+def _note(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def check_environment(repo: Path, image: str, environment: Path | None) -> CheckResult:
     """Which environment source wins for the repository, which were skipped and why, and whether its image is
     already built."""
@@ -303,7 +308,8 @@ def check_environment(repo: Path, image: str, environment: Path | None) -> Check
             sandbox_image=image,
             image_explicit=False,
             spec=spec,
-            allowed_base_images=user_setting("allowed_base_images") or [],
+            # A note that the repository's own config file was not read goes to stderr: --json keeps stdout.
+            allowed_base_images=user_setting("allowed_base_images", [repo], _note) or [],
         )
     except (EnvironmentFileError, SettingsError, WorkspaceError, SandboxError) as error:
         return CheckResult(name="environment", status="fail", message=str(error))
