@@ -176,6 +176,9 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes: with Nagle's algorithm on, the second waits for the client's
+            # delayed ACK (~40 ms a request), which the packer's hundreds of /tokenize calls add up to seconds.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -150,12 +150,13 @@ def test_a_stalled_stream_is_abandoned_after_the_idle_timeout() -> None:
 
 def test_prefill_progress_keeps_a_slow_prompt_alive_past_the_idle_timeout() -> None:
     events: list[dict[str, Any]] = []
-    slow = Reply(content="done", prefill_chunks=10, prefill_interval_s=0.5)  # 4.5 s of prefill, a chunk each 0.5 s
+    # 2.25 s of prefill, a chunk each 0.25 s: over twice the idle timeout, a chunk in each quarter of it.
+    slow = Reply(content="done", prefill_chunks=10, prefill_interval_s=0.25)
     with ScriptedServer([slow]) as server:
-        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=0, idle_timeout_s=2.0)
+        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=0, idle_timeout_s=1.0)
         turn = OpenAIChatModel(config, on_progress=events.append).complete(MESSAGES, TOOLS)
     assert turn.content == "done" and turn.stats.retries == 0
-    assert turn.stats.latency_s > 2.0  # longer than the idle timeout: the chunks kept it alive
+    assert turn.stats.latency_s > config.idle_timeout_s  # longer than the idle timeout: the chunks kept it alive
     assert [event.type for event in events] == ["prefill_progress"] * len(events)
     assert events[-1].processed == events[-1].total == turn.stats.prompt_tokens
 
