@@ -5,18 +5,27 @@ from __future__ import annotations
 import contextlib
 import inspect
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from agent.config import DEFAULT_SERVER_URL, Effort, Executor, LLMConfig, NightConfig, RunConfig, SamplingConfig, Switch
+from agent.commands import UsageProblem, one_line_errors
 from agent.environment.cli import env_app
 from agent.environment.spec import EnvironmentFileError
 from agent.eval.cli import eval_command
 from agent.night import load_night
 from agent.pack_cli import pack
+from agent.protocol.config import (
+    DEFAULT_SERVER_URL,
+    Effort,
+    Executor,
+    LLMConfig,
+    NightConfig,
+    RunConfig,
+    SamplingConfig,
+    Switch,
+)
 from agent.review.cli import review_app
 from agent.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read, user_runs_dir
 from agent.schedule import schedule_app
@@ -49,7 +58,6 @@ app.command("pack")(pack)
 app.command("doctor")(doctor)
 
 
-EXIT_USAGE = 2
 # `run`'s parameters that are not options every task shares (see run_option_names): what names the repository
 # and the tasks, and what belongs to the night as a whole.
 NOT_RUN_OPTIONS = (
@@ -75,10 +83,6 @@ def _switch(enabled: bool) -> Switch:
 
 SYMBOL_TOOLS_DEFAULT = _switch(RunConfig.model_fields["symbol_tools"].default)
 LEDGER_DEFAULT = _switch(RunConfig.model_fields["ledger"].default)
-
-
-class UsageProblem(Exception):
-    """Bad input on the command line; str() is the one line the user sees."""
 
 
 def _read_tasks(tasks: list[str], task_file: Path | None) -> list[str]:
@@ -125,16 +129,7 @@ def _given(context: typer.Context) -> Layer:
 
 
 def _usage_errors() -> contextlib.AbstractContextManager[None]:
-    return _one_line(UsageProblem, SettingsError, EnvironmentFileError)
-
-
-@contextlib.contextmanager
-def _one_line(*problems: type[Exception]) -> Iterator[None]:
-    try:
-        yield
-    except problems as problem:
-        typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+    return one_line_errors(UsageProblem, SettingsError, EnvironmentFileError)
 
 
 def _execute(night: NightConfig, resume: str | None) -> None:
@@ -307,7 +302,7 @@ def resume_run(
     in flight goes on from its last completed step."""
     from agent.session import ResumeError, load_run_night
 
-    with _one_line(ResumeError, SettingsError):
+    with one_line_errors(ResumeError, SettingsError):
         runs = runs_dir_to_read(runs_dir, run_id)
         if "/" in run_id or run_id.startswith(".") or not (runs / run_id).is_dir():
             where = runs if runs_dir is not None else f"{DEFAULT_RUNS_DIR} or {user_runs_dir()}"

@@ -15,7 +15,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agent.events import (
+from agent.fallback_stream import FallbackStream
+from agent.printable import printable, rich_text
+from agent.protocol.events import (
     Baseline,
     EnvironmentProgress,
     EnvironmentReady,
@@ -31,9 +33,7 @@ from agent.events import (
     TaskStart,
     ToolResultEvent,
 )
-from agent.fallback_stream import FallbackStream
-from agent.gate.verdict import marked
-from agent.printable import printable, rich_text
+from agent.protocol.records import marked
 
 
 def _tool_label(event: ToolResultEvent) -> str:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent.control_text import neutralised_message
-from agent.events import Event, Request, Response, ToolCallEvent, ToolResultEvent
-from agent.llm import ChatModel, LLMError, ToolCall
-from agent.metrics import RequestStats
+from agent.protocol.events import Event, Request, Response, ToolCallEvent, ToolResultEvent
+from agent.protocol.model import ChatModel, LLMError, ToolCall
+from agent.protocol.stats import RequestStats
 from tools import FinishRequested, ToolContext, ToolRegistry
 
 Emit = Callable[[Event], None]

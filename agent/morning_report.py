@@ -19,7 +19,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
 from agent import markdown_text as md
-from agent.report import EnvironmentRecord, RunSummary, TaskSummary
+from agent.protocol.records import EnvironmentRecord, RunSummary, TaskSummary
 
 # journal.append_patch writes "# task <n>: <task>" before each task's diff; diff lines never start with "#".
 _TASK_HEADER = re.compile(r"^# task (\d+): ", re.MULTILINE)

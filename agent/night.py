@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agent.config import NightConfig
+from agent.protocol.config import NightConfig
 from agent.settings import (
     NIGHT_WIDE,
     ConfigFiles,

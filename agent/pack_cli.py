@@ -9,9 +9,10 @@ from typing import Annotated, Literal
 
 import typer
 
-from agent.effort import Effort
+from agent.commands import failure
 from agent.packing import PackedRepository, PackError, PackOptions, pack_repository
 from agent.packing.options import FileOrder
+from agent.protocol.effort import Effort
 
 
 def _summary(packed: PackedRepository) -> str:
@@ -73,9 +74,7 @@ def pack(
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise typer.Exit(0) from None
     except PackError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
+        raise failure(str(error)) from None
     except OSError as error:
-        typer.echo(f"error: {error.filename or ''}: {error.strerror}", err=True)
-        raise typer.Exit(2) from None
+        raise failure(f"{error.filename or ''}: {error.strerror}") from None
     typer.echo(_summary(packed), err=True)

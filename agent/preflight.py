@@ -10,8 +10,8 @@ from pathlib import Path
 import docker
 import git
 
-from agent.config import LLMConfig, NightConfig, RunConfig
 from agent.llama_api import ServerError, ServerLoading, ServerUnreachable
+from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.server import ensure_server
 from agent.workspace import WorkspaceError, dirty_description, open_repository
 from sandbox import SandboxError, docker_client, require_image

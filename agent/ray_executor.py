@@ -25,11 +25,11 @@ from typing import Any
 import git
 from pydantic import BaseModel
 
-from agent.config import NightConfig, RunConfig
-from agent.events import Response, parse_event
 from agent.interrupt import Interrupted
 from agent.journal import RunJournal
-from agent.report import EnvironmentRecord, TaskSummary
+from agent.protocol.config import NightConfig, RunConfig
+from agent.protocol.events import Response, parse_event
+from agent.protocol.records import EnvironmentRecord, TaskSummary
 from agent.runner import Run
 from agent.safe_git import GitError, SafeGit
 from agent.workspace import BRANCH_PREFIX, user_git

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from agent.leftovers import read_small
-from agent.report import now_iso
+from agent.protocol.records import now_iso
 from sandbox.owner import current_owner, owner_is_gone
 
 LOCK_NAME = "refactor-agent.lock"

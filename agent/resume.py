@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.events import Request, Response, TaskEnd, TaskStart, ToolResultEvent, parse_event
-from agent.metrics import RequestStats
-from agent.report import TaskSummary
+from agent.protocol.events import Request, Response, TaskEnd, TaskStart, ToolResultEvent, parse_event
+from agent.protocol.records import TaskSummary
+from agent.protocol.stats import RequestStats
 
 RESTARTED_MESSAGE = (
     "The agent process was restarted (it was killed, or the machine rebooted) and this is a new sandbox: "

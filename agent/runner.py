@@ -26,11 +26,20 @@ import docker
 import git
 import httpx
 
-from agent.config import NightConfig, RunConfig
 from agent.context import pack_options, system_prompt, task_prompt
 from agent.durations import format_duration
 from agent.environment.stage import ENV_BUILD_LOG, prepare_environment
-from agent.events import (
+from agent.gate.baseline import BaselineCache, baseline_key, image_identity
+from agent.gate.stage import Gate, GateRecord
+from agent.interrupt import Interrupted
+from agent.journal import RunJournal
+from agent.leftovers import create_run_scratch, remove_run_scratch
+from agent.llama_api import LlamaServerAPI, ServerError
+from agent.llm import RetryPolicy
+from agent.loop import AgentLoop, LoopResult
+from agent.metrics import scrape_spec_counters, speculation_configured, speculation_warning, summarize
+from agent.protocol.config import NightConfig, RunConfig
+from agent.protocol.events import (
     EnvironmentProgress,
     EnvironmentReady,
     Event,
@@ -41,23 +50,9 @@ from agent.events import (
     TaskStart,
     ToolResultEvent,
 )
-from agent.gate.baseline import BaselineCache, baseline_key, image_identity
-from agent.gate.stage import Gate, GateRecord
-from agent.interrupt import Interrupted
-from agent.journal import RunJournal
-from agent.leftovers import create_run_scratch, remove_run_scratch
-from agent.llama_api import LlamaServerAPI, ServerError
-from agent.llm import ChatModel, RetryPolicy
-from agent.loop import AgentLoop, LoopResult
-from agent.metrics import (
-    RequestStats,
-    SpecCounters,
-    scrape_spec_counters,
-    speculation_configured,
-    speculation_warning,
-    summarize,
-)
-from agent.report import EnvironmentRecord, RunSummary, TaskSummary, now_iso
+from agent.protocol.model import ChatModel
+from agent.protocol.records import EnvironmentRecord, RunSummary, TaskSummary, now_iso
+from agent.protocol.stats import RequestStats, SpecCounters
 from agent.resume import RESTARTED_MESSAGE, RunProgress, TaskProgress
 from agent.safe_git import GitError
 from agent.server.kv_cache import PrefixCache, prefix_cached

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.config import NightConfig
+from agent.protocol.config import NightConfig
 from agent.server.paths import default_state_dir
 
 DEFAULT_RUNS_DIR: Path = NightConfig.model_fields["runs_dir"].default

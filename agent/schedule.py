@@ -21,12 +21,12 @@ from typing import Annotated
 
 import typer
 
+from agent.commands import one_line_errors
 from agent.night import load_night
 from agent.private_dirs import private_dir
 from agent.settings import ConfigFiles, Layer, SettingsError, Source
 from agent.workspace import task_slug
 
-EXIT_USAGE = 2
 MARKER = "# refactor-agent night "
 UNIT_PREFIX = "refactor-agent-night-"
 LOG_NAME = "schedule.log"
@@ -172,11 +172,8 @@ def _checked_night(night_file: Path, runs_dir: Path | None) -> tuple[Path, Path]
 
 
 def _one_line(action: Callable[[], None]) -> None:
-    try:
+    with one_line_errors(ScheduleError, SettingsError):
         action()
-    except (ScheduleError, SettingsError) as problem:
-        typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
 
 
 UnitDirOption = Annotated[

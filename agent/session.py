@@ -10,21 +10,21 @@ from pathlib import Path
 import docker
 import git
 
-from agent.config import NightConfig
-from agent.events import Event, Retry
+from agent.commands import EXIT_USAGE
 from agent.interrupt import Interrupted, stop_signals
 from agent.journal import RunJournal, new_run_id, run_directories
 from agent.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from agent.live import RunView
 from agent.llm import OpenAIChatModel
 from agent.preflight import PreflightError, Prepared, preflight
+from agent.protocol.config import NightConfig
+from agent.protocol.events import Event, Retry
+from agent.protocol.records import RunSummary
 from agent.repo_lock import LockHeld, RepoLock
-from agent.report import RunSummary
 from agent.resume import RunProgress, read_progress
 from agent.runner import InOrder, Run, TaskDispatch
 from sandbox import sweep_leftovers
 
-EXIT_PREFLIGHT = 2
 OUTPUT_LOG = "output.log"
 NIGHT_RECORD = "night.json"  # the night's settings, which `resume` runs again
 ON_FINISH_TIMEOUT_S = 600
@@ -87,7 +87,7 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None) -> int:
         prepared = preflight(night, allow_dirty=night.allow_dirty, log=view.log)
     except PreflightError as error:
         view.error(str(error))
-        return EXIT_PREFLIGHT
+        return EXIT_USAGE
     run_id = resume or new_run_id()
     locks = [RepoLock(Path(repo.common_dir).resolve(), run_id) for repo in prepared.repos.values()]
     try:
@@ -96,7 +96,7 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None) -> int:
         return _locked(night, prepared, run_id, view=view, resume=resume is not None)
     except LockHeld as held:
         view.error(str(held))
-        return EXIT_PREFLIGHT
+        return EXIT_USAGE
     finally:
         for lock in locks:
             lock.release()

@@ -23,9 +23,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agent.config import Effort, Executor, NightConfig, RunConfig, Switch
 from agent.durations import parse_duration, parse_until
 from agent.environment.spec import load_environment_file
+from agent.protocol.config import Effort, Executor, NightConfig, RunConfig, Switch
 from agent.runs_dir import user_runs_dir
 
 MIB = 1024**2

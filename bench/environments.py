@@ -31,13 +31,13 @@ import docker
 import git
 from pydantic import BaseModel, computed_field
 
-from agent.config import RunConfig
 from agent.environment.plan import ENV_REPOSITORY, repository_slug
 from agent.environment.stage import prepare_environment
 from agent.gate.baseline import BaselineCache
 from agent.gate.results import SuiteRun
 from agent.gate.stage import Gate
-from agent.report import EnvironmentRecord
+from agent.protocol.config import RunConfig
+from agent.protocol.records import EnvironmentRecord
 from agent.workspace import Workspace, head_commit, open_repository
 from sandbox import DEFAULT_IMAGE, DockerSandbox, SandboxLimits, docker_client
 from sandbox.errors import one_line

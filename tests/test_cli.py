@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 import agent
 from agent.cli import app, run, run_config_of, run_option_names
-from agent.config import LLMConfig, NightConfig, RunConfig
-from agent.report import RunSummary
+from agent.protocol.config import LLMConfig, NightConfig, RunConfig
+from agent.protocol.records import RunSummary
 
 from repos import checkout_fingerprint, make_repo
 

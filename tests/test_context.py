@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import LLMConfig
 from agent.context import system_prompt
-from agent.llm import ModelUnavailable, RetryPolicy
+from agent.llm import RetryPolicy
 from agent.packing import PackError, PackOptions
+from agent.protocol.config import LLMConfig
+from agent.protocol.model import ModelUnavailable
 
 from llama_fixtures import free_port
 from repos import make_repo

@@ -13,7 +13,7 @@ from test_environment_sources import commands, plan_of
 
 from agent.environment.plan import EnvironmentPlan
 from agent.environment.poetry import constraint
-from agent.environment.spec import EnvironmentSpec
+from agent.protocol.environment import EnvironmentSpec
 from sandbox.suites import image_for_suite
 
 from repos import git as run_git

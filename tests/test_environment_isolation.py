@@ -18,10 +18,10 @@ import git
 import pytest
 from environment_images import own_repository_name
 
-from agent.config import NightConfig, RunConfig
-from agent.environment.spec import EnvironmentSpec
 from agent.environment.stage import prepare_environment
-from agent.report import EnvironmentRecord
+from agent.protocol.config import NightConfig, RunConfig
+from agent.protocol.environment import EnvironmentSpec
+from agent.protocol.records import EnvironmentRecord
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 
 from repos import make_repo

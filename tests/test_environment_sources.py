@@ -16,7 +16,8 @@ from agent.environment.devcontainer import DevcontainerError, parse_devcontainer
 from agent.environment.indexes import IndexConfig, host_index_config
 from agent.environment.plan import EnvironmentPlan
 from agent.environment.sources import resolve_plan
-from agent.environment.spec import EnvironmentFileError, EnvironmentSpec, load_environment_file
+from agent.environment.spec import EnvironmentFileError, load_environment_file
+from agent.protocol.environment import EnvironmentSpec
 
 from repos import git as run_git
 from repos import make_repo

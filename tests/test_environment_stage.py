@@ -17,10 +17,10 @@ from environment_images import own_repository_name
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.config import RunConfig
-from agent.environment.spec import EnvironmentSpec
 from agent.environment.stage import prepare_environment
-from agent.report import EnvironmentRecord, RunSummary
+from agent.protocol.config import RunConfig
+from agent.protocol.environment import EnvironmentSpec
+from agent.protocol.records import EnvironmentRecord, RunSummary
 from agent.server.doctor import check_environment
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 from sandbox.suites import image_for_suite

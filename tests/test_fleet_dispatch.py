@@ -18,11 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.config import LLMConfig, NightConfig, RunConfig
 from agent.fleet_dispatch import FleetDispatch
 from agent.interrupt import stop_signals
 from agent.journal import RunJournal
-from agent.report import RunSummary
+from agent.protocol.config import LLMConfig, NightConfig, RunConfig
+from agent.protocol.records import RunSummary
 from agent.runner import Run
 from sandbox import docker_client
 

@@ -16,12 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.config import RunConfig
 from agent.gate.compare import compare
 from agent.gate.infrastructure import IGNORED_PATHSPECS, infrastructure_in
 from agent.gate.results import SuiteRun
 from agent.gate.verdict import judge, read_trailers, split_tests_trailer, verdict_trailers
-from agent.report import TaskSummary
+from agent.protocol.config import RunConfig
+from agent.protocol.records import TaskSummary
 from agent.workspace import Workspace, open_repository
 
 from repos import SAMPLE_FILES, make_repo

@@ -6,7 +6,8 @@ import io
 
 from rich.console import Console
 
-from agent.events import (
+from agent.live import RunView
+from agent.protocol.events import (
     Baseline,
     EnvironmentProgress,
     EnvironmentReady,
@@ -21,9 +22,8 @@ from agent.events import (
     TaskStart,
     ToolResultEvent,
 )
-from agent.live import RunView
-from agent.metrics import RequestStats
-from agent.report import EnvironmentRecord, GateEvidence, TaskSummary
+from agent.protocol.records import EnvironmentRecord, GateEvidence, TaskSummary
+from agent.protocol.stats import RequestStats
 
 EVENTS = [
     TaskStart(task=1, text="Rename compute_area", branch="refactor-agent/r/1-rename"),

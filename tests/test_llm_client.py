@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from agent.config import LLMConfig, SamplingConfig
 from agent.llama_api import LlamaServerAPI
-from agent.llm import AssistantTurn, ContextOverflow, MalformedOutput, ModelUnavailable, OpenAIChatModel, ToolCall
+from agent.llm import OpenAIChatModel
+from agent.protocol.config import LLMConfig, SamplingConfig
+from agent.protocol.model import AssistantTurn, ContextOverflow, MalformedOutput, ModelUnavailable, ToolCall
 from agent.server.launcher import ServerState
 from tools import default_registry
 

@@ -2,8 +2,6 @@ import pytest
 
 from agent.llama_api import LlamaServerAPI
 from agent.metrics import (
-    RequestStats,
-    SpecCounters,
     accepted_per_position,
     parse_prometheus,
     percentile,
@@ -13,6 +11,7 @@ from agent.metrics import (
     speculation_warning,
     summarize,
 )
+from agent.protocol.stats import RequestStats, SpecCounters
 
 from llama_fixtures import READ_FILE_TOOLS, REPOSITORY_SYSTEM, SYNTHETIC_RATES, chat_model
 

@@ -50,7 +50,7 @@ def _diff(tmp_path: Path) -> str:
 
 
 def _record(tmp_path: Path) -> tuple[RunRecord, str]:
-    from agent.report import GateEvidence, RunSummary, TaskSummary
+    from agent.protocol.records import GateEvidence, RunSummary, TaskSummary
 
     diff = _diff(tmp_path)
     journal = RunJournal(tmp_path / "runs", "20261201-010000-abcd")

@@ -12,7 +12,7 @@ import pytest
 from agent.journal import RunJournal
 from agent.metrics import summarize
 from agent.morning_report import file_changes, split_patch
-from agent.report import GateEvidence, RunSummary, TaskSummary
+from agent.protocol.records import GateEvidence, RunSummary, TaskSummary
 
 from repos import git, make_repo
 

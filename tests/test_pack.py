@@ -743,7 +743,7 @@ def test_python_m_agent_pack_does_not_load_the_other_commands(tmp_path: Path) ->
     """`pack` is timed per run (warm < 1 s): it loads neither the other commands (git, the review, the sandbox),
     nor every configuration model, nor an HTTP library beyond the standard one, even with a server."""
     repo = make_module_repo(tmp_path / "proj", modules=3)
-    heavy = ("git", "agent.cli", "agent.review", "sandbox.cli", "agent.config", "httpx")
+    heavy = ("git", "agent.cli", "agent.review", "sandbox.cli", "agent.protocol.config", "httpx")
     with ScriptedServer() as server:
         script = (
             "import atexit, sys\n"

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.events import Request, TaskStart
 from agent.journal import run_directories
+from agent.protocol.events import Request, TaskStart
 from agent.resume import CUT_OFF_RESULT, RESTARTED_MESSAGE, read_progress
 from agent.workspace import WIP_REF_PREFIX
 

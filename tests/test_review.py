@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 import agent
 from agent.cli import app
-from agent.config import RunConfig
-from agent.llm import LLMError
-from agent.report import RunSummary
+from agent.protocol.config import RunConfig
+from agent.protocol.model import LLMError
+from agent.protocol.records import RunSummary
 
 from repos import SAMPLE_FILES, checkout_fingerprint, make_repo
 from scripted_model import ScriptedModel, run_in_process

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.config import NightConfig, RunConfig
-from agent.report import RunSummary
+from agent.protocol.config import NightConfig, RunConfig
+from agent.protocol.records import RunSummary
 from agent.review.records import RunRecord
 
 

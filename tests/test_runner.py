@@ -8,8 +8,8 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.config import RunConfig
-from agent.report import RunSummary
+from agent.protocol.config import RunConfig
+from agent.protocol.records import RunSummary
 
 from repos import SAMPLE_FILES, make_repo
 from scripted_model import ScriptedModel, run_in_process

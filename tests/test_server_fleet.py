@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from agent.config import LLMConfig
-from agent.events import Retry, TaskServer
+from agent.protocol.config import LLMConfig
+from agent.protocol.events import Retry, TaskServer
 from agent.server.fleet import FleetModel, NoServerLeft, ServerPool, prefix_digest
 
 from scripted_server import Die, Reply, ScriptedServer

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import LLMConfig, SamplingConfig
-from agent.events import PrefixCacheEvent
 from agent.llama_api import LlamaServerAPI
 from agent.llm import OpenAIChatModel
+from agent.protocol.config import LLMConfig, SamplingConfig
+from agent.protocol.events import PrefixCacheEvent
 from agent.server.kv_cache import CacheEntry, KVCacheStore, PrefixCache, PrefixKey
 from agent.server.presets import PresetRequest
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import LLMConfig
 from agent.llama_api import LlamaServerAPI, ServerUnreachable
+from agent.protocol.config import LLMConfig
 from agent.server import ensure_server
 from agent.server.errors import LaunchError
 from agent.server.launcher import (

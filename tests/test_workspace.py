@@ -12,8 +12,8 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.config import RunConfig
 from agent.journal import RunJournal
+from agent.protocol.config import RunConfig
 from agent.workspace import (
     MAX_COMMIT_MESSAGE_CHARS,
     Workspace,

@@ -8,16 +8,15 @@ from typing import Annotated
 
 import typer
 
+from agent.commands import failure
 from agent.printable import printable
 from sandbox.models import DEFAULT_IMAGE
 
 env_app = typer.Typer(help="Build, list and prune the repositories' environment images.", no_args_is_help=True)
-EXIT_USAGE = 2
 
 
 def _usage(message: str) -> typer.Exit:
-    typer.echo(f"error: {printable(message)}", err=True)
-    return typer.Exit(EXIT_USAGE)
+    return failure(printable(message))
 
 
 def _say(line: str, *, err: bool = False) -> None:

@@ -13,7 +13,7 @@ from agent.environment.detect import UV, VENV, Detected, detect, python_path, ve
 from agent.environment.devcontainer import DevcontainerError, devcontainer_parts, find_devcontainer
 from agent.environment.indexes import IndexConfig, host_index_config, with_table
 from agent.environment.plan import WHEELHOUSE_DIR, EnvironmentPlan, SetupStep
-from agent.environment.spec import EnvironmentSpec
+from agent.protocol.environment import EnvironmentSpec
 from sandbox.models import DEFAULT_IMAGE
 from sandbox.suites import DEFAULT_SUITE, PYTHON_OF_SUITE, image_for_suite, suite_for
 

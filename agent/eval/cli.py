@@ -9,9 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from agent.commands import EXIT_USAGE, UsageProblem
 from agent.eval.suite import Variant
-
-EXIT_USAGE = 2
 
 
 def _eval_parameters() -> list[inspect.Parameter]:
@@ -56,16 +55,16 @@ def _evaluate(values: dict[str, Any]) -> int:
 
     try:
         if values["oracle"] and values["noop"]:
-            raise cli.UsageProblem("--oracle and --noop: choose one")
+            raise UsageProblem("--oracle and --noop: choose one")
         tasks = load_suite(values["suite"], values["variant"], values["only"])
         if values["oracle"]:
             missing = [task.id for task in tasks if task.reference is None]
             if missing:
-                raise cli.UsageProblem(f"--oracle: {missing[0]} has no reference/<repository>/<task>.patch")
+                raise UsageProblem(f"--oracle: {missing[0]} has no reference/<repository>/<task>.patch")
         other = load_report(values["compare"]) if values["compare"] is not None else None
         options = {name: values[name] for name in cli.run_option_names()}
         template = cli.run_config_of(values["suite"].resolve(), ["(each task of the suite)"], options)
-    except (SuiteError, cli.UsageProblem, EnvironmentFileError, SettingsError) as problem:
+    except (SuiteError, UsageProblem, EnvironmentFileError, SettingsError) as problem:
         typer.echo(f"error: {problem}", err=True)
         return EXIT_USAGE
     scripted = "oracle" if values["oracle"] else "noop" if values["noop"] else None

@@ -20,12 +20,12 @@ from pathlib import Path
 import docker
 import git
 
-from agent.config import RunConfig
 from agent.eval.score import EvalReport, TaskResult, render_markdown
 from agent.eval.suite import SuiteTask
 from agent.journal import RunJournal
-from agent.llm import ChatModel
-from agent.report import TaskSummary, now_iso
+from agent.protocol.config import RunConfig
+from agent.protocol.model import ChatModel
+from agent.protocol.records import TaskSummary, now_iso
 from agent.runner import Run
 from agent.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits

@@ -8,7 +8,7 @@ from typing import Literal
 import typer
 from pydantic import ValidationError
 
-from agent.config import RunConfig
+from agent.commands import EXIT_USAGE, UsageProblem
 from agent.eval.harness import REPORT_FILE, run_eval
 from agent.eval.score import EvalReport, compare, totals_line
 from agent.eval.scripted import noop_model, oracle_model
@@ -16,19 +16,18 @@ from agent.eval.suite import SuiteTask
 from agent.interrupt import Interrupted, stop_signals
 from agent.journal import new_run_id
 from agent.llama_api import ServerError
-from agent.llm import ChatModel, OpenAIChatModel
+from agent.llm import OpenAIChatModel
 from agent.private_dirs import PRIVATE_MODE, private_dir
+from agent.protocol.config import RunConfig
+from agent.protocol.model import ChatModel
 from agent.server import ensure_server
 from sandbox import SandboxError, docker_client, require_image
 
-EXIT_PREFLIGHT = 2
 Scripted = Literal["oracle", "noop"] | None
 
 
 def load_report(path: Path) -> EvalReport:
     """An earlier eval.json (for --compare), refused in one line when it is not one."""
-    from agent.cli import UsageProblem  # here: agent.cli registers `eval` when it loads
-
     try:
         return EvalReport.model_validate_json(path.read_bytes())
     except OSError as error:
@@ -57,7 +56,7 @@ def execute_eval(
         server_url = None if scripted else ensure_server(template.llm, log=_log)
     except (SandboxError, ServerError) as error:
         typer.echo(f"error: {error}", err=True)
-        return EXIT_PREFLIGHT
+        return EXIT_USAGE
     if server_url is not None:
         template = template.model_copy(update={"llm": template.llm.model_copy(update={"server_url": server_url})})
         model: ChatModel = OpenAIChatModel(template.llm)

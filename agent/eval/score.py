@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
-from agent.report import now_iso
+from agent.protocol.records import now_iso
 
 Outcome = Literal["solved", "unsolved", "invalid", "error"]
 Z_95 = 1.959964  # the normal quantile of a two-sided 95% interval

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.llm import AssistantTurn, ToolCall
+from agent.protocol.model import AssistantTurn, ToolCall
 
 PATCH_DELIMITER = "REFACTOR_AGENT_REFERENCE_PATCH"
 

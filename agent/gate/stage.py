@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agent.events import Baseline, Event, GateEvent
 from agent.gate.baseline import BaselineCache
 from agent.gate.compare import compare, settle_flaky
 from agent.gate.infrastructure import infrastructure_in
@@ -17,6 +16,7 @@ from agent.gate.results import SuiteRun
 from agent.gate.suite import rerun_selected, run_suite
 from agent.gate.syntax import syntax_regressions
 from agent.gate.verdict import GateCheck, judge
+from agent.protocol.events import Baseline, Event, GateEvent
 from tools.base import Executor
 
 Emit = Callable[[Event], None]

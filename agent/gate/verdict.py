@@ -10,14 +10,12 @@ from pydantic import BaseModel
 from agent.gate.compare import Comparison
 from agent.gate.results import SuiteRun
 from agent.printable import printable
+from agent.protocol.records import marked
 
 Verdict = Literal["verified", "unverified", "regressed"]
 # How many regressed tests the repair message names with their output; the rest are listed by id only.
 DETAILED_TESTS = 5
 LISTED_TESTS = 50
-# A verdict the task's own test infrastructure helped to reach (agent.gate.infrastructure) is shown marked, in
-# every view and in the trailer: `verified*`. The verdict itself stays one of the enum's values.
-INFRASTRUCTURE_MARK = "*"
 NAMED_IN_REASON = 3
 VERDICT_TRAILER = "Refactor-Agent-Verdict"
 TESTS_TRAILER = "Refactor-Agent-Tests"
@@ -35,11 +33,6 @@ class GateCheck(BaseModel):
     syntax_errors: list[str] = []
     # Files the task changed that the suite reads besides the tests: the verdict rests on them.
     test_infrastructure: list[str] = []
-
-
-def marked(verdict: str, test_infrastructure: list[str]) -> str:
-    """The verdict as it is shown: `verified*` when the task changed the test infrastructure it rests on."""
-    return f"{verdict}{INFRASTRUCTURE_MARK}" if test_infrastructure else verdict
 
 
 def infrastructure_note(test_infrastructure: list[str]) -> str:
@@ -138,10 +131,6 @@ def read_trailers(message: str) -> dict[str, str]:
     """refactor-agent's trailers from a commit message: its last paragraph only (the model's text comes before)."""
     lines = message.strip().rpartition("\n\n")[2].splitlines()
     return dict(line.split(": ", 1) for line in lines if line.startswith("Refactor-Agent-") and ": " in line)
-
-
-def unmarked(verdict: str) -> str:
-    return verdict.removesuffix(INFRASTRUCTURE_MARK)
 
 
 def split_tests_trailer(value: str) -> tuple[str, str] | None:

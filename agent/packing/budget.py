@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from agent.effort import Effort
 from agent.packing.options import PackError, PackOptions
+from agent.protocol.effort import Effort
 
 # Max effort may reason for a very long time before answering; low effort answers almost at once.
 OUTPUT_RESERVE_TOKENS: dict[Effort, int] = {"low": 16_384, "high": 65_536, "max": 131_072}

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agent.effort import Effort
+from agent.protocol.effort import Effort
 
 PackFormat = Literal["xml", "markdown"]
 FileOrder = Literal["churn", "path"]

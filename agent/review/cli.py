@@ -21,9 +21,10 @@ from rich.console import Console
 from rich.syntax import Syntax
 from typer.core import TyperGroup
 
-from agent.config import RunConfig
+from agent.commands import EXIT_FAILED, failure, one_line_errors
 from agent.printable import printable
-from agent.report import TaskSummary
+from agent.protocol.config import RunConfig
+from agent.protocol.records import TaskSummary
 from agent.review.change import TaskChange, read_change
 from agent.review.pager import TerminalPager
 from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
@@ -34,8 +35,6 @@ from agent.safe_git import GitError
 from agent.workspace import WorkspaceError
 from sandbox.errors import SandboxError
 
-EXIT_USAGE = 2
-EXIT_FAILED = 1
 RUN_COMMAND = "tasks"
 RECENT_RUNS = 20
 # A piped table has no terminal to size it by (unless COLUMNS says); this keeps the report's fifteen columns readable.
@@ -89,14 +88,9 @@ def _as_json(context: typer.Context, given: bool) -> bool:
 @contextmanager
 def _one_line_errors() -> Iterator[None]:
     """Bad input exits 2, a failed git or Docker step exits 1; both as one line, never a traceback."""
-    try:
+    failed = one_line_errors(WorkspaceError, GitError, SandboxError, code=EXIT_FAILED, shown=printable)
+    with one_line_errors(ReviewError, shown=printable), failed:
         yield
-    except ReviewError as error:
-        typer.echo(f"error: {printable(str(error))}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    except (WorkspaceError, GitError, SandboxError) as error:
-        typer.echo(f"error: {printable(str(error))}", err=True)
-        raise typer.Exit(EXIT_FAILED) from None
 
 
 def _say(text: str, *, err: bool = False, nl: bool = True) -> None:
@@ -210,8 +204,7 @@ def pr(
         try:
             output.write_text(printable(body), encoding="utf-8")
         except OSError as error:
-            typer.echo(f"error: --output {output}: {error.strerror}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
+            raise failure(f"--output {output}: {error.strerror}") from None
     if _as_json(context, as_json):
         _print_json({"title": title, "body": body, "branch": change.ref.task.branch, "commit": change.tip})
     elif output is not None:

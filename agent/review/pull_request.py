@@ -8,8 +8,8 @@ from fnmatch import fnmatch
 from pathlib import PurePosixPath
 
 from agent import markdown_text as md
-from agent.config import RunConfig
 from agent.morning_report import evidence_lines, tests_cell
+from agent.protocol.config import RunConfig
 from agent.review.change import TaskChange
 
 # Files whose change alters how the code is built, configured, tested or deployed: a reviewer looks twice.

@@ -20,14 +20,14 @@ from typing import Literal
 import docker
 from pydantic import BaseModel
 
-from agent.config import RunConfig
 from agent.environment.stage import prepare_environment
-from agent.events import Baseline, Event, GateEvent
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate
 from agent.gate.syntax import MAX_CHECKED_BYTES
 from agent.gate.verdict import evidence_trailer, verdict_trailers
-from agent.report import EnvironmentRecord
+from agent.protocol.config import RunConfig
+from agent.protocol.events import Baseline, Event, GateEvent
+from agent.protocol.records import EnvironmentRecord
 from agent.review.records import RunRecord
 from agent.review.repository import UserRepository
 from agent.safe_git import GitError

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from agent.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL
+from agent.commands import EXIT_FAILED, failure
+from agent.protocol.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL
 from agent.server.errors import ServerError
 from agent.server.presets import DEFAULT_READY_TIMEOUT_S, PresetName, PresetRequest, build_preset
 
@@ -17,11 +18,6 @@ from agent.server.presets import DEFAULT_READY_TIMEOUT_S, PresetName, PresetRequ
 server_app = typer.Typer(help="Start, stop and inspect the local llama-server.", no_args_is_help=True)
 
 STATUS_MARK = {"ok": "[ok]", "warn": "[warn]", "fail": "[FAIL]", "skip": "[skip]"}
-
-
-def _fail(error: Exception) -> typer.Exit:
-    typer.echo(f"error: {error}", err=True)
-    return typer.Exit(1)
 
 
 @server_app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -66,7 +62,7 @@ def start(
         )
         start_server(build_preset(request), binary=find_binary(binary), log=typer.echo, ready_timeout_s=wait)
     except ServerError as error:
-        raise _fail(error) from None
+        raise failure(str(error), EXIT_FAILED) from None
 
 
 @server_app.command()
@@ -77,7 +73,7 @@ def stop(port: Annotated[int | None, typer.Option(help="which server; needed whe
     try:
         stop_server(port, log=typer.echo)
     except ServerError as error:
-        raise _fail(error) from None
+        raise failure(str(error), EXIT_FAILED) from None
 
 
 @server_app.command()

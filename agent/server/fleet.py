@@ -21,10 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.config import LLMConfig
-from agent.events import Event, Retry, TaskServer
 from agent.interrupt import Interrupted
-from agent.llm import AssistantTurn, ModelUnavailable, OpenAIChatModel, RetriesExhausted
+from agent.llm import OpenAIChatModel
+from agent.protocol.config import LLMConfig
+from agent.protocol.events import Event, Retry, TaskServer
+from agent.protocol.model import AssistantTurn, ModelUnavailable, RetriesExhausted
 from agent.server.kv_cache import PrefixCache, prefix_cached
 from agent.time_limit import WAKE_S
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from agent.events import Event, Repair
 from agent.gate.infrastructure import IGNORED_PATHSPECS
 from agent.gate.stage import Gate, GateRecord
 from agent.gate.syntax import MAX_CHECKED_BYTES
 from agent.gate.verdict import GateCheck, repair_message
 from agent.loop import AgentLoop, LoopResult
-from agent.report import GateEvidence
+from agent.protocol.events import Event, Repair
+from agent.protocol.records import GateEvidence
 from agent.workspace import Workspace
 
 

@@ -15,13 +15,12 @@ from agent.gate.verdict import (
     VERDICT_TRAILER,
     read_trailers,
     split_tests_trailer,
-    unmarked,
     verdict_trailers,
 )
 from agent.journal import PATCH_MAX_BYTES, RunJournal
 from agent.loop import LoopResult
 from agent.morning_report import split_patch
-from agent.report import GateEvidence, TaskSummary
+from agent.protocol.records import GateEvidence, TaskSummary, unmarked
 from agent.stages.gate import evidence
 from agent.workspace import Workspace
 

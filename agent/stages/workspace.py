@@ -7,7 +7,7 @@ from pathlib import Path
 
 import git
 
-from agent.report import EnvironmentRecord
+from agent.protocol.records import EnvironmentRecord
 from agent.resume import TaskProgress
 from agent.safe_git import GitError, SafeGit
 from agent.workspace import Workspace, user_git, wip_ref

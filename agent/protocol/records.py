@@ -8,8 +8,20 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agent.gate.verdict import marked
-from agent.metrics import MetricsSummary
+from agent.protocol.stats import MetricsSummary
+
+# A verdict the task's own test infrastructure helped to reach (agent.gate.infrastructure) is shown marked, in
+# every view and in the trailer: `verified*`. The verdict itself stays one of the enum's values.
+INFRASTRUCTURE_MARK = "*"
+
+
+def marked(verdict: str, test_infrastructure: list[str]) -> str:
+    """The verdict as it is shown: `verified*` when the task changed the test infrastructure it rests on."""
+    return f"{verdict}{INFRASTRUCTURE_MARK}" if test_infrastructure else verdict
+
+
+def unmarked(verdict: str) -> str:
+    return verdict.removesuffix(INFRASTRUCTURE_MARK)
 
 
 def now_iso() -> str:

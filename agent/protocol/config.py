@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 
-from agent.effort import Effort  # re-exported: agent.effort owns it
-from agent.environment.spec import EnvironmentSpec
+from agent.protocol.effort import Effort  # re-exported: agent.protocol.effort owns it
+from agent.protocol.environment import EnvironmentSpec
 from sandbox.models import DEFAULT_IMAGE
 
 Executor = Literal["local", "ray"]

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from agent.metrics import RequestStats
-from agent.report import EnvironmentRecord, TaskSummary
+from agent.protocol.records import EnvironmentRecord, TaskSummary
+from agent.protocol.stats import RequestStats
 
 
 def _now() -> float:
@@ -149,7 +149,7 @@ class GateEvent(_Event):
     result: str | None = None
     regressed: list[str] = []
     syntax_errors: list[str] = []
-    test_infrastructure: list[str] = []  # the verdict is shown marked (agent.gate.verdict.marked)
+    test_infrastructure: list[str] = []  # the verdict is shown marked (agent.protocol.records.marked)
 
 
 class Repair(_Event):
