@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from agent.bundle.cli import bundle
 from agent.commands import UsageProblem, one_line_errors
 from agent.environment.cli import env_app
 from agent.environment.spec import EnvironmentFileError
@@ -56,6 +57,7 @@ app.add_typer(schedule_app, name="schedule")
 app.add_typer(env_app, name="env")
 app.command("pack")(pack)
 app.command("doctor")(doctor)
+app.command("bundle")(bundle)
 
 
 # `run`'s parameters that are not options every task shares (see run_option_names): what names the repository

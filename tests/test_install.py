@@ -8,17 +8,15 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-import git
 import pytest
 
-from install_fixtures import InstalledWheel, source_files
+from install_fixtures import InstalledWheel, assert_verified_rename, rename_task, source_files
 from repos import make_repo
-from scripted_server import Reply, ScriptedServer
 
 PACKAGES = ("agent", "tools", "sandbox", "prompts")
 # Read at run time with importlib.resources, next to the modules.
 DATA_SUFFIXES = (".md", ".scm")
-DATA_FILES = ("sandbox/Dockerfile",)
+DATA_FILES = ("sandbox/Dockerfile", "agent/bundle/install.sh")
 
 
 def test_the_wheel_holds_every_module_and_data_file_of_the_source_tree(built_wheel: Path) -> None:
@@ -28,7 +26,7 @@ def test_the_wheel_holds_every_module_and_data_file_of_the_source_tree(built_whe
     wanted |= set(DATA_FILES)
     assert wanted - listed == set()
     packages = {name.rsplit("/", 1)[0] for name in wanted if name.endswith("/__init__.py")}
-    assert {"agent/stages", "agent/packing", "agent/server"} <= packages  # the check sees every package
+    assert {"agent/stages", "agent/packing", "agent/server", "agent/bundle"} <= packages  # the check sees every package
 
 
 @pytest.mark.docker
@@ -40,22 +38,6 @@ def test_the_installed_wheel_runs_a_task_to_a_committed_branch(installed_wheel: 
         cwd=tmp_path, env=environment, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert where.stdout.startswith(str(installed_wheel.venv))  # not the source tree's
-    rename = "sed -i 's/compute_area/area/g' pkg/geometry.py pkg/report.py tests/test_geometry.py"
-    script = [
-        Reply(tool_calls=[("bash", {"command": rename})]),
-        Reply(tool_calls=[("run_tests", {})]),
-        Reply(tool_calls=[("finish", {"summary": "Rename compute_area to area"})]),
-    ]
-    with ScriptedServer(script) as server:
-        done = subprocess.run(
-            [
-                installed_wheel.command, "run", str(repo), "--task", "Rename compute_area to area",
-                "--server", server.url, "--runs-dir", str(tmp_path / "runs"),
-            ],
-            cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+    done = rename_task(installed_wheel.command, repo, tmp_path, environment)
     assert done.returncode == 0, done.stdout + done.stderr
-    (branch,) = [head for head in git.Repo(repo).heads if head.name.startswith("refactor-agent/")]
-    changed = sorted(branch.commit.stats.files)
-    assert changed == ["pkg/geometry.py", "pkg/report.py", "tests/test_geometry.py"]
-    assert "Refactor-Agent-Verdict: verified" in branch.commit.message
+    assert_verified_rename(repo)

@@ -9,14 +9,7 @@ there (its daemon is reached over its unix socket).
 
 from __future__ import annotations
 
-import ctypes
 import json
-import multiprocessing
-import os
-import signal
-import subprocess
-import traceback
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +24,7 @@ from agent.ray_executor import NODE_HINT
 from agent.session import build_run
 from sandbox import docker_client
 
+from namespaces import in_loopback_namespace
 from repos import SAMPLE_FILES, make_repo
 from scripted_server import Reply, ScriptedServer
 
@@ -38,7 +32,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.docker]
 
 TASKS = {"alpha": "Add the alpha module", "beta": "Document compute_area"}
 RUN_ID = "20261201-000000-abcd"
-CLONE_NEWNET = 0x40000000  # <sched.h>
 NO_NODE = f"no node of the cluster offers the resource 'refactor-agent': {NODE_HINT}"
 # What measures the machine rather than the work: wall time, latencies, and the commit id (its date).
 VOLATILE = {"wall_time_s", "metrics", "commit"}
@@ -199,34 +192,6 @@ def time_limits_scenario(tmp: str) -> dict[str, Any]:
     finally:
         ray.shutdown()
         cluster.shutdown()
-    return results
-
-
-def _in_loopback_namespace(scenario: Callable[[str], dict[str, Any]], tmp: str, queue: Any) -> None:
-    try:
-        os.setsid()  # one process group with the Ray processes it starts, so the parent can end them all
-        # os.unshare arrived in Python 3.12; the C call is the same.
-        if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed (it needs root)")
-        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-        queue.put(("ok", scenario(tmp)))
-    except BaseException:
-        queue.put(("error", traceback.format_exc()))
-
-
-def in_loopback_namespace(scenario: Callable[[str], dict[str, Any]], tmp_path: Path) -> dict[str, Any]:
-    """What `scenario` returned, run in a child process in a loopback-only network namespace."""
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    child = context.Process(target=_in_loopback_namespace, args=(scenario, str(tmp_path), queue))
-    child.start()
-    try:
-        status, results = queue.get(timeout=540)
-        child.join(60)
-    finally:
-        if child.is_alive():  # a hung scenario: end it with the Ray processes it started (its process group)
-            os.killpg(child.pid, signal.SIGKILL)
-    assert status == "ok", results
     return results
 
 

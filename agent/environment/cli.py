@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from agent.commands import failure
 from agent.printable import printable
 from sandbox.models import DEFAULT_IMAGE
+
+if TYPE_CHECKING:
+    import docker
+    import git
+
+    from agent.environment.spec import EnvironmentSpec
 
 env_app = typer.Typer(help="Build, list and prune the repositories' environment images.", no_args_is_help=True)
 
@@ -24,18 +31,20 @@ def _say(line: str, *, err: bool = False) -> None:
     typer.echo(printable(line), err=err)
 
 
-@env_app.command()
-def build(
-    repo: Annotated[Path, typer.Argument(help="The git repository (its committed HEAD is what is read).")],
-    environment: Annotated[Path | None, typer.Option(help="TOML file with an [environment] table.")] = None,
-    base: Annotated[str, typer.Option(help="Sandbox image the environment is layered on.")] = DEFAULT_IMAGE,
-    test_cmd: Annotated[str | None, typer.Option(help="Test command to check (default: detected).")] = None,
-    log: Annotated[Path | None, typer.Option(help="Build log [default: runs/env-build-<repo>-<time>.log]")] = None,
-) -> None:
-    """Build REPO's environment image now (or find it already built), and check its tests collect."""
+@dataclass(frozen=True)
+class _Inputs:
+    """What `env build` and `env bundle` read before anything is built."""
+
+    target: Path
+    repository: git.Repo
+    spec: EnvironmentSpec | None
+    allowed_base_images: list[str]
+    client: docker.DockerClient
+    runs: Path
+
+
+def _inputs(repo: Path, environment: Path | None, base: str) -> _Inputs:
     from agent.environment.spec import EnvironmentFileError, load_environment_file
-    from agent.environment.stage import prepare_environment
-    from agent.private_dirs import private_dir
     from agent.runs_dir import DEFAULT_RUNS_DIR
     from agent.settings import SettingsError, placed_runs_dir, user_setting
     from agent.workspace import WorkspaceError, open_repository
@@ -52,17 +61,38 @@ def build(
         runs = placed_runs_dir(DEFAULT_RUNS_DIR, None, [target], log=_say)
     except (EnvironmentFileError, SettingsError, WorkspaceError, SandboxError) as error:
         raise _usage(str(error)) from None
-    log_path = log or private_dir(runs) / f"env-build-{target.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    return _Inputs(target, repository, spec, allowed_base_images, client, runs)
+
+
+def _default_log(inputs: _Inputs, command: str) -> Path:
+    from agent.private_dirs import private_dir
+
+    return private_dir(inputs.runs) / f"{command}-{inputs.target.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+
+
+@env_app.command()
+def build(
+    repo: Annotated[Path, typer.Argument(help="The git repository (its committed HEAD is what is read).")],
+    environment: Annotated[Path | None, typer.Option(help="TOML file with an [environment] table.")] = None,
+    base: Annotated[str, typer.Option(help="Sandbox image the environment is layered on.")] = DEFAULT_IMAGE,
+    test_cmd: Annotated[str | None, typer.Option(help="Test command to check (default: detected).")] = None,
+    log: Annotated[Path | None, typer.Option(help="Build log [default: runs/env-build-<repo>-<time>.log]")] = None,
+) -> None:
+    """Build REPO's environment image now (or find it already built), and check its tests collect."""
+    from agent.environment.stage import prepare_environment
+
+    inputs = _inputs(repo, environment, base)
+    log_path = log or _default_log(inputs, "env-build")
     record = prepare_environment(
-        repository,
-        client=client,
+        inputs.repository,
+        client=inputs.client,
         sandbox_image=base,
         image_explicit=False,
-        spec=spec,
+        spec=inputs.spec,
         test_command=test_cmd,
         log_path=log_path.absolute(),
         progress=_say,
-        allowed_base_images=allowed_base_images,
+        allowed_base_images=inputs.allowed_base_images,
     )
     if record.status == "failed":
         for line in record.log_tail:
@@ -75,6 +105,50 @@ def build(
     note = f" ({record.collect_note})" if record.collect_note else ""
     where = f"; log: {record.log}" if record.log else ""
     _say(f"environment {record.status}: {record.image} in {record.build_s:.1f}s; {collected}{note}{where}")
+
+
+@env_app.command("bundle")
+def bundle_environment(
+    repo: Annotated[Path, typer.Argument(help="The git repository (its committed HEAD is what is read).")],
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="The bundle (`refactor-agent bundle DIR`).")],
+    environment: Annotated[Path | None, typer.Option(help="TOML file with an [environment] table.")] = None,
+    base: Annotated[str, typer.Option(help="Sandbox image the environment is layered on.")] = DEFAULT_IMAGE,
+    log: Annotated[Path | None, typer.Option(help="Log (default: runs/env-bundle-<repo>-<time>.log)")] = None,
+) -> None:
+    """Add the wheels REPO's environment installs to DIR, so that it builds behind the air gap too."""
+    from agent.bundle.steps import StepFailed
+    from agent.environment.wheelhouse import NothingToCarry, carry_environment
+
+    inputs = _inputs(repo, environment, base)
+    if not directory.is_dir():
+        raise _usage(f"{directory}: no such folder (make the bundle first: refactor-agent bundle DIR)")
+    log_path = (log or _default_log(inputs, "env-bundle")).absolute()
+    try:
+        carried, left_out = carry_environment(
+            inputs.repository,
+            directory,
+            client=inputs.client,
+            sandbox_image=base,
+            spec=inputs.spec,
+            allowed_base_images=inputs.allowed_base_images,
+            log=log_path,
+            say=_say,
+        )
+    except NothingToCarry as error:
+        _say(f"env bundle: {error}")
+        return
+    except StepFailed as error:
+        _say(f"env bundle: error: {error}", err=True)
+        for line in error.tail:
+            _say(f"  | {line}", err=True)
+        raise typer.Exit(1) from None
+    for line in left_out:
+        _say(f"  left out: {line}")
+    where = directory.absolute() / carried.environment_file
+    _say(
+        f"env bundle: {carried.wheels} wheels for Python {carried.python}; there: refactor-agent run "
+        f"{inputs.target.name} --environment {where} (log: {log_path})"
+    )
 
 
 @env_app.command("list")
