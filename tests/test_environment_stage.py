@@ -16,6 +16,7 @@ import pytest
 from environment_images import own_repository_name
 from typer.testing import CliRunner
 
+from agent.bundle.manifest import Manifest, sha256_of
 from agent.cli import app
 from agent.environment.stage import prepare_environment
 from agent.protocol.config import RunConfig
@@ -25,6 +26,7 @@ from agent.server.doctor import check_environment
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 from sandbox.suites import image_for_suite
 
+from install_fixtures import SOURCE_ROOT
 from repos import git as run_git
 from repos import make_repo
 from scripted_model import ScriptedModel, run_in_process
@@ -188,6 +190,52 @@ def test_a_wheelhouse_builds_with_no_index_and_no_network(tmp_path: Path, reposi
     again = CliRunner().invoke(app, ["env", "build", str(repo), "--environment", str(table)])
     assert again.exit_code == 0 and f"environment reused: {record.image}" in again.output, again.output
     assert record.image in CliRunner().invoke(app, ["env", "list"]).output
+
+
+HATCHLING = '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
+HATCH_PACKAGES = '\n[tool.hatch.build.targets.wheel]\npackages = ["src/tiny"]\n'
+
+
+def test_env_bundle_carries_what_the_build_installs_and_there_it_builds_with_no_network(
+    tmp_path: Path, repository_name: str
+) -> None:
+    name = f"{repository_name}-carried"
+    repo = project(
+        tmp_path, name, ["iniconfig"], {"pyproject.toml": HATCHLING + pyproject(name, ["iniconfig"]) + HATCH_PACKAGES}
+    )
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    Manifest(
+        refactor_agent="0.1.0", python="3.11", machine="x86_64", made="now", made_on="here", project_wheel="w",
+        llama_server_wheel="l", llama_server_origin="o", model_wheel="m",
+    ).save(bundle)  # fmt: skip
+    carried = CliRunner().invoke(app, ["env", "bundle", str(repo), str(bundle), "--log", str(tmp_path / "b.log")])
+    assert carried.exit_code == 0, carried.output
+    lines = carried.output.splitlines()
+    assert [line.split(":")[0] for line in lines[:3]] == [f"env bundle {n}/3" for n in (1, 2, 3)], lines
+    table = bundle / "environments" / name / "environment.toml"
+    assert lines[-1].startswith("env bundle: ") and f"--environment {table} " in lines[-1], lines[-1]
+    assert table.read_text() == '[environment]\nwheelhouse = "wheels"\n'
+    wheels = {path.name.split("-")[0] for path in (table.parent / "wheels").iterdir()}
+    # What the build installed, and what hatchling builds the project's metadata with (its hook asks for editables).
+    assert {"iniconfig", "six", "hatchling", "editables"} <= wheels, wheels
+    manifest = Manifest.model_validate_json((bundle / "manifest.json").read_text())
+    assert manifest.environments[name].environment_file == f"environments/{name}/environment.toml"
+    for path in table.parent.rglob("*.whl"):
+        assert manifest.files[path.relative_to(bundle).as_posix()] == sha256_of(path)
+
+    built = next(line for line in carried.output.splitlines() if "refactor-agent-env:" in line).split()[-2]
+    docker_client().images.remove(built)  # the far side has none: it builds it
+    far = subprocess.run(
+        ["unshare", "-n", sys.executable, "-m", "agent", "env", "build", str(repo), "--environment", str(table),
+         "--log", str(tmp_path / "far.log")],
+        cwd=SOURCE_ROOT, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert far.returncode == 0, far.stdout + far.stderr
+    assert f"environment built: {built} in " in far.stdout and f"{TESTS_IN_PROJECT} tests collected" in far.stdout
+    log = (tmp_path / "far.log").read_text()
+    assert "build network: none" in log and "no index, wheels from" in log
+    assert "\n==> refactor-agent: the metadata of the project itself" not in log, "its build requirements came along"
 
 
 DIRECT_CONNECTION = (
