@@ -8,11 +8,9 @@ from typing import Annotated
 
 import typer
 
+from agent.commands import EXIT_FAILED, failure
 from agent.printable import printable
 from sandbox.models import DEFAULT_IMAGE
-
-EXIT_USAGE = 2
-EXIT_FAILED = 1
 
 
 def bundle(
@@ -29,6 +27,7 @@ def bundle(
     ] = None,
 ) -> None:
     """Write into DIR everything an install needs behind an air gap; there, `bash DIR/install.sh` installs it."""
+    # lazy: docker-py and the bundle's steps load for this command only, not for every other one's start-up
     from agent.bundle.make import BUNDLE_LOG, BundleError, BundleRequest, make_bundle
     from agent.bundle.steps import StepFailed
 
@@ -39,8 +38,7 @@ def bundle(
     try:
         make_bundle(request, lambda line: typer.echo(printable(line)))
     except BundleError as error:
-        typer.echo(f"error: {printable(str(error), one_line=True)}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise failure(printable(str(error), one_line=True)) from None
     except StepFailed as error:
         typer.echo(f"bundle: error: {printable(str(error))}", err=True)
         for line in error.tail:

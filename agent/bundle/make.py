@@ -28,9 +28,10 @@ import agent
 from agent.bundle.manifest import IMAGES_DIR, TEMPLATES_DIR, WHEELS_DIR, CarriedImage, Manifest
 from agent.bundle.steps import Say, Steps
 from agent.packing.options import default_cache_dir
-from agent.report import now_iso
+from agent.protocol.records import now_iso
 from agent.server.binary import EMBEDDED_MODEL_PIN
 from agent.server.binary import TEMPLATES_DIR as INSTALLED_TEMPLATES
+from sandbox.daemon import docker_client, require_image
 from sandbox.errors import SandboxError, one_line
 from sandbox.models import DEFAULT_IMAGE
 
@@ -124,8 +125,6 @@ def _image_file(name: str) -> str:
 def check_request(request: BundleRequest) -> tuple[Path | None, Path, docker.DockerClient]:
     """Everything the bundle is made of, found before anything is written: (the source tree or None, the
     llama-server wheel, the Docker client)."""
-    from sandbox import docker_client, require_image  # lazy: docker-py's import is for the commands that use it
-
     target = request.directory
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise BundleError(f"{target} is not an empty folder: a bundle is written into a new one")

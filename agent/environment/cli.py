@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import docker
     import git
 
-    from agent.environment.spec import EnvironmentSpec
+    from agent.protocol.environment import EnvironmentSpec
 
 env_app = typer.Typer(help="Build, list and prune the repositories' environment images.", no_args_is_help=True)
 
@@ -116,6 +116,7 @@ def bundle_environment(
     log: Annotated[Path | None, typer.Option(help="Log (default: runs/env-bundle-<repo>-<time>.log)")] = None,
 ) -> None:
     """Add the wheels REPO's environment installs to DIR, so that it builds behind the air gap too."""
+    # lazy: docker-py, packaging's tags and the build load for this command only
     from agent.bundle.steps import StepFailed
     from agent.environment.wheelhouse import NothingToCarry, carry_environment
 

@@ -36,9 +36,9 @@ from agent.environment.committed import committed_tree
 from agent.environment.detect import VENV
 from agent.environment.plan import repository_slug
 from agent.environment.python_project import ProjectError, read_project
-from agent.environment.spec import EnvironmentSpec
 from agent.environment.stage import prepare_environment
-from agent.report import EnvironmentRecord
+from agent.protocol.environment import EnvironmentSpec
+from agent.protocol.records import EnvironmentRecord
 from sandbox import DockerSandbox, SandboxLimits
 
 STEPS = 3
