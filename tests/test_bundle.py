@@ -20,7 +20,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.bundle.manifest import Manifest, sha256_of
+from agent.bundle.steps import Steps
 from agent.cli import app
+from agent.environment.wheelhouse import Installed, plain_requirements
 
 from install_fixtures import (
     SOURCE_ROOT,
@@ -169,3 +171,18 @@ def test_bundle_refuses_a_folder_that_is_not_empty_or_a_missing_wheel_in_one_lin
     refused = CliRunner().invoke(app, ["bundle", str(tmp_path / "new"), "--llama-wheel", str(missing)])
     assert refused.exit_code == 2 and refused.output == f"error: --llama-wheel {missing}: no such file\n"
     assert not (tmp_path / "new").exists()
+
+
+def test_env_bundle_gives_pip_no_option_url_or_odd_name_from_the_repository_or_its_image(tmp_path: Path) -> None:
+    steps = Steps("env bundle", 3, tmp_path / "log", lambda _: None)
+    written = [
+        "hatchling>=1.2",
+        "--index-url=https://elsewhere.example/simple",
+        "evil @ https://x.example/e.whl",
+        "-e .",
+    ]
+    assert plain_requirements(written, "build requirement", steps) == ["hatchling>=1.2"]
+    for name, version in (("--extra-index-url=https://x.example", "1.0"), ("ok", "1.0 ; rm -rf /"), ("-e", "1")):
+        with pytest.raises(ValueError):
+            Installed(name=name, version=version)
+    assert Installed(name="PyYAML", version="6.0.4").name == "PyYAML"

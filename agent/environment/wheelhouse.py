@@ -173,7 +173,7 @@ def inventory(client: docker.DockerClient, image: str, scratch: Path) -> Invento
     return Inventory(python=document.get("python", ""), distributions=distributions)
 
 
-def _plain(lines: list[str], what: str, steps: Steps) -> list[str]:
+def plain_requirements(lines: list[str], what: str, steps: Steps) -> list[str]:
     """Requirements of an index, as the repository wrote them: never a URL, never an option for pip."""
     kept = []
     for line in lines:
@@ -229,7 +229,7 @@ def _backend_requirements(
     if not isinstance(asked, list):
         steps.note("the build backend's hooks gave no requirements")
         return []
-    return _plain([line for line in asked if isinstance(line, str)], "build requirement", steps)
+    return plain_requirements([line for line in asked if isinstance(line, str)], "build requirement", steps)
 
 
 def _build_wheels(
@@ -252,7 +252,7 @@ def _build_wheels(
         return []
     if not project.installable:
         return []
-    static = _plain(project.build_requires, "build requirement", steps)
+    static = plain_requirements(project.build_requires, "build requirement", steps)
     missing: list[str] = []
     for requirements in (static, None):
         if requirements is None:  # once the static ones are here, the backend can say what else it needs
