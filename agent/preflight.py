@@ -13,7 +13,7 @@ import git
 from agent.llama_api import ServerError, ServerLoading, ServerUnreachable
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.server import ensure_server
-from agent.workspace import WorkspaceError, dirty_description, open_repository
+from agent.worktree.workspace import WorkspaceError, dirty_description, open_repository
 from sandbox import SandboxError, docker_client, require_image
 
 

@@ -31,8 +31,8 @@ from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.events import Response, parse_event
 from agent.protocol.records import EnvironmentRecord, TaskSummary
 from agent.runner import Run
-from agent.safe_git import GitError, SafeGit
-from agent.workspace import BRANCH_PREFIX, user_git
+from agent.worktree.safe_git import GitError, SafeGit
+from agent.worktree.workspace import BRANCH_PREFIX, user_git
 
 NODE_RESOURCE = "refactor-agent"  # the custom resource a node offers to say it has Docker, the image and a server
 NODE_HINT = f"""start each worker with `ray start --address=HEAD:6379 --resources='{{"{NODE_RESOURCE}": 1}}'`"""

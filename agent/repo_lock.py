@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agent.leftovers import read_small
 from agent.protocol.records import now_iso
+from agent.worktree.leftovers import read_small
 from sandbox.owner import current_owner, owner_is_gone
 
 LOCK_NAME = "refactor-agent.lock"

@@ -33,7 +33,6 @@ from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
 from agent.interrupt import Interrupted
 from agent.journal import RunJournal
-from agent.leftovers import create_run_scratch, remove_run_scratch
 from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import RetryPolicy
 from agent.loop import AgentLoop, LoopResult
@@ -54,13 +53,14 @@ from agent.protocol.model import ChatModel
 from agent.protocol.records import EnvironmentRecord, RunSummary, TaskSummary, now_iso
 from agent.protocol.stats import RequestStats, SpecCounters
 from agent.resume import RESTARTED_MESSAGE, RunProgress, TaskProgress
-from agent.safe_git import GitError
 from agent.server.kv_cache import PrefixCache, prefix_cached
 from agent.stages.gate import gate_with_repairs
 from agent.stages.settle import already_committed, save_patch, settle, settle_unfinished
 from agent.stages.workspace import RepoState, open_workspace, state_git
 from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
-from agent.workspace import Workspace, wip_ref
+from agent.worktree.leftovers import create_run_scratch, remove_run_scratch
+from agent.worktree.safe_git import GitError
+from agent.worktree.workspace import Workspace, wip_ref
 from sandbox import DockerSandbox, SandboxLimits, SandboxLost, remove_run_containers
 from tools import ToolContext, default_registry
 from tools.ledger import Ledger, old_names_in

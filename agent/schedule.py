@@ -25,7 +25,7 @@ from agent.commands import one_line_errors
 from agent.night import load_night
 from agent.private_dirs import private_dir
 from agent.settings import ConfigFiles, Layer, SettingsError, Source
-from agent.workspace import task_slug
+from agent.worktree.workspace import task_slug
 
 MARKER = "# refactor-agent night "
 UNIT_PREFIX = "refactor-agent-night-"

@@ -13,7 +13,6 @@ import git
 from agent.commands import EXIT_USAGE
 from agent.interrupt import Interrupted, stop_signals
 from agent.journal import RunJournal, new_run_id, run_directories
-from agent.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from agent.live import RunView
 from agent.llm import OpenAIChatModel
 from agent.preflight import PreflightError, Prepared, preflight
@@ -23,6 +22,7 @@ from agent.protocol.records import RunSummary
 from agent.repo_lock import LockHeld, RepoLock
 from agent.resume import RunProgress, read_progress
 from agent.runner import InOrder, Run, TaskDispatch
+from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from sandbox import sweep_leftovers
 
 OUTPUT_LOG = "output.log"

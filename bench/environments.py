@@ -38,7 +38,7 @@ from agent.gate.results import SuiteRun
 from agent.gate.stage import Gate
 from agent.protocol.config import RunConfig
 from agent.protocol.records import EnvironmentRecord
-from agent.workspace import Workspace, head_commit, open_repository
+from agent.worktree.workspace import Workspace, head_commit, open_repository
 from sandbox import DEFAULT_IMAGE, DockerSandbox, SandboxLimits, docker_client
 from sandbox.errors import one_line
 from tools.test_command import detect_test_command

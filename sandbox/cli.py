@@ -54,7 +54,7 @@ def sweep() -> None:
     that crashed or were killed. Their branches are kept (with any commits on them) and can be deleted with
     `git branch -D`."""
     # The run's scratch layout is the agent's; loaded only here.
-    from agent.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
+    from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
     from sandbox.container import sweep_leftovers
     from sandbox.daemon import docker_client
 

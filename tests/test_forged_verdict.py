@@ -22,7 +22,7 @@ from agent.gate.results import SuiteRun
 from agent.gate.verdict import judge, read_trailers, split_tests_trailer, verdict_trailers
 from agent.protocol.config import RunConfig
 from agent.protocol.records import TaskSummary
-from agent.workspace import Workspace, open_repository
+from agent.worktree.workspace import Workspace, open_repository
 
 from repos import SAMPLE_FILES, make_repo
 from scripted_model import ScriptedModel, run_in_process

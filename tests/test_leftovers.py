@@ -15,7 +15,13 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.leftovers import BUILD_SCRATCH_PREFIX, OWNER_RECORD, ScratchOwner, create_run_scratch, sweep_run_scratch
+from agent.worktree.leftovers import (
+    BUILD_SCRATCH_PREFIX,
+    OWNER_RECORD,
+    ScratchOwner,
+    create_run_scratch,
+    sweep_run_scratch,
+)
 from sandbox import DEFAULT_IMAGE, docker_client
 from sandbox.container import sweep_leftovers
 

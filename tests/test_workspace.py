@@ -14,7 +14,7 @@ import pytest
 
 from agent.journal import RunJournal
 from agent.protocol.config import RunConfig
-from agent.workspace import (
+from agent.worktree.workspace import (
     MAX_COMMIT_MESSAGE_CHARS,
     Workspace,
     WorkspaceError,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import git
 
-from agent.safe_git import GitError, SafeGit
-from agent.workspace import user_git
+from agent.worktree.safe_git import GitError, SafeGit
+from agent.worktree.workspace import user_git
 
 # Lock files of large projects run to a few megabytes; anything larger is not a dependency file we can use.
 MAX_DEPENDENCY_FILE_BYTES = 16 * 1024 * 1024

@@ -27,7 +27,7 @@ from agent.protocol.config import RunConfig
 from agent.protocol.model import ChatModel
 from agent.protocol.records import TaskSummary, now_iso
 from agent.runner import Run
-from agent.workspace import Workspace
+from agent.worktree.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits
 
 EVAL_FILE = "eval.json"

@@ -31,8 +31,8 @@ from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, lis
 from agent.review.repository import UserRepository, user_repository
 from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
 from agent.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read
-from agent.safe_git import GitError
-from agent.workspace import WorkspaceError
+from agent.worktree.safe_git import GitError
+from agent.worktree.workspace import WorkspaceError
 from sandbox.errors import SandboxError
 
 RUN_COMMAND = "tasks"

@@ -30,8 +30,8 @@ from agent.protocol.events import Baseline, Event, GateEvent
 from agent.protocol.records import EnvironmentRecord
 from agent.review.records import RunRecord
 from agent.review.repository import UserRepository
-from agent.safe_git import GitError
-from agent.workspace import Workspace, WorkspaceError
+from agent.worktree.safe_git import GitError
+from agent.worktree.workspace import Workspace, WorkspaceError
 from sandbox import DockerSandbox, SandboxLimits
 from tools.test_command import choose_test_command
 

@@ -16,8 +16,8 @@ import git
 
 from agent.journal import PATCH_MAX_BYTES
 from agent.review.records import ReviewError, unknown
-from agent.safe_git import CappedOutput, GitError, SafeGit
-from agent.workspace import BRANCH_PREFIX, WIP_REF_PREFIX, WorkspaceError, open_repository, user_git
+from agent.worktree.safe_git import CappedOutput, GitError, SafeGit
+from agent.worktree.workspace import BRANCH_PREFIX, WIP_REF_PREFIX, WorkspaceError, open_repository, user_git
 
 # A diff to read, not to apply: no external diff or textconv program of anyone's, and git's own a/ b/ prefixes
 # whatever diff.noprefix or diff.mnemonicPrefix the user set.

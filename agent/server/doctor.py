@@ -297,7 +297,7 @@ def check_environment(repo: Path, image: str, environment: Path | None) -> Check
     from agent.environment.stage import describe_environment
     from agent.printable import printable
     from agent.settings import SettingsError, user_setting
-    from agent.workspace import WorkspaceError, open_repository
+    from agent.worktree.workspace import WorkspaceError, open_repository
     from sandbox import SandboxError, docker_client
 
     try:

@@ -12,7 +12,7 @@ from agent.gate.verdict import GateCheck, repair_message
 from agent.loop import AgentLoop, LoopResult
 from agent.protocol.events import Event, Repair
 from agent.protocol.records import GateEvidence
-from agent.workspace import Workspace
+from agent.worktree.workspace import Workspace
 
 
 def gate_with_repairs(

@@ -22,7 +22,7 @@ from agent.loop import LoopResult
 from agent.morning_report import split_patch
 from agent.protocol.records import GateEvidence, TaskSummary, unmarked
 from agent.stages.gate import evidence
-from agent.workspace import Workspace
+from agent.worktree.workspace import Workspace
 
 
 def save_patch(journal: RunJournal, workspace: Workspace, outcome: TaskSummary) -> None:

@@ -9,8 +9,8 @@ import git
 
 from agent.protocol.records import EnvironmentRecord
 from agent.resume import TaskProgress
-from agent.safe_git import GitError, SafeGit
-from agent.workspace import Workspace, user_git, wip_ref
+from agent.worktree.safe_git import GitError, SafeGit
+from agent.worktree.workspace import Workspace, user_git, wip_ref
 
 
 @dataclass

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import git
 
-from agent.leftovers import forget_vanished_worktree
-from agent.safe_git import CappedOutput, GitError, SafeGit
+from agent.worktree.leftovers import forget_vanished_worktree
+from agent.worktree.safe_git import CappedOutput, GitError, SafeGit
 
 # Caches that test runs and tools leave behind: never part of a refactoring, even where the repository's own
 # .gitignore forgets them. Untracked files only; changes to tracked files are always committed.
