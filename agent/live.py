@@ -1,7 +1,7 @@
 """What a person watching the run sees: a live panel on a terminal, plain lines in a log or cron mail.
 
 Reasons, test output, build output, task texts and server messages are someone else's text: every line and every
-cell goes through agent.printable (escape sequences shown, never obeyed; rich markup never parsed in them).
+cell goes through agent.safety.printable (escape sequences shown, never obeyed; rich markup never parsed in them).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.fallback_stream import FallbackStream
-from agent.printable import printable, rich_text
 from agent.protocol.events import (
     Baseline,
     EnvironmentProgress,
@@ -34,6 +33,7 @@ from agent.protocol.events import (
     ToolResultEvent,
 )
 from agent.protocol.records import marked
+from agent.safety.printable import printable, rich_text
 
 
 def _tool_label(event: ToolResultEvent) -> str:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.control_text import neutralised_message
 from agent.protocol.events import Event, Request, Response, ToolCallEvent, ToolResultEvent
 from agent.protocol.model import ChatModel, LLMError, ToolCall
 from agent.protocol.stats import RequestStats
+from agent.safety.control_text import neutralised_message
 from tools import FinishRequested, ToolContext, ToolRegistry
 
 Emit = Callable[[Event], None]
@@ -89,7 +89,7 @@ class AgentLoop:
     def resume(self, message: str) -> LoopResult:
         """Go on after an end with one more user message (the gate's repair request): appended, so the cached
         prefix stays valid. Turns keep counting against the same limit. The message quotes test output: its control
-        tokens' text is marked (agent/control_text.py)."""
+        tokens' text is marked (agent/safety/control_text.py)."""
         self.messages.append({"role": "user", "content": neutralised_message(message)})
         return self._until_end()
 

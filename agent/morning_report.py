@@ -3,7 +3,7 @@
 Both are rendered from summary.json's models and patch.diff alone, and rewritten after every task, so a night cut
 short still leaves a report. The HTML is one self-contained file (no external CSS, fonts or scripts): it opens from
 file:// on an air-gapped laptop. Diffs are highlighted by Pygments, collapsed in <details> until asked for.
-Everything a task, the model, a repository or its tests wrote is text in both: escaped by agent.markdown_text
+Everything a task, the model, a repository or its tests wrote is text in both: escaped by agent.safety.markdown
 and html.escape, and the model's own message comes after our verdict and before our evidence, never around it.
 """
 
@@ -18,8 +18,8 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
-from agent import markdown_text as md
 from agent.protocol.records import EnvironmentRecord, RunSummary, TaskSummary
+from agent.safety import markdown as md
 
 # journal.append_patch writes "# task <n>: <task>" before each task's diff; diff lines never start with "#".
 _TASK_HEADER = re.compile(r"^# task (\d+): ", re.MULTILINE)

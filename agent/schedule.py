@@ -23,7 +23,7 @@ import typer
 
 from agent.commands import one_line_errors
 from agent.night import load_night
-from agent.private_dirs import private_dir
+from agent.safety.private_dirs import private_dir
 from agent.settings import ConfigFiles, Layer, SettingsError, Source
 from agent.worktree.workspace import task_slug
 

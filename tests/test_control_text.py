@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.control_text import MARKED_NOTE, MARKER, neutralise, restore, restore_arguments
 from agent.loop import AgentLoop
 from agent.packing import PackOptions, pack_repository
+from agent.safety.control_text import MARKED_NOTE, MARKER, neutralise, restore, restore_arguments
 from agent.server.launcher import ServerState
 from prompts import load_prompt
 from tools import ToolContext, default_registry

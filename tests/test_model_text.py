@@ -14,11 +14,11 @@ from markdown_it.token import Token
 from rich.console import Console
 
 from agent.journal import RunJournal
-from agent.printable import printable
 from agent.review.change import TaskChange
 from agent.review.pull_request import pull_request, pull_request_markdown
 from agent.review.records import RunRecord, TaskRef
 from agent.review.views import evidence_text, run_table
+from agent.safety.printable import printable
 
 from repos import git, make_repo
 

@@ -15,7 +15,7 @@ from agent.gate.baseline import BaselineCache
 from agent.gate.results import SuiteRun
 from agent.journal import RunJournal
 from agent.packing import PackOptions, pack_repository
-from agent.private_dirs import private_dir
+from agent.safety.private_dirs import private_dir
 
 from repos import make_repo
 

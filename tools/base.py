@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from agent.control_text import restore_arguments
+from agent.safety.control_text import restore_arguments
 from sandbox.errors import SandboxLost
 from tools.output import cap_text
 

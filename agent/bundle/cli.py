@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from agent.commands import EXIT_FAILED, failure
-from agent.printable import printable
+from agent.safety.printable import printable
 from sandbox.models import DEFAULT_IMAGE
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from agent.commands import failure
-from agent.printable import printable
+from agent.safety.printable import printable
 from sandbox.models import DEFAULT_IMAGE
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _inputs(repo: Path, environment: Path | None, base: str) -> _Inputs:
 
 
 def _default_log(inputs: _Inputs, command: str) -> Path:
-    from agent.private_dirs import private_dir
+    from agent.safety.private_dirs import private_dir
 
     return private_dir(inputs.runs) / f"{command}-{inputs.target.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
 

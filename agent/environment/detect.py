@@ -19,7 +19,7 @@ from agent.environment.generated_modules import capture_step, list_tree_step
 from agent.environment.plan import DEPS_DIR, ENV_ROOT, UV, SetupStep
 from agent.environment.python_project import ProjectError
 from agent.environment.python_sources import metadata_install, python_sources, union_install
-from agent.printable import printable
+from agent.safety.printable import printable
 from sandbox.container import WORKSPACE
 from sandbox.mirrors import mirror_hosts
 from sandbox.suites import PYTHON_OF_SUITE

@@ -16,7 +16,7 @@ import docker
 from pydantic import ValidationError
 
 from agent.gate.results import SuiteRun
-from agent.private_dirs import private_dir
+from agent.safety.private_dirs import private_dir
 
 CACHE_DIR_NAME = ".baselines"
 

@@ -9,8 +9,8 @@ from pydantic import BaseModel
 
 from agent.gate.compare import Comparison
 from agent.gate.results import SuiteRun
-from agent.printable import printable
 from agent.protocol.records import marked
+from agent.safety.printable import printable
 
 Verdict = Literal["verified", "unverified", "regressed"]
 # How many regressed tests the repair message names with their output; the rest are listed by id only.

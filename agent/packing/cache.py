@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from agent.private_dirs import private_dir
+from agent.safety.private_dirs import private_dir
 
 LOOKUP_CHUNK = 900  # below SQLite's default limit on bound parameters
 

@@ -18,7 +18,7 @@ import numpy
 from agent.packing.classify import TextFile
 from agent.packing.repomap import SymbolCollector, load_symbols, state_digest
 from agent.packing.symbols import FileSymbols
-from agent.private_dirs import private_dir
+from agent.safety.private_dirs import private_dir
 
 GRAPH_VERSION = "graph_v1"  # bump when the graph's construction or weights change
 KEEP_GRAPHS = 16  # graphs of the most recently packed repository states kept on disk

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
-from agent.control_text import MARKED_NOTE, neutralise
+from agent.safety.control_text import MARKED_NOTE, neutralise
 
 PARTIAL_NOTE = (
     "The repository does not fit in the context. Files marked as outlines show only the signatures of their "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from agent.private_dirs import private_dir
+from agent.safety.private_dirs import private_dir
 
 # Bytes per token of source code under common BPE vocabularies; replaced by a measured ratio once a server is seen.
 DEFAULT_TOKENS_PER_BYTE = 0.3

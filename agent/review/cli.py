@@ -22,7 +22,6 @@ from rich.syntax import Syntax
 from typer.core import TyperGroup
 
 from agent.commands import EXIT_FAILED, failure, one_line_errors
-from agent.printable import printable
 from agent.protocol.config import RunConfig
 from agent.protocol.records import TaskSummary
 from agent.review.change import TaskChange, read_change
@@ -31,6 +30,7 @@ from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, lis
 from agent.review.repository import UserRepository, user_repository
 from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
 from agent.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read
+from agent.safety.printable import printable
 from agent.worktree.safe_git import GitError
 from agent.worktree.workspace import WorkspaceError
 from sandbox.errors import SandboxError

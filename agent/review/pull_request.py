@@ -1,16 +1,16 @@
 """A pull-request description in Markdown for one task's branch: `gh pr create --body-file` or GitLab's
 `glab mr create --description "$(cat FILE)"` take it as it is. Everything the model or the repository wrote in it
-is text (agent.markdown_text): it cannot hide the verdict, the evidence or the risk notes, nor pass for them."""
+is text (agent.safety.markdown): it cannot hide the verdict, the evidence or the risk notes, nor pass for them."""
 
 from __future__ import annotations
 
 from fnmatch import fnmatch
 from pathlib import PurePosixPath
 
-from agent import markdown_text as md
 from agent.morning_report import evidence_lines, tests_cell
 from agent.protocol.config import RunConfig
 from agent.review.change import TaskChange
+from agent.safety import markdown as md
 
 # Files whose change alters how the code is built, configured, tested or deployed: a reviewer looks twice.
 CONFIG_PATTERNS = (

@@ -15,9 +15,9 @@ from agent.morning_report import (
     verdict_counts,
     verdict_tally,
 )
-from agent.printable import rich_text
 from agent.review.change import TaskChange
 from agent.review.records import RunRecord
+from agent.safety.printable import rich_text
 
 WRAPPED_COLUMNS = ("task", "tests")
 

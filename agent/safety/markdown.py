@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from agent.printable import printable
+from agent.safety.printable import printable
 
 # Emphasis, code, links and images, raw HTML and autolinks, entities, table cells, strikethrough, math, headings;
 # and runs of underscores, but those inside a word (compute_area), which can neither open nor close emphasis.
