@@ -136,7 +136,7 @@ def _usage_errors() -> contextlib.AbstractContextManager[None]:
 
 def _execute(night: NightConfig, resume: str | None) -> None:
     # The run's machinery (openai, docker, rich) loads here, not for `pack` or `server`.
-    from agent.live import RunView
+    from agent.record.live import RunView
     from agent.session import execute
 
     raise typer.Exit(execute(night, view=RunView(), resume=resume))

@@ -26,10 +26,10 @@ import git
 from pydantic import BaseModel
 
 from agent.interrupt import Interrupted
-from agent.journal import RunJournal
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.events import Response, parse_event
 from agent.protocol.records import EnvironmentRecord, TaskSummary
+from agent.record.journal import RunJournal
 from agent.runner import Run
 from agent.worktree.safe_git import GitError, SafeGit
 from agent.worktree.workspace import BRANCH_PREFIX, user_git

@@ -32,7 +32,6 @@ from agent.environment.stage import ENV_BUILD_LOG, prepare_environment
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
 from agent.interrupt import Interrupted
-from agent.journal import RunJournal
 from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import RetryPolicy
 from agent.loop import AgentLoop, LoopResult
@@ -52,7 +51,8 @@ from agent.protocol.events import (
 from agent.protocol.model import ChatModel
 from agent.protocol.records import EnvironmentRecord, RunSummary, TaskSummary, now_iso
 from agent.protocol.stats import RequestStats, SpecCounters
-from agent.resume import RESTARTED_MESSAGE, RunProgress, TaskProgress
+from agent.record.journal import RunJournal
+from agent.record.progress import RESTARTED_MESSAGE, RunProgress, TaskProgress
 from agent.server.kv_cache import PrefixCache, prefix_cached
 from agent.stages.gate import gate_with_repairs
 from agent.stages.settle import already_committed, save_patch, settle, settle_unfinished

@@ -12,15 +12,15 @@ import git
 
 from agent.commands import EXIT_USAGE
 from agent.interrupt import Interrupted, stop_signals
-from agent.journal import RunJournal, new_run_id, run_directories
-from agent.live import RunView
 from agent.llm import OpenAIChatModel
 from agent.preflight import PreflightError, Prepared, preflight
 from agent.protocol.config import NightConfig
 from agent.protocol.events import Event, Retry
 from agent.protocol.records import RunSummary
+from agent.record.journal import RunJournal, new_run_id, run_directories
+from agent.record.live import RunView
+from agent.record.progress import RunProgress, read_progress
 from agent.repo_lock import LockHeld, RepoLock
-from agent.resume import RunProgress, read_progress
 from agent.runner import InOrder, Run, TaskDispatch
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from sandbox import sweep_leftovers

@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 sys.path.insert(0, str(ROOT / "tests"))
 
-from agent.journal import RunJournal  # noqa: E402
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig  # noqa: E402
+from agent.record.journal import RunJournal  # noqa: E402
 from agent.session import build_run  # noqa: E402
 from sandbox import docker_client  # noqa: E402
 

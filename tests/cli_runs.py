@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.journal import run_directories
 from agent.protocol.events import parse_event
+from agent.record.journal import run_directories
 from sandbox import LABEL, docker_client
 
 from scripted_server import ScriptedServer

@@ -13,12 +13,12 @@ from typing import Any
 
 import git
 
-from agent.journal import RunJournal
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.events import Event
 from agent.protocol.model import AssistantTurn, ChatModel, LLMError, ToolCall
 from agent.protocol.records import RunSummary
 from agent.protocol.stats import RequestStats
+from agent.record.journal import RunJournal
 from agent.runner import Run
 from sandbox import docker_client
 

@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 from agent.cli import app
 from agent.fleet_dispatch import FleetDispatch
 from agent.interrupt import stop_signals
-from agent.journal import RunJournal
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.protocol.records import RunSummary
+from agent.record.journal import RunJournal
 from agent.runner import Run
 from sandbox import docker_client
 

@@ -6,7 +6,6 @@ import io
 
 from rich.console import Console
 
-from agent.live import RunView
 from agent.protocol.events import (
     Baseline,
     EnvironmentProgress,
@@ -24,6 +23,7 @@ from agent.protocol.events import (
 )
 from agent.protocol.records import EnvironmentRecord, GateEvidence, TaskSummary
 from agent.protocol.stats import RequestStats
+from agent.record.live import RunView
 
 EVENTS = [
     TaskStart(task=1, text="Rename compute_area", branch="refactor-agent/r/1-rename"),

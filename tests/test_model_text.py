@@ -13,7 +13,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from rich.console import Console
 
-from agent.journal import RunJournal
+from agent.record.journal import RunJournal
 from agent.review.change import TaskChange
 from agent.review.pull_request import pull_request, pull_request_markdown
 from agent.review.records import RunRecord, TaskRef

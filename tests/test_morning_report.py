@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.journal import RunJournal
 from agent.metrics import summarize
-from agent.morning_report import file_changes, split_patch
 from agent.protocol.records import GateEvidence, RunSummary, TaskSummary
+from agent.record.journal import RunJournal
+from agent.record.report import file_changes, split_patch
 
 from repos import git, make_repo
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.journal import run_directories
+from agent.record.journal import run_directories
 
 from cli_runs import start_cli
 from repos import checkout_fingerprint, make_repo

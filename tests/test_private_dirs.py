@@ -13,8 +13,8 @@ import pytest
 
 from agent.gate.baseline import BaselineCache
 from agent.gate.results import SuiteRun
-from agent.journal import RunJournal
 from agent.packing import PackOptions, pack_repository
+from agent.record.journal import RunJournal
 from agent.safety.private_dirs import private_dir
 
 from repos import make_repo

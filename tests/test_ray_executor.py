@@ -17,10 +17,10 @@ from typing import Any
 import git
 import pytest
 
-from agent.journal import RunJournal
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.protocol.records import RunSummary
 from agent.ray_executor import NODE_HINT
+from agent.record.journal import RunJournal
 from agent.session import build_run
 from sandbox import docker_client
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.journal import run_directories
+from agent.record.journal import run_directories
 from agent.repo_lock import LOCK_NAME, LockHeld, RepoLock
 
 from cli_runs import cli_command, start_cli, wait_for

@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.journal import run_directories
 from agent.protocol.events import Request, TaskStart
-from agent.resume import CUT_OFF_RESULT, RESTARTED_MESSAGE, read_progress
+from agent.record.journal import run_directories
+from agent.record.progress import CUT_OFF_RESULT, RESTARTED_MESSAGE, read_progress
 from agent.worktree.workspace import WIP_REF_PREFIX
 
 from cli_runs import cli_command, run_containers, start_cli, transcript_of, wait_for

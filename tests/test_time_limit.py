@@ -17,9 +17,9 @@ import git
 import pytest
 
 from agent import time_limit as time_limit_module
-from agent.journal import run_directories
 from agent.llm import OpenAIChatModel
 from agent.protocol.config import LLMConfig, RunConfig
+from agent.record.journal import run_directories
 from agent.server.fleet import ServerPool
 from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client

@@ -12,8 +12,8 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.journal import RunJournal
 from agent.protocol.config import RunConfig
+from agent.record.journal import RunJournal
 from agent.worktree.workspace import (
     MAX_COMMIT_MESSAGE_CHARS,
     Workspace,

@@ -22,10 +22,10 @@ import git
 
 from agent.eval.score import EvalReport, TaskResult, render_markdown
 from agent.eval.suite import SuiteTask
-from agent.journal import RunJournal
 from agent.protocol.config import RunConfig
 from agent.protocol.model import ChatModel
 from agent.protocol.records import TaskSummary, now_iso
+from agent.record.journal import RunJournal
 from agent.runner import Run
 from agent.worktree.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agent.morning_report import FileChange, file_changes
+from agent.record.report import FileChange, file_changes
 from agent.review.records import TaskRef
 from agent.review.repository import UserRepository
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from fnmatch import fnmatch
 from pathlib import PurePosixPath
 
-from agent.morning_report import evidence_lines, tests_cell
 from agent.protocol.config import RunConfig
+from agent.record.report import evidence_lines, tests_cell
 from agent.review.change import TaskChange
 from agent.safety import markdown as md
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agent.journal import run_directories
-from agent.morning_report import split_patch
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.records import RunSummary, TaskSummary
+from agent.record.journal import run_directories
+from agent.record.report import split_patch
 
 NEAREST_SHOWN = 3
 LISTED_WHEN_NONE_CLOSE = 5

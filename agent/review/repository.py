@@ -14,7 +14,7 @@ from pathlib import Path
 
 import git
 
-from agent.journal import PATCH_MAX_BYTES
+from agent.record.journal import PATCH_MAX_BYTES
 from agent.review.records import ReviewError, unknown
 from agent.worktree.safe_git import CappedOutput, GitError, SafeGit
 from agent.worktree.workspace import BRANCH_PREFIX, WIP_REF_PREFIX, WorkspaceError, open_repository, user_git

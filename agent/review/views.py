@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from agent.morning_report import (
+from agent.record.report import (
     VERDICT_COLOURS,
     evidence_lines,
     file_changes,

@@ -17,10 +17,10 @@ from agent.gate.verdict import (
     split_tests_trailer,
     verdict_trailers,
 )
-from agent.journal import PATCH_MAX_BYTES, RunJournal
 from agent.loop import LoopResult
-from agent.morning_report import split_patch
 from agent.protocol.records import GateEvidence, TaskSummary, unmarked
+from agent.record.journal import PATCH_MAX_BYTES, RunJournal
+from agent.record.report import split_patch
 from agent.stages.gate import evidence
 from agent.worktree.workspace import Workspace
 

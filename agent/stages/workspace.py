@@ -8,7 +8,7 @@ from pathlib import Path
 import git
 
 from agent.protocol.records import EnvironmentRecord
-from agent.resume import TaskProgress
+from agent.record.progress import TaskProgress
 from agent.worktree.safe_git import GitError, SafeGit
 from agent.worktree.workspace import Workspace, user_git, wip_ref
 

@@ -12,9 +12,9 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel
 
-from agent.morning_report import render_html, render_markdown, split_patch
 from agent.protocol.events import Event
 from agent.protocol.records import RunSummary
+from agent.record.report import render_html, render_markdown, split_patch
 from agent.safety.private_dirs import PRIVATE_MODE, private_dir
 
 # patch.diff holds at most this much of each task's diff: a task that wrote gigabytes must not fill the disk twice.

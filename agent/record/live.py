@@ -15,7 +15,6 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agent.fallback_stream import FallbackStream
 from agent.protocol.events import (
     Baseline,
     EnvironmentProgress,
@@ -33,6 +32,7 @@ from agent.protocol.events import (
     ToolResultEvent,
 )
 from agent.protocol.records import marked
+from agent.record.fallback_stream import FallbackStream
 from agent.safety.printable import printable, rich_text
 
 
