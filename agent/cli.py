@@ -15,7 +15,6 @@ from agent.commands import UsageProblem, one_line_errors
 from agent.environment.cli import env_app
 from agent.environment.spec import EnvironmentFileError
 from agent.eval.cli import eval_command
-from agent.night import load_night
 from agent.pack_cli import pack
 from agent.protocol.config import (
     DEFAULT_SERVER_URL,
@@ -28,10 +27,9 @@ from agent.protocol.config import (
     Switch,
 )
 from agent.review.cli import review_app
-from agent.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read, user_runs_dir
 from agent.schedule import schedule_app
 from agent.server.cli import doctor, server_app
-from agent.settings import (
+from agent.settings.layers import (
     MIB,
     ConfigFiles,
     Layer,
@@ -44,6 +42,8 @@ from agent.settings import (
     options_from,
     run_config,
 )
+from agent.settings.night_file import load_night
+from agent.settings.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read, user_runs_dir
 from sandbox.cli import sandbox_app
 from sandbox.models import DEFAULT_IMAGE
 
@@ -338,8 +338,8 @@ def config_show(
 ) -> None:
     """Each setting with its value and where it was set: default, a config file (with its line), a night file.
     The files are those a run on --repo (or the night's repositories) would read."""
-    from agent.night import night_defaults, night_repositories
-    from agent.settings import describe_settings, merged, placed_runs_dir
+    from agent.settings.layers import describe_settings, merged, placed_runs_dir
+    from agent.settings.night_file import night_defaults, night_repositories
 
     defaults = {name: parameter.default for name, parameter in inspect.signature(run).parameters.items()}
     with _usage_errors():

@@ -27,7 +27,6 @@ import git
 import httpx
 
 from agent.context import pack_options, system_prompt, task_prompt
-from agent.durations import format_duration
 from agent.environment.stage import ENV_BUILD_LOG, prepare_environment
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
@@ -54,6 +53,7 @@ from agent.protocol.stats import RequestStats, SpecCounters
 from agent.record.journal import RunJournal
 from agent.record.progress import RESTARTED_MESSAGE, RunProgress, TaskProgress
 from agent.server.kv_cache import PrefixCache, prefix_cached
+from agent.settings.durations import format_duration
 from agent.stages.gate import gate_with_repairs
 from agent.stages.settle import already_committed, save_patch, settle, settle_unfinished
 from agent.stages.workspace import RepoState, open_workspace, state_git

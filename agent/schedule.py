@@ -22,9 +22,9 @@ from typing import Annotated
 import typer
 
 from agent.commands import one_line_errors
-from agent.night import load_night
 from agent.safety.private_dirs import private_dir
-from agent.settings import ConfigFiles, Layer, SettingsError, Source
+from agent.settings.layers import ConfigFiles, Layer, SettingsError, Source
+from agent.settings.night_file import load_night
 from agent.worktree.workspace import task_slug
 
 MARKER = "# refactor-agent night "

@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.durations import format_duration, parse_duration, parse_until
-from agent.night import load_night
-from agent.runs_dir import user_runs_dir
-from agent.settings import ConfigFiles, Layer, SettingsError, Source, key_line, night_config, user_setting
+from agent.settings.durations import format_duration, parse_duration, parse_until
+from agent.settings.layers import ConfigFiles, Layer, SettingsError, Source, key_line, night_config, user_setting
+from agent.settings.night_file import load_night
+from agent.settings.runs_dir import user_runs_dir
 
 from repos import make_repo
 

@@ -45,8 +45,8 @@ class _Inputs:
 
 def _inputs(repo: Path, environment: Path | None, base: str) -> _Inputs:
     from agent.environment.spec import EnvironmentFileError, load_environment_file
-    from agent.runs_dir import DEFAULT_RUNS_DIR
-    from agent.settings import SettingsError, placed_runs_dir, user_setting
+    from agent.settings.layers import SettingsError, placed_runs_dir, user_setting
+    from agent.settings.runs_dir import DEFAULT_RUNS_DIR
     from agent.worktree.workspace import WorkspaceError, open_repository
     from sandbox import SandboxError, docker_client, require_image
 

@@ -51,7 +51,7 @@ def _evaluate(values: dict[str, Any]) -> int:
     from agent.environment.spec import EnvironmentFileError
     from agent.eval.run import execute_eval, load_report
     from agent.eval.suite import SuiteError, load_suite
-    from agent.settings import SettingsError
+    from agent.settings.layers import SettingsError
 
     try:
         if values["oracle"] and values["noop"]:

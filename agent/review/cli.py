@@ -29,8 +29,8 @@ from agent.review.pager import TerminalPager
 from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
 from agent.review.repository import UserRepository, user_repository
 from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
-from agent.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read
 from agent.safety.printable import printable
+from agent.settings.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read
 from agent.worktree.safe_git import GitError
 from agent.worktree.workspace import WorkspaceError
 from sandbox.errors import SandboxError

@@ -296,7 +296,7 @@ def check_environment(repo: Path, image: str, environment: Path | None) -> Check
     from agent.environment.spec import EnvironmentFileError, load_environment_file
     from agent.environment.stage import describe_environment
     from agent.safety.printable import printable
-    from agent.settings import SettingsError, user_setting
+    from agent.settings.layers import SettingsError, user_setting
     from agent.worktree.workspace import WorkspaceError, open_repository
     from sandbox import SandboxError, docker_client
 

@@ -23,10 +23,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agent.durations import parse_duration, parse_until
 from agent.environment.spec import load_environment_file
 from agent.protocol.config import Effort, Executor, NightConfig, RunConfig, Switch
-from agent.runs_dir import user_runs_dir
+from agent.settings.durations import parse_duration, parse_until
+from agent.settings.runs_dir import user_runs_dir
 
 MIB = 1024**2
 CONFIG_FILE_NAME = "refactor-agent.toml"
@@ -386,7 +386,7 @@ def placed_runs_dir(
     directory: Path | None = None,
     log: Callable[[str], None] = _ignore,
 ) -> Path:
-    """Run records never go inside a repository the run works on (agent/runs_dir.py): a runs_dir set there
+    """Run records never go inside a repository the run works on (agent/settings/runs_dir.py): a runs_dir set there
     (`source`: where) is refused, the default moves to the user's own folder, said in one line."""
     inside = enclosing_repository((directory or Path.cwd()) / runs_dir, repositories)
     if inside is None:

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent.protocol.config import NightConfig
-from agent.settings import (
+from agent.settings.layers import (
     NIGHT_WIDE,
     ConfigFiles,
     Layer,
@@ -101,7 +101,7 @@ def load_night(
     path: Path, config_files: ConfigFiles, command_line: Layer, *, log: Callable[[str], None]
 ) -> NightConfig:
     """The night file on top of the config files, under the command line. Raises SettingsError. `log` gets the
-    lines that say a config file was not read or the runs directory moved (agent/settings.py)."""
+    lines that say a config file was not read or the runs directory moved (agent/settings/layers.py)."""
     path = path.absolute()
     night = _read(path)
     defaults = _defaults(path, night)
