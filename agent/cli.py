@@ -27,7 +27,7 @@ from agent.protocol.config import (
     Switch,
 )
 from agent.review.cli import review_app
-from agent.schedule import schedule_app
+from agent.run.schedule import schedule_app
 from agent.server.cli import doctor, server_app
 from agent.settings.layers import (
     MIB,
@@ -137,13 +137,13 @@ def _usage_errors() -> contextlib.AbstractContextManager[None]:
 def _execute(night: NightConfig, resume: str | None) -> None:
     # The run's machinery (openai, docker, rich) loads here, not for `pack` or `server`.
     from agent.record.live import RunView
-    from agent.session import execute
+    from agent.run.command import execute
 
     raise typer.Exit(execute(night, view=RunView(), resume=resume))
 
 
 def _pick_resume(night: NightConfig, wanted: bool) -> str | None:
-    from agent.session import unfinished_run
+    from agent.run.command import unfinished_run
 
     return unfinished_run(night) if wanted else None
 
@@ -302,7 +302,7 @@ def resume_run(
 ) -> None:
     """Continue a run that was killed (kill -9, OOM, reboot) or stopped: finished tasks are not redone, the task
     in flight goes on from its last completed step."""
-    from agent.session import ResumeError, load_run_night
+    from agent.run.command import ResumeError, load_run_night
 
     with one_line_errors(ResumeError, SettingsError):
         runs = runs_dir_to_read(runs_dir, run_id)

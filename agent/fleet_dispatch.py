@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
-from agent.interrupt import Interrupted
 from agent.llama_api import LlamaServerAPI
 from agent.protocol.config import LLMConfig, RunConfig
 from agent.protocol.records import TaskSummary
-from agent.runner import Run
+from agent.run.interrupt import Interrupted
+from agent.run.run import Run
 from agent.server.fleet import FleetModel, ServerPool
 from agent.server.kv_cache import PrefixCache
 

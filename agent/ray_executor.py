@@ -25,12 +25,12 @@ from typing import Any
 import git
 from pydantic import BaseModel
 
-from agent.interrupt import Interrupted
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.events import Response, parse_event
 from agent.protocol.records import EnvironmentRecord, TaskSummary
 from agent.record.journal import RunJournal
-from agent.runner import Run
+from agent.run.interrupt import Interrupted
+from agent.run.run import Run
 from agent.worktree.safe_git import GitError, SafeGit
 from agent.worktree.workspace import BRANCH_PREFIX, user_git
 
@@ -186,8 +186,8 @@ def _last_line(error: BaseException) -> str:
 
 def run_remote_task(bundle: bytes, request: TaskRequest) -> dict[str, Any]:
     """On a worker node: the task in a scratch clone of the bundle, with the runner's own code; a TaskResult."""
+    from agent.run.command import build_run
     from agent.server.slot_lock import claim_slot, server_slots
-    from agent.session import build_run
     from sandbox import docker_client
 
     with tempfile.TemporaryDirectory(prefix="refactor-agent-ray-task-") as directory:
@@ -209,7 +209,7 @@ def run_remote_task(bundle: bytes, request: TaskRequest) -> dict[str, Any]:
         config = RunConfig.model_validate({**request.config, "runs_dir": str(scratch / "runs")})
         journal = RunJournal(config.runs_dir, request.run_id)
         # The night's deadline holds here as on the head: a task that cannot start in time is skipped, one in flight
-        # is stopped at it (in whatever thread Ray runs it: agent/time_limit.py).
+        # is stopped at it (in whatever thread Ray runs it: agent/run/time_limit.py).
         night = NightConfig(
             repos=[config],
             runs_dir=config.runs_dir,

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig  # noqa: E402
 from agent.record.journal import RunJournal  # noqa: E402
-from agent.session import build_run  # noqa: E402
+from agent.run.command import build_run  # noqa: E402
 from sandbox import docker_client  # noqa: E402
 
 from repos import SAMPLE_FILES, make_repo  # noqa: E402

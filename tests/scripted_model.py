@@ -19,7 +19,7 @@ from agent.protocol.model import AssistantTurn, ChatModel, LLMError, ToolCall
 from agent.protocol.records import RunSummary
 from agent.protocol.stats import RequestStats
 from agent.record.journal import RunJournal
-from agent.runner import Run
+from agent.run.run import Run
 from sandbox import docker_client
 
 from scripted_server import Reply, ScriptedServer, common_prefix, rendered_prompt, tokens_of

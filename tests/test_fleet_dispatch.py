@@ -19,11 +19,11 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.fleet_dispatch import FleetDispatch
-from agent.interrupt import stop_signals
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.protocol.records import RunSummary
 from agent.record.journal import RunJournal
-from agent.runner import Run
+from agent.run.interrupt import stop_signals
+from agent.run.run import Run
 from sandbox import docker_client
 
 from cli_runs import read_run

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from agent.interrupt import STOP_SIGNALS, Interrupted, stop_signals
+from agent.run.interrupt import STOP_SIGNALS, Interrupted, stop_signals
 
 
 @pytest.fixture(autouse=True)

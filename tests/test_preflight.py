@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.preflight import PreflightError, preflight
 from agent.protocol.config import RunConfig
+from agent.run.preflight import PreflightError, preflight
 
 from repos import checkout_fingerprint, git, make_repo
 from scripted_server import ScriptedServer

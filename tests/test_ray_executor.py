@@ -21,7 +21,7 @@ from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.protocol.records import RunSummary
 from agent.ray_executor import NODE_HINT
 from agent.record.journal import RunJournal
-from agent.session import build_run
+from agent.run.command import build_run
 from sandbox import docker_client
 
 from namespaces import in_loopback_namespace

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.record.journal import run_directories
-from agent.repo_lock import LOCK_NAME, LockHeld, RepoLock
+from agent.run.lock import LOCK_NAME, LockHeld, RepoLock
 
 from cli_runs import cli_command, start_cli, wait_for
 from repos import checkout_fingerprint, make_repo

@@ -109,7 +109,7 @@ def test_a_conversation_continues_on_another_server_when_its_server_dies() -> No
 
 def test_the_single_machine_path_never_imports_ray() -> None:
     code = (
-        "import sys; import agent.cli, agent.session, agent.runner, agent.fleet_dispatch, agent.server.fleet; "
+        "import sys; import agent.cli, agent.run.command, agent.run.run, agent.fleet_dispatch, agent.server.fleet; "
         "sys.exit('ray' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -26,7 +26,7 @@ from agent.protocol.config import RunConfig
 from agent.protocol.model import ChatModel
 from agent.protocol.records import TaskSummary, now_iso
 from agent.record.journal import RunJournal
-from agent.runner import Run
+from agent.run.run import Run
 from agent.worktree.workspace import Workspace
 from sandbox import DockerSandbox, SandboxLimits
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.pool import Pool
 from typing import Any, Generic, TypeVar
 
-from agent.interrupt import STOP_SIGNALS
+from agent.run.interrupt import STOP_SIGNALS
 
 Context = TypeVar("Context")
 Item = TypeVar("Item")
@@ -41,7 +41,7 @@ def worker_count() -> int:
 def _install(function: Callable[[Any, Any], Any], context: Any) -> None:
     global _worker_function, _worker_context
     _worker_function, _worker_context = function, context
-    # A forked worker inherits the run's stop handlers (agent.interrupt), which would raise Interrupted in it, with
+    # A forked worker inherits the run's stop handlers (agent.run.interrupt), which would raise Interrupted in it, with
     # a traceback, when the pool is terminated: a worker just ends, and the parent settles the run.
     for stop_signal in STOP_SIGNALS:
         signal.signal(stop_signal, signal.SIG_DFL)

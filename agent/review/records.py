@@ -52,7 +52,7 @@ class RunRecord:
 
     def config_for(self, repo: Path) -> RunConfig | None:
         """The settings the run used for `repo`: a night's own entry for it (a night has several), else config()."""
-        from agent.session import NIGHT_RECORD  # the runner's module: loaded only when a command needs it
+        from agent.run.command import NIGHT_RECORD  # the runner's module: loaded only when a command needs it
 
         try:
             night = NightConfig.model_validate_json((self.directory / NIGHT_RECORD).read_bytes())

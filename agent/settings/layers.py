@@ -442,7 +442,7 @@ def deadline_at(values: dict[str, Any], now: datetime | None = None) -> datetime
 
 def check_dispatch(night: NightConfig) -> None:
     """What the way tasks are run allows. The deadline and --task-timeout hold however tasks run: one after the
-    other, in threads (a fleet of servers) or on Ray's nodes (agent/time_limit.py reaches any thread)."""
+    other, in threads (a fleet of servers) or on Ray's nodes (agent/run/time_limit.py reaches any thread)."""
     if night.ray_address is not None and night.executor != "ray":
         raise SettingsError("--address: only with --executor ray")
 

@@ -48,7 +48,7 @@ WIP_REF_PREFIX = "refs/refactor-agent/wip/"
 DIFF_OPTIONS = ("--binary", "--no-ext-diff", "--no-textconv", "--no-color")
 # `git worktree add/remove` read every worktree's admin files, and one being written by another thread's call
 # fails them ("failed to read .../worktrees/worktreeN/commondir"): tasks in threads (--parallel, a fleet) take
-# turns. Other processes never work on the same repository at once (agent/repo_lock.py).
+# turns. Other processes never work on the same repository at once (agent/run/lock.py).
 _WORKTREE_CHANGES = threading.Lock()
 FALLBACK_IDENTITY = {
     "GIT_AUTHOR_NAME": "refactor-agent",

@@ -1,4 +1,4 @@
-"""A task's stages around the loop, in the order the runner (agent/runner.py) runs them:
+"""A task's stages around the loop, in the order the runner (agent/run/run.py) runs them:
 
 - workspace (workspace.py): the task's worktree and branch, new or reopened from its last snapshot on resume;
 - baseline: the suite before any change, in the sandbox, while the repository is packed (agent/gate/);

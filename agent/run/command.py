@@ -11,17 +11,17 @@ import docker
 import git
 
 from agent.commands import EXIT_USAGE
-from agent.interrupt import Interrupted, stop_signals
 from agent.llm import OpenAIChatModel
-from agent.preflight import PreflightError, Prepared, preflight
 from agent.protocol.config import NightConfig
 from agent.protocol.events import Event, Retry
 from agent.protocol.records import RunSummary
 from agent.record.journal import RunJournal, new_run_id, run_directories
 from agent.record.live import RunView
 from agent.record.progress import RunProgress, read_progress
-from agent.repo_lock import LockHeld, RepoLock
-from agent.runner import InOrder, Run, TaskDispatch
+from agent.run.interrupt import Interrupted, stop_signals
+from agent.run.lock import LockHeld, RepoLock
+from agent.run.preflight import PreflightError, Prepared, preflight
+from agent.run.run import InOrder, Run, TaskDispatch
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from sandbox import sweep_leftovers
 

@@ -21,7 +21,7 @@ from agent.loop import LoopResult
 from agent.protocol.records import GateEvidence, TaskSummary, unmarked
 from agent.record.journal import PATCH_MAX_BYTES, RunJournal
 from agent.record.report import split_patch
-from agent.stages.gate import evidence
+from agent.run.stages.gate import evidence
 from agent.worktree.workspace import Workspace
 
 

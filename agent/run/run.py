@@ -1,5 +1,5 @@
 """One run: the night's tasks (of one repository, or several), each in its own worktree and container, through
-the stages of agent/stages/ (workspace, baseline, loop, gate, settle); side effects (commit, patch) after the loop.
+the stages of agent/run/stages/ (workspace, baseline, loop, gate, settle); side effects (commit, patch) after the loop.
 
 The tasks go one after the other here (InOrder) unless a TaskDispatch says otherwise: in parallel over a fleet of
 servers (agent/fleet_dispatch.py) or as Ray tasks on other machines (agent/ray_executor.py).
@@ -30,7 +30,6 @@ from agent.context import pack_options, system_prompt, task_prompt
 from agent.environment.stage import ENV_BUILD_LOG, prepare_environment
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
-from agent.interrupt import Interrupted
 from agent.llama_api import LlamaServerAPI, ServerError
 from agent.llm import RetryPolicy
 from agent.loop import AgentLoop, LoopResult
@@ -52,12 +51,13 @@ from agent.protocol.records import EnvironmentRecord, RunSummary, TaskSummary, n
 from agent.protocol.stats import RequestStats, SpecCounters
 from agent.record.journal import RunJournal
 from agent.record.progress import RESTARTED_MESSAGE, RunProgress, TaskProgress
+from agent.run.interrupt import Interrupted
+from agent.run.stages.gate import gate_with_repairs
+from agent.run.stages.settle import already_committed, save_patch, settle, settle_unfinished
+from agent.run.stages.workspace import RepoState, open_workspace, state_git
+from agent.run.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
 from agent.server.kv_cache import PrefixCache, prefix_cached
 from agent.settings.durations import format_duration
-from agent.stages.gate import gate_with_repairs
-from agent.stages.settle import already_committed, save_patch, settle, settle_unfinished
-from agent.stages.workspace import RepoState, open_workspace, state_git
-from agent.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
 from agent.worktree.leftovers import create_run_scratch, remove_run_scratch
 from agent.worktree.safe_git import GitError
 from agent.worktree.workspace import Workspace, wip_ref
@@ -247,7 +247,7 @@ class Run:
         except Exception as error:  # outside any task (a repository's preparation): the run failed, said so
             summary.error = f"{error.__class__.__name__}: {error}"
         finally:
-            # From here on further stop signals are ignored (agent.interrupt), so these steps always finish.
+            # From here on further stop signals are ignored (agent.run.interrupt), so these steps always finish.
             summary.ended_at = now_iso()
             summary.status = "failed" if summary.error is not None else "completed"
             summary.wall_time_s = round(already + time.monotonic() - started, 3)
