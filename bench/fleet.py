@@ -133,7 +133,7 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from agent.ray_executor import NODE_RESOURCE
+    from agent.dispatch.ray_head import NODE_RESOURCE
 
     tasks = task_texts(options.tasks)
     results: list[Measurement] = []

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.fleet_dispatch import FleetDispatch
+from agent.dispatch.fleet import FleetDispatch
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.protocol.records import RunSummary
 from agent.record.journal import RunJournal

@@ -17,9 +17,9 @@ from typing import Any
 import git
 import pytest
 
+from agent.dispatch.ray_head import NODE_HINT
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.protocol.records import RunSummary
-from agent.ray_executor import NODE_HINT
 from agent.record.journal import RunJournal
 from agent.run.command import build_run
 from sandbox import docker_client
@@ -98,7 +98,7 @@ def scenario(tmp: str) -> dict[str, Any]:
     import ray
     from ray.cluster_utils import Cluster
 
-    from agent.ray_executor import NODE_RESOURCE
+    from agent.dispatch.ray_head import NODE_RESOURCE
 
     base = Path(tmp)
     origin = make_repo(base / "origin", SAMPLE_FILES)
@@ -145,7 +145,7 @@ def time_limits_scenario(tmp: str) -> dict[str, Any]:
     import ray
     from ray.cluster_utils import Cluster
 
-    from agent.ray_executor import NODE_RESOURCE
+    from agent.dispatch.ray_head import NODE_RESOURCE
 
     base = Path(tmp)
     repo = make_repo(base / "repo", SAMPLE_FILES)

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
+from agent.dispatch.seats import FleetModel, NoServerLeft, ServerPool, prefix_digest
 from agent.protocol.config import LLMConfig
 from agent.protocol.events import Retry, TaskServer
-from agent.server.fleet import FleetModel, NoServerLeft, ServerPool, prefix_digest
 
 from scripted_server import Die, Reply, ScriptedServer
 
@@ -109,7 +109,7 @@ def test_a_conversation_continues_on_another_server_when_its_server_dies() -> No
 
 def test_the_single_machine_path_never_imports_ray() -> None:
     code = (
-        "import sys; import agent.cli, agent.run.command, agent.run.run, agent.fleet_dispatch, agent.server.fleet; "
+        "import sys; import agent.cli, agent.run.command, agent.run.run, agent.dispatch.fleet, agent.dispatch.seats; "
         "sys.exit('ray' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

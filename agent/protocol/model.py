@@ -29,7 +29,7 @@ class MalformedOutput(LLMError):
 
 class RetriesExhausted(ModelUnavailable):
     """The server kept failing transiently (connection errors, 5xx, idle timeouts) past the retry policy: a fleet
-    takes such a server out of rotation (agent/server/fleet.py)."""
+    takes such a server out of rotation (agent/dispatch/seats.py)."""
 
 
 class ToolCall(BaseModel):

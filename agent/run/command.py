@@ -213,13 +213,13 @@ def task_dispatch(night: NightConfig) -> TaskDispatch:
     """Where the tasks run: Ray's nodes, this machine over a fleet of servers and their slots (--parallel), or
     this machine one by one. Ray and the fleet load only when asked for."""
     if night.executor == "ray":
-        from agent.ray_executor import RayDispatch
+        from agent.dispatch.ray_head import RayDispatch
 
         return RayDispatch(night.ray_address)
     llm = night.repos[0].llm  # the night's servers are night-wide settings
     if len(llm.fleet) > 1 or night.parallel > 1:
-        from agent.fleet_dispatch import FleetDispatch
-        from agent.server.fleet import ServerPool
+        from agent.dispatch.fleet import FleetDispatch
+        from agent.dispatch.seats import ServerPool
 
         return FleetDispatch(llm, ServerPool(llm.fleet, slots_per_server=night.parallel))
     return InOrder()

@@ -2,7 +2,7 @@
 the stages of agent/run/stages/ (workspace, baseline, loop, gate, settle); side effects (commit, patch) after the loop.
 
 The tasks go one after the other here (InOrder) unless a TaskDispatch says otherwise: in parallel over a fleet of
-servers (agent/fleet_dispatch.py) or as Ray tasks on other machines (agent/ray_executor.py).
+servers (agent/dispatch/fleet.py) or as Ray tasks on other machines (agent/dispatch/ray_head.py).
 
 A task that fails for any reason is recorded and the next task still runs: a crash at 3 a.m. costs one task,
 not the night. A stop signal (SIGINT, SIGTERM, SIGHUP) ends the run early, and the deadline ends the task in
@@ -71,8 +71,8 @@ Emit = Callable[[Event], None]
 
 
 class TaskDispatch(Protocol):
-    """How a run's tasks are executed: the narrow hook for a fleet of servers (agent/fleet_dispatch.py) and for
-    Ray (agent/ray_executor.py). `run_tasks` gets the tasks still to do as (index, settings, task) and yields each
+    """How a run's tasks are executed: the narrow hook for a fleet of servers (agent/dispatch/fleet.py) and for
+    Ray (agent/dispatch/ray_head.py). `run_tasks` gets the tasks still to do as (index, settings, task) and yields each
     task's outcome as it ends, in any order; each repository is prepared (`Run.prepare_repository`) before its
     first task runs here."""
 

@@ -39,7 +39,7 @@ class Options(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    server: list[str] | None = None  # several: a fleet, tasks in parallel (agent/fleet_dispatch.py)
+    server: list[str] | None = None  # several: a fleet, tasks in parallel (agent/dispatch/fleet.py)
     executor: Executor | None = None
     address: str | None = None
     parallel: int | None = Field(None, ge=1)

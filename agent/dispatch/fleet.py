@@ -3,7 +3,7 @@ seats, one thread each.
 
 Each task runs the runner's own stages (`Run.run_task`) on a view of the run with its own FleetModel, so its
 events carry its index and the server and slot it was given (TaskServer); the pool decides which seat
-(server/fleet.py). Each seat of a server the launcher started keeps its own saved-prefix cache over the server's
+(seats.py). Each seat of a server the launcher started keeps its own saved-prefix cache over the server's
 one save directory, so tasks on one commit prefill their repository once (agent/server/kv_cache.py).
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
+from agent.dispatch.seats import FleetModel, ServerPool
 from agent.llama_api import LlamaServerAPI
 from agent.protocol.config import LLMConfig, RunConfig
 from agent.protocol.records import TaskSummary
 from agent.run.interrupt import Interrupted
 from agent.run.run import Run
-from agent.server.fleet import FleetModel, ServerPool
 from agent.server.kv_cache import PrefixCache
 
 
