@@ -27,11 +27,11 @@ OUT = ROOT / "bench" / "out"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from agent.llama_api import LlamaServerAPI  # noqa: E402
-from agent.llm import OpenAIChatModel  # noqa: E402
 from agent.protocol.config import LLMConfig, SamplingConfig  # noqa: E402
 from agent.protocol.events import PrefixCacheEvent  # noqa: E402
+from agent.server.api import LlamaServerAPI  # noqa: E402
 from agent.server.binary import find_binary  # noqa: E402
+from agent.server.chat import OpenAIChatModel  # noqa: E402
 from agent.server.kv_cache import KVCacheStore, PrefixCache  # noqa: E402
 from agent.server.launcher import start_server, stop_server  # noqa: E402
 from agent.server.presets import PresetRequest, build_preset  # noqa: E402

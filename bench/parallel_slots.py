@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 sys.path.insert(0, str(ROOT))
 
-from agent.llama_api import LlamaServerAPI  # noqa: E402
 from agent.protocol.config import SamplingConfig  # noqa: E402
+from agent.server.api import LlamaServerAPI  # noqa: E402
 from agent.server.binary import find_binary  # noqa: E402
 from agent.server.errors import ServerError  # noqa: E402
 from agent.server.launcher import start_server, stop_server  # noqa: E402

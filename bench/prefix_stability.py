@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 sys.path.insert(0, str(ROOT))
 
-from agent.llama_api import LlamaServerAPI  # noqa: E402
 from agent.packing import PackOptions, pack_repository  # noqa: E402
+from agent.server.api import LlamaServerAPI  # noqa: E402
 
 BUDGET = 1_000_000
 DJANGO_VERSIONS = ("5.1", "5.1.1", "5.1.2", "5.1.3", "5.1.4", "5.1.5", "5.1.6", "5.1.7")

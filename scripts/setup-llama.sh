@@ -63,7 +63,7 @@ install_server() {
     "$PYTHON" - <<'PY'
 import sys
 
-from agent.llama_api import ServerError
+from agent.server.api import ServerError
 from agent.server.binary import binary_version, find_binary, find_chat_template
 
 try:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.llama_api import ServerError
-from agent.llm import OpenAIChatModel
 from agent.protocol.config import LLMConfig, SamplingConfig
+from agent.server.api import ServerError
 from agent.server.binary import find_binary, find_embedded_model
+from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState, start_server, stop_server
 from agent.server.presets import PresetRequest, build_preset
 

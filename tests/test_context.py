@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.context import system_prompt
-from agent.llm import RetryPolicy
 from agent.packing import PackError, PackOptions
+from agent.prompt import system_prompt
 from agent.protocol.config import LLMConfig
 from agent.protocol.model import ModelUnavailable
+from agent.server.chat import RetryPolicy
 
 from llama_fixtures import free_port
 from repos import make_repo

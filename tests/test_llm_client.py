@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from agent.llama_api import LlamaServerAPI
-from agent.llm import OpenAIChatModel
 from agent.protocol.config import LLMConfig, SamplingConfig
 from agent.protocol.model import AssistantTurn, ContextOverflow, MalformedOutput, ModelUnavailable, ToolCall
+from agent.server.api import LlamaServerAPI
+from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState
 from tools import default_registry
 

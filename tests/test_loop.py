@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.llm import OpenAIChatModel
 from agent.loop import AgentLoop, LoopResult
 from agent.protocol.config import LLMConfig
+from agent.server.chat import OpenAIChatModel
 from tools import ToolContext, default_registry
 
 from local_executor import LocalExecutor

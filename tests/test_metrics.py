@@ -1,17 +1,15 @@
 import pytest
 
-from agent.llama_api import LlamaServerAPI
-from agent.metrics import (
+from agent.protocol.stats import RequestStats, SpecCounters
+from agent.record.metrics import percentile, speculation_warning, summarize
+from agent.server.api import LlamaServerAPI
+from agent.server.metrics import (
     accepted_per_position,
     parse_prometheus,
-    percentile,
     scrape_spec_counters,
     spec_counters_from_text,
     speculation_configured,
-    speculation_warning,
-    summarize,
 )
-from agent.protocol.stats import RequestStats, SpecCounters
 
 from llama_fixtures import READ_FILE_TOOLS, REPOSITORY_SYSTEM, SYNTHETIC_RATES, chat_model
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.metrics import summarize
 from agent.protocol.records import GateEvidence, RunSummary, TaskSummary
 from agent.record.journal import RunJournal
+from agent.record.metrics import summarize
 from agent.record.report import file_changes, split_patch
 
 from repos import git, make_repo

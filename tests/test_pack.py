@@ -19,7 +19,6 @@ import pytest
 from fixtures.pack_repos import commit_all, make_module_repo, make_planted_repo
 from typer.testing import CliRunner
 
-from agent.llama_api import LlamaServerAPI
 from agent.packing import PackError, PackOptions, pack_repository
 from agent.packing.budget import context_budget
 from agent.packing.graph import build_graph
@@ -28,6 +27,7 @@ from agent.packing.rank import rank_files
 from agent.packing.render import MAX_SHOWN_LINE_CHARS
 from agent.packing.repomap import OUTLINES_TABLE
 from agent.packing.symbols import extract_symbols
+from agent.server.api import LlamaServerAPI
 from agent.server.launcher import ServerState
 
 from repos import make_repo

@@ -22,10 +22,10 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.llm import OpenAIChatModel
-from agent.metrics import percentile
 from agent.protocol.config import LLMConfig, SamplingConfig
 from agent.record.journal import run_directories
+from agent.record.metrics import percentile
+from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState
 from sandbox import DEFAULT_IMAGE
 

@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from agent.llama_api import LlamaServerAPI, ServerLoading
 from agent.protocol.config import LLMConfig
+from agent.server.api import LlamaServerAPI, ServerLoading
 from agent.server.binary import find_binary
 from agent.server.ensure import TooFewSlots, ensure_server
 from agent.server.launcher import find_state, stop_server

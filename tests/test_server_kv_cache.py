@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.llama_api import LlamaServerAPI
-from agent.llm import OpenAIChatModel
 from agent.protocol.config import LLMConfig, SamplingConfig
 from agent.protocol.events import PrefixCacheEvent
+from agent.server.api import LlamaServerAPI
+from agent.server.chat import OpenAIChatModel
 from agent.server.kv_cache import CacheEntry, KVCacheStore, PrefixCache, PrefixKey
 from agent.server.presets import PresetRequest
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.llama_api import LlamaServerAPI, ServerUnreachable
 from agent.protocol.config import LLMConfig
-from agent.server import ensure_server
+from agent.server.api import LlamaServerAPI, ServerUnreachable
+from agent.server.ensure import ensure_server
 from agent.server.errors import LaunchError
 from agent.server.launcher import (
     ServerState,

@@ -17,11 +17,11 @@ import git
 import pytest
 
 from agent.dispatch.seats import ServerPool
-from agent.llm import OpenAIChatModel
 from agent.protocol.config import LLMConfig, RunConfig
 from agent.record.journal import run_directories
 from agent.run import time_limit as time_limit_module
 from agent.run.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
+from agent.server.chat import OpenAIChatModel
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 
 from cli_runs import cli_command, start_cli

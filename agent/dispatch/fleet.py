@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
 from agent.dispatch.seats import FleetModel, ServerPool
-from agent.llama_api import LlamaServerAPI
 from agent.protocol.config import LLMConfig, RunConfig
 from agent.protocol.records import TaskSummary
 from agent.run.interrupt import Interrupted
 from agent.run.run import Run
+from agent.server.api import LlamaServerAPI
 from agent.server.kv_cache import PrefixCache
 
 

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.llm import OpenAIChatModel
 from agent.protocol.config import LLMConfig
 from agent.protocol.events import Event, Retry, TaskServer
 from agent.protocol.model import AssistantTurn, ModelUnavailable, RetriesExhausted
 from agent.run.interrupt import Interrupted
 from agent.run.time_limit import WAKE_S
+from agent.server.chat import OpenAIChatModel
 from agent.server.kv_cache import PrefixCache, prefix_cached
 
 

@@ -13,14 +13,14 @@ from agent.eval.harness import REPORT_FILE, run_eval
 from agent.eval.score import EvalReport, compare, totals_line
 from agent.eval.scripted import noop_model, oracle_model
 from agent.eval.suite import SuiteTask
-from agent.llama_api import ServerError
-from agent.llm import OpenAIChatModel
 from agent.protocol.config import RunConfig
 from agent.protocol.model import ChatModel
 from agent.record.journal import new_run_id
 from agent.run.interrupt import Interrupted, stop_signals
 from agent.safety.private_dirs import PRIVATE_MODE, private_dir
-from agent.server import ensure_server
+from agent.server.api import ServerError
+from agent.server.chat import OpenAIChatModel
+from agent.server.ensure import ensure_server
 from sandbox import SandboxError, docker_client, require_image
 
 Scripted = Literal["oracle", "noop"] | None

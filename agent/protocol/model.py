@@ -1,5 +1,5 @@
 """The chat model as every concern sees it: the protocol (`complete`), what a turn holds, and the failures the loop
-acts on. llama-server's client (agent/llm.py) is one implementation; the tests' scripted model another."""
+acts on. llama-server's client (agent/server/chat.py) is one implementation; the tests' scripted model another."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The numbers of a model request and of a run: one request as llama-server reports it, the server's speculative-
-decoding counters, and their summary in the report (agent/metrics.py computes it)."""
+decoding counters, and their summary in the report (agent/server/metrics.py computes it)."""
 
 from __future__ import annotations
 

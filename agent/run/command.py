@@ -11,7 +11,6 @@ import docker
 import git
 
 from agent.commands import EXIT_USAGE
-from agent.llm import OpenAIChatModel
 from agent.protocol.config import NightConfig
 from agent.protocol.events import Event, Retry
 from agent.protocol.records import RunSummary
@@ -22,6 +21,7 @@ from agent.run.interrupt import Interrupted, stop_signals
 from agent.run.lock import LockHeld, RepoLock
 from agent.run.preflight import PreflightError, Prepared, preflight
 from agent.run.run import InOrder, Run, TaskDispatch
+from agent.server.chat import OpenAIChatModel
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from sandbox import sweep_leftovers
 

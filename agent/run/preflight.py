@@ -10,9 +10,9 @@ from pathlib import Path
 import docker
 import git
 
-from agent.llama_api import ServerError, ServerLoading, ServerUnreachable
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
-from agent.server import ensure_server
+from agent.server.api import ServerError, ServerLoading, ServerUnreachable
+from agent.server.ensure import ensure_server
 from agent.worktree.workspace import WorkspaceError, dirty_description, open_repository
 from sandbox import SandboxError, docker_client, require_image
 

@@ -26,14 +26,11 @@ import docker
 import git
 import httpx
 
-from agent.context import pack_options, system_prompt, task_prompt
 from agent.environment.stage import ENV_BUILD_LOG, prepare_environment
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
-from agent.llama_api import LlamaServerAPI, ServerError
-from agent.llm import RetryPolicy
 from agent.loop import AgentLoop, LoopResult
-from agent.metrics import scrape_spec_counters, speculation_configured, speculation_warning, summarize
+from agent.prompt import pack_options, system_prompt, task_prompt
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.events import (
     EnvironmentProgress,
@@ -50,13 +47,17 @@ from agent.protocol.model import ChatModel
 from agent.protocol.records import EnvironmentRecord, RunSummary, TaskSummary, now_iso
 from agent.protocol.stats import RequestStats, SpecCounters
 from agent.record.journal import RunJournal
+from agent.record.metrics import speculation_warning, summarize
 from agent.record.progress import RESTARTED_MESSAGE, RunProgress, TaskProgress
 from agent.run.interrupt import Interrupted
 from agent.run.stages.gate import gate_with_repairs
 from agent.run.stages.settle import already_committed, save_patch, settle, settle_unfinished
 from agent.run.stages.workspace import RepoState, open_workspace, state_git
 from agent.run.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
+from agent.server.api import LlamaServerAPI, ServerError
+from agent.server.chat import RetryPolicy
 from agent.server.kv_cache import PrefixCache, prefix_cached
+from agent.server.metrics import scrape_spec_counters, speculation_configured
 from agent.settings.durations import format_duration
 from agent.worktree.leftovers import create_run_scratch, remove_run_scratch
 from agent.worktree.safe_git import GitError

@@ -1,22 +1,17 @@
-"""llama-server for the agent: presets, a launcher with a state file, `doctor`, and the embedded fallback.
+"""Everything about llama-server: finding and starting it, speaking to it (the chat stream and its own
+endpoints), what it keeps for us (saved prefixes, slots) and whether it is ready.
 
-Exports load on first use (PEP 562): `pack` and `--help` import the CLI, which must not pay for httpx and the
-launcher.
+- binary.py: locating llama-server and the embedded SmolLM2 model, and what the binary supports;
+- presets.py: every llama-server flag the product relies on, spelled out once;
+- launcher.py: starting, stopping and listing servers, each with a state file;
+- ensure.py: the server a run talks to: the configured one, or the embedded preset started on its port;
+- paths.py: where launcher state files and saved KV caches live;
+- api.py: llama-server's own endpoints (/health, /props, /slots, /tokenize, /metrics);
+- chat.py: the chat model on the OpenAI-compatible endpoint, streamed, its failures sorted, retried;
+- metrics.py: /metrics and /slots read for the report (speculative-decoding counters);
+- kv_cache.py: saved KV caches of task prefixes, restored for every later task that starts alike;
+- slot_lock.py: a slot of a shared server for one process;
+- errors.py: the failures a user can cause or meet, one line each;
+- doctor.py: `doctor`: is this machine ready for an overnight run;
+- cli.py: `server start|stop|status` and `doctor`.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from agent.server.ensure import ensure_server
-
-__all__ = ["ensure_server"]
-
-
-def __getattr__(name: str) -> Any:
-    if name != "ensure_server":
-        raise AttributeError(f"module 'agent.server' has no attribute {name!r}")
-    from agent.server.ensure import ensure_server
-
-    return ensure_server

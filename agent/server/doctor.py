@@ -17,13 +17,13 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, Field
 
-from agent.llama_api import LlamaServerAPI, ServerError, ServerUnreachable
-from agent.metrics import spec_counters_from_text, speculation_configured
 from agent.packing.budget import context_budget
 from agent.packing.tokens import DEFAULT_TOKENS_PER_BYTE
 from agent.protocol.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL
+from agent.server.api import LlamaServerAPI, ServerError, ServerUnreachable
 from agent.server.errors import SlotsUnsupported
 from agent.server.launcher import ServerState, find_state
+from agent.server.metrics import spec_counters_from_text, speculation_configured
 
 Status = Literal["ok", "warn", "fail", "skip"]
 

@@ -8,8 +8,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from agent.llama_api import LlamaServerAPI, ServerError, ServerLoading, ServerUnreachable
 from agent.protocol.config import LLMConfig
+from agent.server.api import LlamaServerAPI, ServerError, ServerLoading, ServerUnreachable
 from agent.server.binary import find_binary
 from agent.server.launcher import start_server
 from agent.server.presets import PresetRequest, build_preset

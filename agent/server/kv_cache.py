@@ -36,9 +36,9 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
-from agent.llama_api import LlamaServerAPI, ServerError
 from agent.protocol.events import PrefixCacheEvent
 from agent.protocol.model import AssistantTurn, ChatModel
+from agent.server.api import LlamaServerAPI, ServerError
 from agent.server.ensure import LOCAL_HOSTS
 from agent.server.launcher import find_state
 

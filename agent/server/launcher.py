@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel
 
-from agent.llama_api import LlamaServerAPI, ServerLoading, ServerUnreachable
 from agent.safety.private_dirs import private_dir
+from agent.server.api import LlamaServerAPI, ServerLoading, ServerUnreachable
 from agent.server.binary import help_text, supported_flags
 from agent.server.errors import LaunchError
 from agent.server.paths import default_state_dir

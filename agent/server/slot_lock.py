@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from agent.llama_api import LlamaServerAPI, ServerError
 from agent.safety.private_dirs import private_dir
+from agent.server.api import LlamaServerAPI, ServerError
 from agent.server.paths import default_state_dir
 
 POLL_S = 1.0  # more tasks than slots on the node: look for a free slot this often

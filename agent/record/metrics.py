@@ -1,4 +1,5 @@
-"""Speculation, prompt-cache and latency metrics of a run, from per-request stats and llama-server's /metrics.
+"""Speculation, prompt-cache and latency metrics of a task and a run, from per-request stats and the deltas of
+llama-server's counters (agent/server/metrics.py scrapes them).
 
 Acceptance rate alone misleads: a drafter that proposes 5 tokens at 46% beats one proposing 2 at 65%. What pays
 is accepted tokens per verification pass (accepted / drafts in /metrics), so that is what the summary leads with.
@@ -9,62 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from agent.llama_api import LlamaServerAPI
 from agent.protocol.stats import MetricsSummary, RequestStats, SpecCounters
-
-METRIC_PREFIX = "llamacpp:"
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """`name{labels} value` lines -> {"name{labels}": value}, prefix dropped; comments skipped, and so is any line
-    that is not a sample (whatever answers on the server's port, the report's numbers must not fail a task)."""
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, _, value = line.rpartition(" ")
-        try:
-            samples[name.removeprefix(METRIC_PREFIX)] = float(value)
-        except ValueError:
-            continue
-    return samples
-
-
-def spec_counters_from_text(text: str) -> SpecCounters:
-    samples = parse_prometheus(text)
-    return SpecCounters(
-        drafts=int(samples.get("spec_decode_num_drafts_total", 0)),
-        draft_tokens=int(samples.get("spec_decode_num_draft_tokens_total", 0)),
-        accepted_tokens=int(samples.get("spec_decode_num_accepted_tokens_total", 0)),
-    )
-
-
-def accepted_per_position(text: str) -> list[float]:
-    """Accepted tokens per draft position, the per-position acceptance counts llama-server keeps."""
-    samples = parse_prometheus(text)
-    prefix = 'spec_decode_num_accepted_tokens_per_pos_total{position="'
-    positions = {
-        int(key[len(prefix) :].split('"')[0]): value for key, value in samples.items() if key.startswith(prefix)
-    }
-    return [positions[index] for index in sorted(positions)]
-
-
-def scrape_spec_counters(api: LlamaServerAPI) -> SpecCounters | None:
-    """None when the server runs without --metrics."""
-    text = api.metrics_text()
-    return None if text is None else spec_counters_from_text(text)
-
-
-def speculation_configured(api: LlamaServerAPI) -> bool:
-    """/props does not show speculation; /slots does, per slot."""
-    for slot in api.slots():
-        if slot.get("speculative"):
-            return True
-        types = slot.get("params", {}).get("speculative.types")
-        if types and types != "none":
-            return True
-    return False
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

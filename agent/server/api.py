@@ -1,6 +1,6 @@
 """llama-server's own (non-OpenAI) endpoints: /health, /props, /slots (and their save/restore), /tokenize, /metrics.
 
-The OpenAI-compatible chat endpoint lives in agent.llm; this module is the thin HTTP layer for the
+The OpenAI-compatible chat endpoint lives in agent.server.chat; this module is the thin HTTP layer for the
 introspection endpoints that the packer, the launcher and `doctor` share.
 """
 

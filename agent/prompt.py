@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 
-from agent.llama_api import ServerLoading, ServerUnreachable
-from agent.llm import RetryPolicy
 from agent.packing import PackOptions, pack_repository
 from agent.protocol.config import RunConfig
+from agent.server.api import ServerLoading, ServerUnreachable
+from agent.server.chat import RetryPolicy
 from prompts import load_prompt
 
 
