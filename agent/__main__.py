@@ -9,7 +9,7 @@ def main() -> None:
         # git, the review and the sandbox's modules, 0.4 s of start-up that `pack` never uses.
         import typer
 
-        from agent.pack_cli import pack
+        from agent.packing.cli import pack
 
         command = typer.Typer(add_completion=False)
         command.command()(pack)

@@ -15,7 +15,7 @@ from agent.commands import UsageProblem, one_line_errors
 from agent.environment.cli import env_app
 from agent.environment.spec import EnvironmentFileError
 from agent.eval.cli import eval_command
-from agent.pack_cli import pack
+from agent.packing.cli import pack
 from agent.protocol.config import (
     DEFAULT_SERVER_URL,
     Effort,

@@ -36,12 +36,12 @@ from agent.environment.stage import prepare_environment
 from agent.gate.baseline import BaselineCache
 from agent.gate.results import SuiteRun
 from agent.gate.stage import Gate
+from agent.gate.test_command import detect_test_command
 from agent.protocol.config import RunConfig
 from agent.protocol.records import EnvironmentRecord
 from agent.worktree.workspace import Workspace, head_commit, open_repository
 from sandbox import DEFAULT_IMAGE, DockerSandbox, SandboxLimits, docker_client
 from sandbox.errors import one_line
-from tools.test_command import detect_test_command
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "bench" / "corpus.toml"

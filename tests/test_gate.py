@@ -23,10 +23,10 @@ from agent.gate.results import (
 )
 from agent.gate.suite import rerun_selected, run_suite
 from agent.gate.syntax import syntax_regressions
+from agent.gate.test_command import detect_test_command
 from agent.gate.unittest_output import parse_unittest
 from agent.gate.verdict import evidence_trailer, judge, repair_message
 from sandbox import DockerSandbox
-from tools.test_command import detect_test_command
 
 from repos import SAMPLE_FILES, make_repo
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.gate.runner_line import runner_command
+from agent.gate.test_command import SuiteCommand, choose_test_command, detect_test_command
 from agent.server.doctor import DoctorOptions, run_doctor
-from tools.runner_line import runner_command
-from tools.test_command import SuiteCommand, choose_test_command, detect_test_command
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:

@@ -15,10 +15,10 @@ from typing import TypeVar
 
 import pytest
 
+from agent.gate.test_command import detect_test_command
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client, require_image
 from tools import FinishRequested, ToolContext, ToolResult, default_registry
 from tools.output import cap_text
-from tools.test_command import detect_test_command
 
 from repos import make_repo, restore_checkout
 

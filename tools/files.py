@@ -1,5 +1,6 @@
-"""File tools. Their work runs inside the task's sandbox (tools/fileops_helper.py), like `bash`: the host never
-opens a path the model names, so links, races, pipes, huge files and costly regular expressions stay there."""
+"""File tools. Their work runs inside the task's sandbox (tools/in_sandbox/fileops_helper.py), like `bash`: the
+host never opens a path the model names, so links, races, pipes, huge files and costly regular expressions
+stay there."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from sandbox.models import restarted_notice
 from tools.base import ToolContext, ToolError, ToolSpec
-from tools.fileops_helper import MAX_FILE_BYTES
+from tools.in_sandbox.fileops_helper import MAX_FILE_BYTES
 
 # Room for the largest reply: a whole file at the read cap, numbered and JSON-escaped.
 MAX_REPLY_BYTES = 8 * MAX_FILE_BYTES
@@ -22,7 +23,7 @@ MAX_REPLY_BYTES = 8 * MAX_FILE_BYTES
 @functools.cache
 def _helper_command() -> str:
     """`python3 -I` (isolated: no PYTHON* variables, no workspace files on sys.path) running the helper's source."""
-    source = resources.files("tools").joinpath("fileops_helper.py").read_text(encoding="utf-8")
+    source = resources.files("tools.in_sandbox").joinpath("fileops_helper.py").read_text(encoding="utf-8")
     return f"python3 -I -c {shlex.quote(source)}"
 
 

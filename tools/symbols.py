@@ -1,7 +1,7 @@
 """Symbol tools: find, rename and move a symbol across the repository, done inside the task's sandbox.
 
-Their work is tools/symbols_helper.py, run by the sandbox's python3 like the file tools' helper. It needs rope
-(Python renames and moves) and tree-sitter (other languages' identifiers), which the sandbox image does not
+Their work is tools/in_sandbox/symbols_helper.py, run by the sandbox's python3 like the file tools' helper. It needs
+rope (Python renames and moves) and tree-sitter (other languages' identifiers), which the sandbox image does not
 have. They are mounted read-only from the host's own environment at their own paths, rather than installed into
 the image: the image stays the small offline Debian build it is, the versions are exactly the ones pinned in
 pyproject.toml and tested here, and rope is pure Python. tree-sitter's compiled extension only loads when the
@@ -54,19 +54,20 @@ def _distribution_paths() -> tuple[Path, ...]:
     return tuple(sorted(paths))
 
 
-def _tools_folder() -> Path:
-    return Path(str(resources.files("tools"))).resolve()
+def _helpers_folder() -> Path:
+    """The scripts that run in the container (tools/in_sandbox/): all of the product the sandbox sees."""
+    return Path(str(resources.files("tools.in_sandbox"))).resolve()
 
 
 def sandbox_mounts() -> list[Path]:
     """Read-only mounts the symbol tools need in the task's container (each at its own path)."""
-    return [_tools_folder(), *_distribution_paths()]
+    return [_helpers_folder(), *_distribution_paths()]
 
 
 @functools.cache
 def _helper_command() -> str:
     """`python3 -I` (nothing of the workspace on sys.path) importing the helper and the libraries from the mounts."""
-    folders = sorted({str(_tools_folder())} | {str(path.parent) for path in _distribution_paths()})
+    folders = sorted({str(_helpers_folder())} | {str(path.parent) for path in _distribution_paths()})
     bootstrap = f"import sys; sys.path[:0] = {folders!r}; import symbols_helper; symbols_helper.main()"
     return f"python3 -I -c {shlex.quote(bootstrap)}"
 

@@ -20,13 +20,13 @@ from agent.environment.detect import DetectionError
 from agent.environment.devcontainer import DevcontainerError
 from agent.environment.plan import EnvironmentPlan
 from agent.environment.sources import resolve_plan
+from agent.gate.test_command import choose_test_command
 from agent.protocol.environment import EnvironmentSpec
 from agent.protocol.records import EnvironmentRecord
 from agent.worktree.leftovers import build_scratch
 from sandbox import DockerSandbox, SandboxError, SandboxLimits
 from sandbox.errors import one_line
 from sandbox.image import ensure_suite_image
-from tools.test_command import choose_test_command
 
 COLLECT_TIMEOUT_S = 300
 ENV_BUILD_LOG = "env-build.log"

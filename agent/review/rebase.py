@@ -24,6 +24,7 @@ from agent.environment.stage import prepare_environment
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate
 from agent.gate.syntax import MAX_CHECKED_BYTES
+from agent.gate.test_command import choose_test_command
 from agent.gate.verdict import evidence_trailer, verdict_trailers
 from agent.protocol.config import RunConfig
 from agent.protocol.events import Baseline, Event, GateEvent
@@ -33,7 +34,6 @@ from agent.review.repository import UserRepository
 from agent.worktree.safe_git import GitError
 from agent.worktree.workspace import Workspace, WorkspaceError
 from sandbox import DockerSandbox, SandboxLimits
-from tools.test_command import choose_test_command
 
 Outcome = Literal["clean", "conflicts", "regressed", "gone"]
 Log = Callable[[str], None]

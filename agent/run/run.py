@@ -29,6 +29,7 @@ import httpx
 from agent.environment.stage import ENV_BUILD_LOG, prepare_environment
 from agent.gate.baseline import BaselineCache, baseline_key, image_identity
 from agent.gate.stage import Gate, GateRecord
+from agent.gate.test_command import choose_test_command
 from agent.loop import AgentLoop, LoopResult
 from agent.prompt import pack_options, system_prompt, task_prompt
 from agent.protocol.config import NightConfig, RunConfig
@@ -66,7 +67,6 @@ from sandbox import DockerSandbox, SandboxLimits, SandboxLost, remove_run_contai
 from tools import ToolContext, default_registry
 from tools.ledger import Ledger, old_names_in
 from tools.symbols import sandbox_mounts
-from tools.test_command import choose_test_command
 
 Emit = Callable[[Event], None]
 

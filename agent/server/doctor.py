@@ -319,7 +319,7 @@ def check_environment(repo: Path, image: str, environment: Path | None) -> Check
 
 def check_test_command(repo: Path) -> CheckResult:
     """The command the gate would run the repository's tests with, and why that one."""
-    from tools.test_command import detect_test_command
+    from agent.gate.test_command import detect_test_command
 
     chosen = detect_test_command(repo)
     if chosen is None:

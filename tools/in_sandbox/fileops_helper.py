@@ -345,7 +345,7 @@ OPERATIONS = {"view_file": view_file, "str_replace": str_replace, "create_file":
 
 
 def serve(operations: dict[str, Any], operation: str) -> None:
-    """Read the request, run its operation, write the one reply line (tools/symbols_helper.py serves alike)."""
+    """Read the request, run its operation, write the one reply line (symbols_helper.py serves alike)."""
     try:
         request = json.loads(sys.stdin.buffer.read())
         operation = request["op"]

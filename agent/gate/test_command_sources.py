@@ -1,6 +1,6 @@
 """Where a repository says how it runs its tests: tox's test environment, nox's test session, a Makefile `test`
 target, a CI workflow's test step. Each reader gives the first line there that runs a test runner, as the gate runs
-it (tools/runner_line.py), and where it found it.
+it (agent/gate/runner_line.py), and where it found it.
 
 These files come from the repository and are read on the host before the model runs, so they are hostile input:
 a link is never followed, only regular files are read and only their first bytes, YAML is read with the safe loader
@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tools.runner_line import PYTHON, in_directory, runner_command
+from agent.gate.runner_line import PYTHON, in_directory, runner_command
 
 # Every build file worth reading here is far smaller; one that is not is read as far as this.
 MAX_READ_BYTES = 1024 * 1024

@@ -1,6 +1,6 @@
 """The symbol tools' work, done INSIDE the sandbox: one JSON request on stdin, one JSON reply line on stdout.
 
-Like tools/fileops_helper.py (whose path confinement and no-follow reads and writes it reuses), this runs under
+Like fileops_helper.py beside it (whose path confinement and no-follow reads and writes it reuses), this runs under
 `python3 -I` in the task's container. Its libraries come from the host's environment, mounted read-only at their
 own paths (tools/symbols.py says which and why): rope for Python renames and moves, tree-sitter for the other
 languages' identifiers. When tree-sitter cannot load there, `find_symbol` says so and falls back to a text match.

@@ -2,9 +2,9 @@
 
 In order: the user's setting; tox's test environment or nox's test session; the Makefile's `test` target; a CI
 workflow's test step; then the runners a repository's layout names (Django's `tests/runtests.py`, pytest, unittest,
-npm, go, cargo, make). Only the line that runs the tests is taken (tools/runner_line.py): never tox, nox or pip,
+npm, go, cargo, make). Only the line that runs the tests is taken (agent/gate/runner_line.py): never tox, nox or pip,
 which would need the network at test time. The repository's files are read on the host, before the model runs, so
-they are treated as hostile (tools/test_command_sources.py); the command itself runs only in the sandbox.
+they are treated as hostile (agent/gate/test_command_sources.py); the command itself runs only in the sandbox.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tools.runner_line import PYTHON
-from tools.test_command_sources import (
+from agent.gate.runner_line import PYTHON
+from agent.gate.test_command_sources import (
     ci_command,
     is_regular,
     makefile_command,
