@@ -14,7 +14,8 @@ from agent.protocol.events import Event, Request, Response, ToolCallEvent, ToolR
 from agent.protocol.model import ChatModel, LLMError, ToolCall
 from agent.protocol.stats import RequestStats
 from agent.safety.control_text import neutralised_message
-from tools import FinishRequested, ToolContext, ToolRegistry
+from tools.base import FinishRequested, ToolContext
+from tools.registry import ToolRegistry
 
 Emit = Callable[[Event], None]
 LoopOutcome = Literal["finished", "stopped", "max_turns", "error"]

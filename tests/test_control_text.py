@@ -14,7 +14,8 @@ from agent.packing import PackOptions, pack_repository
 from agent.safety.control_text import MARKED_NOTE, MARKER, neutralise, restore, restore_arguments
 from agent.server.launcher import ServerState
 from prompts import load_prompt
-from tools import ToolContext, default_registry
+from tools.base import ToolContext
+from tools.registry import default_registry
 
 from local_executor import LocalExecutor
 from repos import make_repo

@@ -9,8 +9,9 @@ import pytest
 
 from agent.loop import AgentLoop
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
-from tools import ToolContext, default_registry
+from tools.base import ToolContext
 from tools.ledger import Ledger, old_names_in
+from tools.registry import default_registry
 from tools.symbols import sandbox_mounts
 
 from repos import SAMPLE_FILES, make_repo, restore_checkout

@@ -13,7 +13,7 @@ from agent.protocol.model import AssistantTurn, ContextOverflow, MalformedOutput
 from agent.server.api import LlamaServerAPI
 from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState
-from tools import default_registry
+from tools.registry import default_registry
 
 from llama_fixtures import READ_FILE_TOOLS, REPOSITORY_SYSTEM, chat_model
 from scripted_server import FORMAT_ERROR, Fail, Reply, ScriptedServer, Stall, StreamError

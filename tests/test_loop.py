@@ -10,7 +10,8 @@ import pytest
 from agent.loop import AgentLoop, LoopResult
 from agent.protocol.config import LLMConfig
 from agent.server.chat import OpenAIChatModel
-from tools import ToolContext, default_registry
+from tools.base import ToolContext
+from tools.registry import default_registry
 
 from local_executor import LocalExecutor
 from repos import make_repo

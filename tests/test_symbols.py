@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client, require_image
-from tools import ToolContext, ToolResult, default_registry
+from tools.base import ToolContext, ToolResult
+from tools.registry import default_registry
 from tools.symbols import sandbox_mounts
 
 from repos import make_repo, restore_checkout

@@ -17,8 +17,9 @@ import pytest
 
 from agent.gate.test_command import detect_test_command
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client, require_image
-from tools import FinishRequested, ToolContext, ToolResult, default_registry
+from tools.base import FinishRequested, ToolContext, ToolResult
 from tools.output import cap_text
+from tools.registry import default_registry
 
 from repos import make_repo, restore_checkout
 

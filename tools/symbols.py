@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from agent.packing.languages import LANGUAGE_BY_SUFFIX
 from tools.base import ToolContext, ToolSpec
-from tools.files import call_helper
+from tools.rpc import call_helper
 
 # Distributions the helper imports, with what they import in turn (tree-sitter-language-pack's grammar packages
 # are read from its own requirements).

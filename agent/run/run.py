@@ -64,8 +64,9 @@ from agent.worktree.leftovers import create_run_scratch, remove_run_scratch
 from agent.worktree.safe_git import GitError
 from agent.worktree.workspace import Workspace, wip_ref
 from sandbox import DockerSandbox, SandboxLimits, SandboxLost, remove_run_containers
-from tools import ToolContext, default_registry
+from tools.base import ToolContext
 from tools.ledger import Ledger, old_names_in
+from tools.registry import default_registry
 from tools.symbols import sandbox_mounts
 
 Emit = Callable[[Event], None]
