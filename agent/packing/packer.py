@@ -21,8 +21,9 @@ from agent.packing.options import PackError, PackOptions, resolved_cache_dir
 from agent.packing.render import RENDERING, Renderer, renderer_for
 from agent.packing.repomap import Outlines, Rankings, SymbolCollector, symbols_of
 from agent.packing.select import Candidate, View, fill_budget
+from agent.packing.server_tokens import ServerCounter
 from agent.packing.stats import FileStat, PackStats, timed
-from agent.packing.tokens import CountRequest, TokenCounter, make_counter, piece_key
+from agent.packing.tokens import Calibration, CountRequest, EstimatingCounter, TokenCounter, piece_key
 
 WRAPPER_BYTES = 40  # rough size of a file's opening and closing lines, for estimates made without rendering
 # Bare path lines are estimated with the tokens per byte of the list of every path (counted once per commit),
@@ -44,6 +45,13 @@ OUTLINE_BATCH = 64
 # From this many listed files on, the ranking's modules (numpy) load while the workers read: such repositories
 # are the ones likely not to fit, and a small one would wait for an import it may not need.
 PREFETCH_MIN_FILES = 1000
+
+
+def make_counter(server_url: str | None, cache_dir: Path, *, concurrency: int) -> TokenCounter:
+    """The server's exact counts when there is a server, else estimates at the last ratio measured on one."""
+    if server_url is None:
+        return EstimatingCounter(Calibration(cache_dir).load())
+    return ServerCounter(server_url, cache_dir, concurrency=concurrency)
 
 
 def _import_ranking() -> None:

@@ -97,11 +97,3 @@ class EstimatingCounter:
 
     def close(self) -> None:
         return None
-
-
-def make_counter(server_url: str | None, cache_dir: Path, *, concurrency: int) -> TokenCounter:
-    if server_url is None:
-        return EstimatingCounter(Calibration(cache_dir).load())
-    from agent.packing.server_tokens import ServerCounter  # the HTTP client loads only when a server is used
-
-    return ServerCounter(server_url, cache_dir, concurrency=concurrency)
