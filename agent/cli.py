@@ -26,6 +26,7 @@ from agent.protocol.config import (
     SamplingConfig,
     Switch,
 )
+from agent.record.progress import ResumeError, load_run_night, unfinished_run
 from agent.review.cli import review_app
 from agent.run.schedule import schedule_app
 from agent.server.cli import doctor, server_app
@@ -38,11 +39,14 @@ from agent.settings.layers import (
     Source,
     check_dispatch,
     deadline_at,
+    describe_settings,
+    merged,
     night_config,
     options_from,
+    placed_runs_dir,
     run_config,
 )
-from agent.settings.night_file import load_night
+from agent.settings.night_file import load_night, night_defaults, night_repositories
 from agent.settings.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read, user_runs_dir
 from sandbox.cli import sandbox_app
 from sandbox.models import DEFAULT_IMAGE
@@ -135,7 +139,7 @@ def _usage_errors() -> contextlib.AbstractContextManager[None]:
 
 
 def _execute(night: NightConfig, resume: str | None) -> None:
-    # The run's machinery (openai, docker, rich) loads here, not for `pack` or `server`.
+    # lazy: the run's machinery (openai, docker, rich) loads here, not for `pack`, `server` or `--help`.
     from agent.record.live import RunView
     from agent.run.command import execute
 
@@ -143,8 +147,6 @@ def _execute(night: NightConfig, resume: str | None) -> None:
 
 
 def _pick_resume(night: NightConfig, wanted: bool) -> str | None:
-    from agent.run.command import unfinished_run
-
     return unfinished_run(night) if wanted else None
 
 
@@ -302,8 +304,6 @@ def resume_run(
 ) -> None:
     """Continue a run that was killed (kill -9, OOM, reboot) or stopped: finished tasks are not redone, the task
     in flight goes on from its last completed step."""
-    from agent.run.command import ResumeError, load_run_night
-
     with one_line_errors(ResumeError, SettingsError):
         runs = runs_dir_to_read(runs_dir, run_id)
         if "/" in run_id or run_id.startswith(".") or not (runs / run_id).is_dir():
@@ -338,9 +338,6 @@ def config_show(
 ) -> None:
     """Each setting with its value and where it was set: default, a config file (with its line), a night file.
     The files are those a run on --repo (or the night's repositories) would read."""
-    from agent.settings.layers import describe_settings, merged, placed_runs_dir
-    from agent.settings.night_file import night_defaults, night_repositories
-
     defaults = {name: parameter.default for name, parameter in inspect.signature(run).parameters.items()}
     with _usage_errors():
         targets = [path.resolve() for path in repo]

@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig  # noqa: E402
 from agent.record.journal import RunJournal  # noqa: E402
-from agent.run.command import build_run  # noqa: E402
+from agent.run.command import task_dispatch  # noqa: E402
+from agent.run.compose import build_run  # noqa: E402
 from sandbox import docker_client  # noqa: E402
 
 from repos import SAMPLE_FILES, make_repo  # noqa: E402
@@ -103,6 +104,7 @@ def measure(
         server_url=urls[0],
         journal=journal,
         observe=lambda _event: None,
+        dispatch=task_dispatch(night),
     )
     started = time.monotonic()
     try:

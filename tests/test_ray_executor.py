@@ -21,7 +21,8 @@ from agent.dispatch.ray_head import NODE_HINT
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.protocol.records import RunSummary
 from agent.record.journal import RunJournal
-from agent.run.command import build_run
+from agent.run.command import task_dispatch
+from agent.run.compose import build_run
 from sandbox import docker_client
 
 from namespaces import in_loopback_namespace
@@ -86,6 +87,7 @@ def one_run(
         server_url=server_url,
         journal=journal,
         observe=lambda _event: None,
+        dispatch=task_dispatch(night),
     )
     try:
         return run.execute()

@@ -19,6 +19,8 @@ from agent.safety.private_dirs import PRIVATE_MODE, private_dir
 
 # patch.diff holds at most this much of each task's diff: a task that wrote gigabytes must not fill the disk twice.
 PATCH_MAX_BYTES = 5 * 1024 * 1024
+OUTPUT_LOG = "output.log"  # what the run's view printed, once its reader has gone (agent/record/fallback_stream.py)
+NIGHT_RECORD = "night.json"  # the night's settings, which `resume` runs again
 
 
 def run_directories(runs_dir: Path) -> list[Path]:

@@ -15,9 +15,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent.protocol.config import NightConfig
 from agent.protocol.events import Request, Response, TaskEnd, TaskStart, ToolResultEvent, parse_event
-from agent.protocol.records import TaskSummary
+from agent.protocol.records import RunSummary, TaskSummary
 from agent.protocol.stats import RequestStats
+from agent.record.journal import NIGHT_RECORD, run_directories
 
 RESTARTED_MESSAGE = (
     "The agent process was restarted (it was killed, or the machine rebooted) and this is a new sandbox: "
@@ -106,3 +108,48 @@ def _task_progress(events: list[Any], start: TaskStart) -> TaskProgress:
             content = CUT_OFF_RESULT if text is None else text
             progress.messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
     return progress
+
+
+# Runs a resume may continue: killed while running (the summary still says so), stopped by a signal, or failed
+# outside its tasks (the fault mended since).
+RESUMABLE = ("running", "interrupted", "failed")
+
+
+class ResumeError(Exception):
+    """str() is the one line the user sees."""
+
+
+def load_run_night(run_dir: Path) -> NightConfig:
+    """The settings of the run in `run_dir`, for resume."""
+    try:
+        night = NightConfig.model_validate_json((run_dir / NIGHT_RECORD).read_bytes())
+        summary = RunSummary.model_validate_json((run_dir / "summary.json").read_bytes())
+    except FileNotFoundError as error:
+        raise ResumeError(f"{run_dir}: not a run directory ({Path(str(error.filename)).name} is missing)") from None
+    except ValueError as error:
+        raise ResumeError(f"{run_dir}: its record is unreadable: {error.__class__.__name__}") from None
+    unfinished = summary.status == "running" or len(summary.tasks) < len(night.tasks())
+    if summary.status not in RESUMABLE or not unfinished:
+        raise ResumeError(f"run {run_dir.name} is {summary.status}: nothing to resume")
+    return night
+
+
+def _work(night: NightConfig) -> list[tuple[Path, str]]:
+    return [(config.repo, task) for config, task in night.tasks()]
+
+
+def unfinished_run(night: NightConfig) -> str | None:
+    """The newest run of the same night file (or the same repositories and tasks) that can be resumed."""
+    for run_dir in reversed(run_directories(night.runs_dir)):
+        try:
+            earlier = load_run_night(run_dir)
+        except ResumeError:
+            continue
+        same = (
+            earlier.night_file == night.night_file
+            if night.night_file is not None
+            else earlier.night_file is None and _work(earlier) == _work(night)
+        )
+        if same:
+            return run_dir.name
+    return None

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.records import RunSummary, TaskSummary
-from agent.record.journal import run_directories
+from agent.record.journal import NIGHT_RECORD, run_directories
 from agent.record.report import split_patch
 
 NEAREST_SHOWN = 3
@@ -52,8 +52,6 @@ class RunRecord:
 
     def config_for(self, repo: Path) -> RunConfig | None:
         """The settings the run used for `repo`: a night's own entry for it (a night has several), else config()."""
-        from agent.run.command import NIGHT_RECORD  # the runner's module: loaded only when a command needs it
-
         try:
             night = NightConfig.model_validate_json((self.directory / NIGHT_RECORD).read_bytes())
         except (OSError, ValidationError):

@@ -4,73 +4,25 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
-import docker
-import git
-
 from agent.commands import EXIT_USAGE
+from agent.dispatch.local import local_dispatch
+from agent.dispatch.ray_head import RayDispatch
 from agent.protocol.config import NightConfig
-from agent.protocol.events import Event, Retry
 from agent.protocol.records import RunSummary
-from agent.record.journal import RunJournal, new_run_id, run_directories
+from agent.record.journal import NIGHT_RECORD, OUTPUT_LOG, RunJournal, new_run_id
 from agent.record.live import RunView
-from agent.record.progress import RunProgress, read_progress
+from agent.record.progress import read_progress
+from agent.run.compose import build_run
 from agent.run.interrupt import Interrupted, stop_signals
 from agent.run.lock import LockHeld, RepoLock
 from agent.run.preflight import PreflightError, Prepared, preflight
-from agent.run.run import InOrder, Run, TaskDispatch
-from agent.server.chat import OpenAIChatModel
+from agent.run.run import TaskDispatch
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from sandbox import sweep_leftovers
 
-OUTPUT_LOG = "output.log"
-NIGHT_RECORD = "night.json"  # the night's settings, which `resume` runs again
 ON_FINISH_TIMEOUT_S = 600
-# Runs a resume may continue: killed while running (the summary still says so), stopped by a signal, or failed
-# outside its tasks (the fault mended since).
-RESUMABLE = ("running", "interrupted", "failed")
-
-
-class ResumeError(Exception):
-    """str() is the one line the user sees."""
-
-
-def load_run_night(run_dir: Path) -> NightConfig:
-    """The settings of the run in `run_dir`, for resume."""
-    try:
-        night = NightConfig.model_validate_json((run_dir / NIGHT_RECORD).read_bytes())
-        summary = RunSummary.model_validate_json((run_dir / "summary.json").read_bytes())
-    except FileNotFoundError as error:
-        raise ResumeError(f"{run_dir}: not a run directory ({Path(str(error.filename)).name} is missing)") from None
-    except ValueError as error:
-        raise ResumeError(f"{run_dir}: its record is unreadable: {error.__class__.__name__}") from None
-    unfinished = summary.status == "running" or len(summary.tasks) < len(night.tasks())
-    if summary.status not in RESUMABLE or not unfinished:
-        raise ResumeError(f"run {run_dir.name} is {summary.status}: nothing to resume")
-    return night
-
-
-def _work(night: NightConfig) -> list[tuple[Path, str]]:
-    return [(config.repo, task) for config, task in night.tasks()]
-
-
-def unfinished_run(night: NightConfig) -> str | None:
-    """The newest run of the same night file (or the same repositories and tasks) that can be resumed."""
-    for run_dir in reversed(run_directories(night.runs_dir)):
-        try:
-            earlier = load_run_night(run_dir)
-        except ResumeError:
-            continue
-        same = (
-            earlier.night_file == night.night_file
-            if night.night_file is not None
-            else earlier.night_file is None and _work(earlier) == _work(night)
-        )
-        if same:
-            return run_dir.name
-    return None
 
 
 def execute(night: NightConfig, *, view: RunView, resume: str | None = None) -> int:
@@ -129,6 +81,7 @@ def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunVie
         journal.write_json(NIGHT_RECORD, night)
     run = build_run(
         night,
+        dispatch=task_dispatch(night),
         repos=prepared.repos,
         docker_client=prepared.docker,
         server_url=prepared.server_url,
@@ -168,61 +121,10 @@ def _on_finish(command: str, journal: RunJournal, summary: RunSummary, view: Run
         view.log(f"warning: --on-finish {command!r} exited {done.returncode}")
 
 
-def build_run(
-    night: NightConfig,
-    *,
-    repos: dict[Path, git.Repo],
-    docker_client: docker.DockerClient | None,
-    server_url: str,
-    journal: RunJournal,
-    observe: Callable[[Event], None],
-    progress: RunProgress | None = None,
-    previous: RunSummary | None = None,
-    slot: int = 0,
-) -> Run:
-    """The run with its model, whose retries and prefill progress become the run's events, and its dispatch.
-    slot: the server slot its tasks are pinned to (a Ray task's process takes one of its node server's slots)."""
-    run: Run | None = None
-
-    def on_event(event: Event) -> None:
-        if run is not None:
-            run.emit(event)
-
-    llm = night.repos[0].llm
-    # Pinned to the slot whose KV cache the run saves and restores (agent/server/kv_cache.py).
-    model = OpenAIChatModel(
-        llm, on_retry=lambda message: on_event(Retry(message=message)), on_progress=on_event, slot=slot
-    )
-    run = Run(
-        night,
-        repos=repos,
-        docker_client=docker_client,
-        model=model,
-        server_url=server_url,
-        journal=journal,
-        observe=observe,
-        progress=progress,
-        previous=previous,
-        dispatch=task_dispatch(night),
-        slot=slot,
-    )
-    return run
-
-
 def task_dispatch(night: NightConfig) -> TaskDispatch:
-    """Where the tasks run: Ray's nodes, this machine over a fleet of servers and their slots (--parallel), or
-    this machine one by one. Ray and the fleet load only when asked for."""
-    if night.executor == "ray":
-        from agent.dispatch.ray_head import RayDispatch
-
-        return RayDispatch(night.ray_address)
-    llm = night.repos[0].llm  # the night's servers are night-wide settings
-    if len(llm.fleet) > 1 or night.parallel > 1:
-        from agent.dispatch.fleet import FleetDispatch
-        from agent.dispatch.seats import ServerPool
-
-        return FleetDispatch(llm, ServerPool(llm.fleet, slots_per_server=night.parallel))
-    return InOrder()
+    """Where the tasks run: Ray's nodes, or this machine (over a fleet of servers and their slots, or one by one).
+    Ray itself loads only when its dispatch runs (an optional extra)."""
+    return RayDispatch(night.ray_address) if night.executor == "ray" else local_dispatch(night)
 
 
 def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> None:
