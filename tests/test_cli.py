@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 import subprocess
 import sys
@@ -12,9 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 import agent
-from agent.cli import app, run, run_config_of, run_option_names
+from agent.cli import app
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.protocol.records import RunSummary
+from agent.run.cli import run_config_of
+from agent.settings.options import command_options
 
 from repos import checkout_fingerprint, make_repo
 
@@ -121,8 +122,7 @@ def test_the_installed_command_refuses_a_non_utf8_task_file_without_a_traceback(
 
 def test_the_feature_switches_take_on_or_off(tmp_path: Path) -> None:
     assert "'--symbol-tools'" in _refused(tmp_path, ["--symbol-tools", "maybe"])
-    options = {name: parameter.default for name, parameter in inspect.signature(run).parameters.items()}
-    options = {name: options[name] for name in run_option_names()}
+    options = {option.name: option.default for option in command_options("eval")}
     config = run_config_of(tmp_path, ["Rename x"], {**options, "symbol_tools": "off", "runs_dir": tmp_path / "runs"})
     assert (config.symbol_tools, config.ledger) == (False, True)
 

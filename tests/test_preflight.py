@@ -42,7 +42,7 @@ def test_no_task_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_task_file_paragraphs(tmp_path: Path) -> None:
-    from agent.cli import _read_tasks
+    from agent.run.cli import _read_tasks
 
     tasks = tmp_path / "tasks.txt"
     tasks.write_text("# nightly\nRename foo\nto bar.\n\n\nDrop Python 2 shims\n")

@@ -21,145 +21,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
-from agent.environment.spec import load_environment_file
-from agent.protocol.config import Effort, Executor, NightConfig, RunConfig, Switch
+from agent.protocol.config import NightConfig, RunConfig
 from agent.settings.durations import parse_duration, parse_until
+from agent.settings.options import NIGHT_FIELDS, RUN_FIELDS, Options
 from agent.settings.runs_dir import user_runs_dir
 
-MIB = 1024**2
 CONFIG_FILE_NAME = "refactor-agent.toml"
 # Bounded read: a settings file of more than this is not one.
 MAX_SETTINGS_BYTES = 1024**2
-
-
-class Options(BaseModel):
-    """The options of `run` and `night` as a file or the command line gives them; None: not set here."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    server: list[str] | None = None  # several: a fleet, tasks in parallel (agent/dispatch/fleet.py)
-    executor: Executor | None = None
-    address: str | None = None
-    parallel: int | None = Field(None, ge=1)
-    model: str | None = None
-    effort: Effort | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    min_p: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = None
-    max_retries: int | None = None
-    idle_timeout: float | None = None
-    image: str | None = None
-    environment: Path | None = None
-    allowed_base_images: list[str] | None = None
-    runs_dir: Path | None = None
-    max_turns: int | None = None
-    test_cmd: str | None = None
-    command_timeout: float | None = None
-    repair_rounds: int | None = None
-    max_file_size: int | None = None
-    symbol_tools: Switch | None = None
-    ledger: Switch | None = None
-    task_timeout: str | float | None = None
-    max_tokens_per_task: int | None = None
-    until: str | None = None
-    deadline: str | float | None = None
-    min_task_time: str | float | None = None
-    on_finish: str | None = None
-    allow_dirty: bool | None = None
-
-    @field_validator("server", mode="before")
-    @classmethod
-    def _servers(cls, value: str | list[str] | None) -> list[str] | None:
-        """`server = "URL"` or, for a fleet, `server = ["URL", "URL"]` (the command line: --server repeated)."""
-        servers = [value] if isinstance(value, str) else value
-        if servers is not None and not servers:
-            raise ValueError("give at least one URL")
-        return servers
-
-    @field_validator("task_timeout", "deadline", "min_task_time", mode="before")
-    @classmethod
-    def _duration(cls, value: str | float | None) -> str | float | None:
-        if value is not None:
-            parse_duration(value)
-        return value
-
-    @field_validator("until")
-    @classmethod
-    def _until(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_until(value)
-        return value
-
-
-# Settings of the whole night (one set of servers, one end time, one run directory): not per repository or task.
-NIGHT_WIDE = frozenset(
-    {
-        "server",
-        "executor",
-        "address",
-        "parallel",
-        "model",
-        "effort",
-        "temperature",
-        "top_p",
-        "min_p",
-        "seed",
-        "max_tokens",
-        "max_retries",
-        "idle_timeout",
-        "runs_dir",
-        "until",
-        "deadline",
-        "min_task_time",
-        "on_finish",
-        "allow_dirty",
-    }
-)
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-# Where each per-repository option goes in RunConfig, and how its value is converted (one table, read both ways).
-RUN_FIELDS: dict[str, tuple[tuple[str, ...], Callable[[Any], Any]]] = {
-    "server": (("llm", "servers"), _identity),
-    "model": (("llm", "model"), _identity),
-    "effort": (("llm", "effort"), _identity),
-    "temperature": (("llm", "sampling", "temperature"), _identity),
-    "top_p": (("llm", "sampling", "top_p"), _identity),
-    "min_p": (("llm", "sampling", "min_p"), _identity),
-    "seed": (("llm", "sampling", "seed"), _identity),
-    "max_tokens": (("llm", "sampling", "max_tokens"), _identity),
-    "max_retries": (("llm", "max_retries"), _identity),
-    "idle_timeout": (("llm", "idle_timeout_s"), _identity),
-    "image": (("image",), _identity),
-    "environment": (("environment",), load_environment_file),
-    "allowed_base_images": (("allowed_base_images",), _identity),
-    "symbol_tools": (("symbol_tools",), lambda switch: switch == "on"),
-    "ledger": (("ledger",), lambda switch: switch == "on"),
-    "runs_dir": (("runs_dir",), _identity),
-    "max_turns": (("max_turns",), _identity),
-    "test_cmd": (("test_cmd",), _identity),
-    "command_timeout": (("command_timeout_s",), _identity),
-    "repair_rounds": (("repair_rounds",), _identity),
-    "max_file_size": (("max_file_bytes",), lambda mib: mib * MIB),
-    "task_timeout": (("task_timeout_s",), parse_duration),
-    "max_tokens_per_task": (("max_tokens_per_task",), _identity),
-}
-NIGHT_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "runs_dir": ("runs_dir", _identity),
-    "min_task_time": ("min_task_time_s", parse_duration),
-    "on_finish": ("on_finish", _identity),
-    "allow_dirty": ("allow_dirty", _identity),
-    "executor": ("executor", _identity),
-    "address": ("ray_address", _identity),
-    "parallel": ("parallel", _identity),
-}
 
 
 @dataclass(frozen=True)

@@ -24,16 +24,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from agent.protocol.config import NightConfig
 from agent.settings.layers import (
-    NIGHT_WIDE,
     ConfigFiles,
     Layer,
-    Options,
     SettingsError,
     Source,
     describe,
     night_config,
     read_toml,
 )
+from agent.settings.options import NIGHT_WIDE, Options
 
 
 def _per_task_only(values: dict[str, Any]) -> dict[str, Any]:

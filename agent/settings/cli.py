@@ -1,0 +1,64 @@
+"""`refactor-agent config show`: each setting with its value and where it was set; and --config FILE, the option
+every command that reads settings takes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.commands import UsageProblem, one_line_errors
+from agent.environment.spec import EnvironmentFileError
+from agent.settings.layers import ConfigFiles, SettingsError, describe_settings, merged, placed_runs_dir
+from agent.settings.night_file import night_defaults, night_repositories
+from agent.settings.options import OPTIONS
+from agent.settings.runs_dir import DEFAULT_RUNS_DIR
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A config file of yours, over ~/.config/refactor-agent/config.toml and ./refactor-agent.toml.",
+    ),
+]
+
+config_app = typer.Typer(no_args_is_help=True, help="The settings that apply, and where each comes from.")
+
+
+@config_app.command("show")
+def config_show(
+    night_file: Annotated[Path | None, typer.Option("--night", help="Also the [defaults] of this night file.")] = None,
+    repo: Annotated[
+        list[Path],
+        typer.Option(help="The repository a run would work on (default: the one you are in); repeatable."),
+    ] = [],  # noqa: B006
+    config: ConfigOption = None,
+) -> None:
+    """Each setting with its value and where it was set: default, a config file (with its line), a night file.
+    The files are those a run on --repo (or the night's repositories) would read."""
+    defaults = {option.name: option.default for option in OPTIONS}
+    with one_line_errors(UsageProblem, SettingsError, EnvironmentFileError):
+        targets = [path.resolve() for path in repo]
+        if night_file is not None:
+            targets += night_repositories(night_file)
+        if not targets:  # as `run .` would see it
+            targets = [path for path in [_work_tree_holding(Path.cwd())] if path is not None]
+        layers = ConfigFiles(config).layers(targets, typer.echo)
+        if night_file is not None:
+            layers.append(night_defaults(night_file))
+        values, sources = merged(layers)
+        # Where the records would go: the default moves out of a target repository, as for `run`.
+        set_runs_dir = values.get("runs_dir")
+        defaults["runs_dir"] = placed_runs_dir(
+            set_runs_dir or DEFAULT_RUNS_DIR, sources.get("runs_dir") if set_runs_dir else None, targets, log=typer.echo
+        )
+        lines = describe_settings(defaults, layers)
+    for line in lines:
+        typer.echo(line)
+
+
+def _work_tree_holding(directory: Path) -> Path | None:
+    """The git work tree `directory` is in (found by its `.git`, no git runs), if any."""
+    resolved = directory.resolve()
+    return next((path for path in [resolved, *resolved.parents] if (path / ".git").exists()), None)
