@@ -26,7 +26,8 @@ def test_the_wheel_holds_every_module_and_data_file_of_the_source_tree(built_whe
     wanted |= set(DATA_FILES)
     assert wanted - listed == set()
     packages = {name.rsplit("/", 1)[0] for name in wanted if name.endswith("/__init__.py")}
-    assert {"agent/run/stages", "agent/packing", "agent/server", "agent/bundle"} <= packages  # the check sees every package
+    # The check sees every package:
+    assert {"agent/run/stages", "agent/packing", "agent/server", "agent/bundle"} <= packages
 
 
 @pytest.mark.docker
