@@ -219,33 +219,39 @@ def _cell(text: str, limit: int = 160) -> str:
 
 
 def _environment_cell(row: Row) -> str:
+    """The sources used and those skipped with the reason, then what stopped the build or the collection check."""
     record = row.environment
     if record is None:
         return "–"
-    text = f"{record.source}: {record.description}" if record.description else record.source
+    text = "; ".join(record.sources) or (
+        f"{record.source}: {record.description}" if record.description else record.source
+    )
+    if record.skipped:
+        text += " (skipped: " + "; ".join(record.skipped) + ")"
     if record.status == "failed":
         text += f" — FAILED: {record.error}"
     elif record.collect_note:
         text += f" — {record.collect_note}"
-    return _cell(text)
+    return _cell(text, 400)
 
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| repository | environment (sources) | status | stage s | test command | collected | passed | failed "
-        "| errors | skipped | import errors | baseline | suite s | no-change verdict | ≥90% pass |",
+        "| repository | environment: sources used (skipped) | status | stage s | test command (source) | collected "
+        "| passed | failed | errors | skipped | import errors | baseline | suite s | no-change verdict | ≥90% pass |",
         "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- |",
     ]
     for row in rows:
         counts = row.counts
         status = row.environment.status if row.environment is not None else "–"
         baseline = row.baseline.describe() if row.baseline is not None else (row.error or "–")
+        command = f"{_cell(row.test_command or '–', 80)} ({_cell(row.test_command_source, 60)})"
         suite_s = f"{row.baseline.duration_s:.0f}" if row.baseline is not None and row.baseline.duration_s else "–"
         verdict = f"{row.verdict} ({row.verdict_reason})" if row.verdict else "–"
         share = "no" if row.pass_share is None else f"{'yes' if row.meets else 'no'} ({row.pass_share:.0%})"
         lines.append(
             f"| {row.name} | {_environment_cell(row)} | {status} | {row.stage_s if row.stage_s is not None else '–'} "
-            f"| {_cell(row.test_command or '–', 60)} | {row.collected} | {counts.get('passed', 0)} "
+            f"| {command} | {row.collected} | {counts.get('passed', 0)} "
             f"| {counts.get('failed', 0)} | {counts.get('error', 0)} | {counts.get('skipped', 0)} "
             f"| {len(row.import_errors)} | {_cell(baseline)} | {suite_s} | {_cell(verdict, 100)} | {share} |"
         )
