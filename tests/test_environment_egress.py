@@ -7,6 +7,7 @@ import contextlib
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,3 +129,38 @@ def test_a_silent_client_is_dropped_and_failures_are_one_line_each(
     assert lines[1].startswith(f"egress: cannot reach 127.0.0.1:{unreachable}: ")
     assert all("\n" not in line and "Traceback" not in line for line in lines)
     assert tracebacks == [], "no connection's failure reaches the thread's exception hook"
+
+
+def test_a_connection_that_outlives_the_build_neither_connects_nor_writes_to_its_closed_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build's proxy closes while uv still has connections in flight (seen on a loaded machine, with DNS slow to
+    answer): their handlers used to go on, connect, and log into the build log the build had closed, ending in
+    `ValueError: write to closed file` tracebacks on the terminal."""
+    tracebacks: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", tracebacks.append)
+    closed = socket.create_server(("127.0.0.1", 0))
+    unreachable = closed.getsockname()[1]
+    closed.close()
+    build_over = threading.Event()
+    lines: list[str] = []
+
+    def build_log(line: str) -> None:
+        if build_over.is_set():
+            raise ValueError("write to closed file")  # what BuildLog.event does once the build has ended
+        lines.append(line)
+
+    before = set(threading.enumerate())
+    with EgressProxy(tmp_path / "egress.sock", {("127.0.0.1", unreachable)}, log=build_log, head_timeout_s=30):
+        late = ask(tmp_path / "egress.sock", f"CONNECT 127.0.0.1:{unreachable} HTTP/1.1\r\n".encode())
+        deadline = time.monotonic() + 10
+        while len(set(threading.enumerate()) - before) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the proxy's accept loop and the late connection's handler
+    build_over.set()
+    with late:
+        with contextlib.suppress(OSError):  # the proxy may have closed it already: nothing more is said there
+            late.sendall(b"\r\n")
+            late.recv(1024)
+    for thread in set(threading.enumerate()) - before:
+        thread.join(10)
+    assert tracebacks == [] and lines == []

@@ -180,6 +180,10 @@ class EgressProxy:
         self._server.listen(64)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
+        # Connections in flight, ended when the build ends: uv may still hold some (DNS slow to answer on a loaded
+        # machine), and their handlers must not go on into a build that is over.
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
 
     def __enter__(self) -> EgressProxy:
         self._thread.start()
@@ -191,6 +195,15 @@ class EgressProxy:
             self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
         self._thread.join(5)
+        with self._connections_lock:
+            for connection in self._connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+
+    def _say(self, line: str) -> None:
+        """A line for the build's log while the build lasts; once it is over, its log is closed and nobody reads."""
+        if not self._closed.is_set():
+            self.log(line)
 
     def _serve(self) -> None:
         while not self._closed.is_set():
@@ -201,31 +214,36 @@ class EgressProxy:
             threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
 
     def _handle(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.add(connection)
         with connection:
             try:
                 self._serve_one(connection)
             except Exception as error:  # one connection's fault (a reset, a bad head): a line, never a traceback
-                self.log(f"egress: a connection failed: {one_line(error)}")
+                self._say(f"egress: a connection failed: {one_line(error)}")
+            finally:
+                with self._connections_lock:
+                    self._connections.discard(connection)
 
     def _serve_one(self, connection: socket.socket) -> None:
         try:
             head = _read_head(connection, self.head_timeout_s)
         except TimeoutError:
-            self.log(f"egress: dropped a connection that sent no request within {self.head_timeout_s:g}s")
+            self._say(f"egress: dropped a connection that sent no request within {self.head_timeout_s:g}s")
             return
-        if not head:
-            return  # closed before a word: the forwarder's readiness probe, or a client that gave up
+        if not head or self._closed.is_set():
+            return  # closed before a word (the forwarder's readiness probe, a client that gave up), or the build ended
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
         parts = request_line.split()
         target = _target(parts[0], parts[1]) if len(parts) == 3 else None
         if target is None:
-            self.log(f"egress: refused a request that is not a proxy request: {request_line[:120]!r}")
+            self._say(f"egress: refused a request that is not a proxy request: {request_line[:120]!r}")
             connection.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
             return
         host, port = target
         if (host.lower(), port) not in self.allowed:
             self.denied.append(f"{host}:{port}")
-            self.log(f"egress: refused {host}:{port}: not an allowed package index (host and port)")
+            self._say(f"egress: refused {host}:{port}: not an allowed package index (host and port)")
             body = f"refactor-agent: {host}:{port} is not an allowed package index host and port\n".encode()
             connection.sendall(
                 b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: "
@@ -237,7 +255,7 @@ class EgressProxy:
         try:
             outbound = self._open(parts[0], host, port, head, connection)
         except OSError as error:
-            self.log(f"egress: cannot reach {host}:{port}: {one_line(error)}")
+            self._say(f"egress: cannot reach {host}:{port}: {one_line(error)}")
             message = f"refactor-agent: cannot reach {host}:{port}: {error}\n".encode()
             connection.sendall(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n" + message)
             return
