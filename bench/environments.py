@@ -20,6 +20,7 @@ import argparse
 import datetime
 import json
 import subprocess
+import sys
 import tempfile
 import time
 import tomllib
@@ -31,19 +32,22 @@ import docker
 import git
 from pydantic import BaseModel, computed_field
 
-from agent.environment.plan import ENV_REPOSITORY, repository_slug
-from agent.environment.stage import prepare_environment
-from agent.gate.baseline import BaselineCache
-from agent.gate.results import SuiteRun
-from agent.gate.stage import Gate
-from agent.gate.test_command import detect_test_command
-from agent.protocol.config import RunConfig
-from agent.protocol.records import EnvironmentRecord
-from agent.worktree.workspace import Workspace, head_commit, open_repository
-from sandbox import DEFAULT_IMAGE, DockerSandbox, SandboxLimits, docker_client
-from sandbox.errors import one_line
-
 ROOT = Path(__file__).resolve().parent.parent
+# This checkout's code, not the one the virtualenv's editable install points at (a worktree of a helper).
+sys.path.insert(0, str(ROOT))
+
+from agent.environment.plan import ENV_REPOSITORY, repository_slug  # noqa: E402
+from agent.environment.stage import prepare_environment  # noqa: E402
+from agent.gate.baseline import BaselineCache  # noqa: E402
+from agent.gate.results import SuiteRun  # noqa: E402
+from agent.gate.stage import Gate  # noqa: E402
+from agent.gate.test_command import detect_test_command  # noqa: E402
+from agent.protocol.config import RunConfig  # noqa: E402
+from agent.protocol.records import EnvironmentRecord  # noqa: E402
+from agent.worktree.workspace import Workspace, head_commit, open_repository  # noqa: E402
+from sandbox import DEFAULT_IMAGE, DockerSandbox, SandboxLimits, docker_client  # noqa: E402
+from sandbox.errors import one_line  # noqa: E402
+
 MANIFEST = ROOT / "bench" / "corpus.toml"
 OUT = ROOT / "bench" / "out"
 RESULTS = OUT / "environments.json"
