@@ -76,6 +76,7 @@ class Row(BaseModel):
     stage_s: float | None = None
     test_command: str | None = None
     test_command_source: str = ""  # why that command: `tox.ini [testenv] commands`, ...
+    suite_timeout_s: float | None = None
     baseline: SuiteRun | None = None
     verdict: str | None = None  # the gate's check of the unchanged tree
     verdict_reason: str = ""
@@ -191,6 +192,7 @@ def measure(
         commit=entry.commit,
         measured_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         agent_commit=agent_commit(),
+        suite_timeout_s=timeout_s,
     )
     try:
         repo = checkout(corpus, entry)
