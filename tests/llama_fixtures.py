@@ -15,13 +15,16 @@ import pytest
 
 from agent.protocol.config import LLMConfig, SamplingConfig
 from agent.server.api import ServerError
-from agent.server.binary import find_binary, find_embedded_model
+from agent.server.binary import find_binary, find_chat_template, find_embedded_model
 from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState, start_server, stop_server
 from agent.server.presets import PresetRequest, build_preset
 
 # Small enough to keep two SmolLM2 copies (target + self-draft) light; large enough for the cache tests' prompts.
 TEST_CTX = 4096
+# DeepSeek V4's template with the product's 13 tool schemas takes ~2.3k tokens before the first user message: a
+# scripted task of a dozen turns fits SmolLM2's whole window, and the compaction tests outgrow TEST_CTX.
+V4_CTX = 8192
 READY_TIMEOUT_S = 180.0
 # Unconditional acceptance probability per draft position (non-increasing, one per --spec-draft-n-max position).
 SYNTHETIC_RATES = (0.9, 0.7, 0.5, 0.3, 0.1)
@@ -87,11 +90,15 @@ def running_server(request: PresetRequest, binary: Path, state_dir: Path) -> Ite
         stop_server(state.port, state_dir=state_dir, log=print)
 
 
-def _embedded(*, self_draft: bool, extra_args: tuple[str, ...] = ()) -> PresetRequest:
+def _embedded(
+    *, self_draft: bool, extra_args: tuple[str, ...] = (), ctx: int = TEST_CTX, save_dir: Path | None = None
+) -> PresetRequest:
     # One thread: the test process shares the (often 2) cores, and spinning ggml workers that lose their core to it
     # decode at half the speed of a single thread.
     extra = ["--threads", "1", *extra_args]
-    return PresetRequest(self_draft=self_draft, ctx_size=TEST_CTX, port=free_port(), extra_args=extra)
+    return PresetRequest(
+        self_draft=self_draft, ctx_size=ctx, port=free_port(), slot_save_path=save_dir, extra_args=extra
+    )
 
 
 @pytest.fixture(scope="session")
@@ -123,4 +130,53 @@ def llama_server_misconfigured(llama_binary: Path, llama_state_dir: Path) -> Ite
     looks like from the outside)."""
     extra = ("--spec-draft-p-min", "1.01")
     with running_server(_embedded(self_draft=True, extra_args=extra), llama_binary, llama_state_dir) as state:
+        yield state
+
+
+def _v4_template() -> tuple[str, ...]:
+    """SmolLM2 served with DeepSeek V4 Flash 0731's own template: the server then renders prompts as V4's would and
+    picks its DeepSeek V3.2/V4 parser (`common/chat.cpp`), so the tests see V4's prompts and V4's tool calls."""
+    try:
+        return ("--chat-template-file", str(find_chat_template()))
+    except ServerError as error:
+        pytest.fail(f"the V4 template tests need the kept template: {error}", pytrace=False)
+
+
+@contextmanager
+def v4_server(
+    binary: Path, state_dir: Path, save_dir: Path, *, ctx: int = V4_CTX, extra_args: tuple[str, ...] = ()
+) -> Iterator[ServerState]:
+    """The embedded preset with V4's template, saving slots into `save_dir` (never the user's cache)."""
+    request = _embedded(self_draft=False, extra_args=(*_v4_template(), *extra_args), ctx=ctx, save_dir=save_dir)
+    with running_server(request, binary, state_dir) as state:
+        yield state
+
+
+@pytest.fixture(scope="session")
+def llama_server_v4(
+    llama_binary: Path, llama_state_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerState]:
+    """SmolLM2 rendering DeepSeek V4's template (thinking on, the server's default), one slot of V4_CTX tokens. One
+    server for the whole session: its first prefill of the tools is the tier's largest cost."""
+    with v4_server(llama_binary, llama_state_dir, tmp_path_factory.mktemp("v4-slots")) as state:
+        yield state
+
+
+@pytest.fixture(scope="session")
+def llama_server_v4_small(
+    llama_binary: Path, llama_state_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerState]:
+    """The V4 template in a TEST_CTX window: conversations that outgrow it (compaction)."""
+    save_dir = tmp_path_factory.mktemp("v4-small-slots")
+    with v4_server(llama_binary, llama_state_dir, save_dir, ctx=TEST_CTX) as state:
+        yield state
+
+
+@pytest.fixture(scope="session")
+def llama_server_v4_thinking_off(
+    llama_binary: Path, llama_state_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerState]:
+    """The V4 template with thinking switched off for every request (`--reasoning off`): effort then does nothing."""
+    save_dir = tmp_path_factory.mktemp("v4-off-slots")
+    with v4_server(llama_binary, llama_state_dir, save_dir, ctx=TEST_CTX, extra_args=("--reasoning", "off")) as state:
         yield state

@@ -11,10 +11,10 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 @dataclass
@@ -82,7 +82,8 @@ def rendered_prompt(body: dict[str, Any]) -> str:
     return json.dumps([messages[:1], body.get("tools", []), body.get("reasoning_effort"), messages[1:]])
 
 
-def common_prefix(a: str, b: str) -> int:
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items (characters, tokens) two sequences share."""
     limit = min(len(a), len(b))
     index = 0
     while index < limit and a[index] == b[index]:
@@ -90,7 +91,32 @@ def common_prefix(a: str, b: str) -> int:
     return index
 
 
-class ScriptedServer:
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 (port 0: a free one) answering from a thread while inside `with`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> None:
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def root(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root}/v1"
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class ScriptedServer(LoopbackServer):
     def __init__(
         self,
         script: list[Step] | None = None,
@@ -120,27 +146,12 @@ class ScriptedServer:
         self.prompts: list[str] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def root(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    @property
-    def url(self) -> str:
-        return f"{self.root}/v1"
-
-    def __enter__(self) -> ScriptedServer:
-        self._thread.start()
-        return self
+        super().__init__(self._handler(), port)
 
     def __exit__(self, *exc: object) -> None:
         self._closing.set()
         self._release.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        super().__exit__(*exc)
 
     def next_step(self, body: dict[str, Any]) -> tuple[Step, int, int]:
         with self._lock:
