@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent.protocol.events import Event, Request, Response, ToolCallEvent, ToolResultEvent
-from agent.protocol.model import ChatModel, LLMError, ToolCall
+from agent.protocol.model import AssistantTurn, ChatModel, LLMError, ToolCall
 from agent.protocol.stats import RequestStats
 from agent.safety.control_text import neutralised_message
 from tools.base import FinishRequested, ToolContext
@@ -35,7 +35,7 @@ class Finished(LoopEnd):
 
 
 class Stopped(LoopEnd):
-    """The model answered without calling a tool: it has nothing more to do."""
+    """The model's reply called no tool (an answer, or a reply cut short, empty or all reasoning): the turn ends."""
 
     outcome = "stopped"
 
@@ -55,6 +55,26 @@ class LoopResult:
     summary: str
     turns: int
     requests: list[RequestStats] = field(default_factory=list)
+
+
+# A reply cut by max_tokens ends inside its last call, whatever its arguments happen to parse to: none is run.
+CUT_CALL_RESULT = (
+    "error: your reply was cut at max_tokens before it was complete, so this call was not run; "
+    "send it again, shorter if it was long"
+)
+
+
+def _why_no_call(reply: AssistantTurn) -> str:
+    """Why a reply without a tool call ends the turn. Never resampled: a model that is capped, or that cannot close
+    its reasoning, would do the same again (and a capped small model would loop)."""
+    if reply.finish_reason == "length":
+        where = "" if reply.content.strip() or not reply.reasoning_content else " inside its reasoning"
+        return f"the reply was cut at max_tokens{where} without a tool call"
+    if reply.content.strip():
+        return "the model answered without calling a tool"
+    if reply.reasoning_content:
+        return "the model's reasoning never closed: no answer and no tool call after it"
+    return "the model returned an empty reply"
 
 
 class AgentLoop:
@@ -130,7 +150,11 @@ class AgentLoop:
         self.messages.append(reply.to_message())
         self.emit(Response(turn=self.turn, message=self.messages[-1], stats=reply.stats))
         if not reply.tool_calls:
-            raise Stopped("the model answered without calling a tool", summary=reply.content)
+            raise Stopped(_why_no_call(reply), summary=reply.content)
+        if reply.finish_reason == "length":
+            for call in reply.tool_calls:
+                self._answer_unrun(call, CUT_CALL_RESULT)
+            return
         for call in reply.tool_calls:
             self._execute(call)
 
@@ -153,6 +177,10 @@ class AgentLoop:
             self._append_tool_result(call, "finished", is_error=False)
             raise Finished("the model called finish", summary=finish.summary) from None
         self._append_tool_result(call, result.text, is_error=result.is_error)
+
+    def _answer_unrun(self, call: ToolCall, text: str) -> None:
+        self.emit(ToolCallEvent(turn=self.turn, id=call.id, name=call.name, arguments=call.arguments))
+        self._append_tool_result(call, text, is_error=True)
 
     def _append_tool_result(self, call: ToolCall, text: str, *, is_error: bool) -> None:
         text = neutralised_message(text)  # what the repository and its commands wrote never reads as a turn

@@ -30,6 +30,7 @@ class Reply:
     prefill_chunks: int = 0
     prefill_interval_s: float = 0.0
     before: Callable[[], None] | None = None  # runs in the server before it answers, e.g. to break something
+    finish_reason: str | None = None  # None: "tool_calls" when it calls tools, else "stop"; "length": cut short
 
 
 @dataclass
@@ -340,7 +341,7 @@ class ScriptedServer(LoopbackServer):
                     )
                     for piece in _pieces(raw):
                         self._chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-                self._chunk({}, finish="tool_calls" if reply.tool_calls else "stop")
+                self._chunk({}, finish=reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"))
                 generated = tokens_of(reply.reasoning + reply.content + json.dumps(reply.tool_calls))
                 timings: dict[str, Any] = {
                     "cache_n": cache_n,

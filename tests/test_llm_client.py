@@ -10,6 +10,7 @@ import pytest
 
 from agent.protocol.config import LLMConfig, SamplingConfig
 from agent.protocol.model import AssistantTurn, ContextOverflow, MalformedOutput, ModelUnavailable, ToolCall
+from agent.safety.control_text import neutralise
 from agent.server.api import LlamaServerAPI
 from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState
@@ -95,6 +96,43 @@ def test_resamples_are_bounded() -> None:
     with ScriptedServer([StreamError(FORMAT_ERROR)] * 3) as server:
         with pytest.raises(MalformedOutput, match="tool-call format 3 times"):
             client(server, max_resamples=2).complete(MESSAGES, TOOLS)
+
+
+# DeepSeek V4's tool-call markup left in the text by the server's parser: V3.2's block name, an invoke outside a
+# block, a block spelled with ASCII bars, a block inside reasoning that never closed.
+V32_BLOCK = '\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="bash">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>'
+LEFT_MARKUP = [
+    Reply(content=V32_BLOCK),
+    Reply(content='Let me look.\n\n<｜DSML｜invoke name="bash">\n</｜DSML｜invoke>\n'),
+    Reply(content='<|DSML|tool_calls>\n<|DSML|invoke name="bash">\n</|DSML|invoke>\n</|DSML|tool_calls>'),
+    Reply(reasoning=f"I will call it.{V32_BLOCK}"),
+]
+
+
+@pytest.mark.parametrize("left", LEFT_MARKUP, ids=["v3.2 block", "bare invoke", "ascii bars", "in reasoning"])
+def test_dsml_markup_in_the_content_is_resampled_and_counted(left: Reply) -> None:
+    retries: list[str] = []
+    with ScriptedServer([left, Reply(tool_calls=[("bash", {"command": "ls"})])]) as server:
+        model = OpenAIChatModel(LLMConfig(server_url=server.url, retry_backoff_s=0.0), on_retry=retries.append)
+        turn = model.complete(MESSAGES, TOOLS)
+    assert [call.name for call in turn.tool_calls] == ["bash"]
+    assert (turn.stats.resamples, turn.stats.retries, len(server.requests)) == (1, 0, 2)
+    assert "tool-call markup" in retries[0]
+
+
+def test_dsml_in_the_content_every_time_ends_in_malformed_output() -> None:
+    with ScriptedServer([Reply(content=V32_BLOCK)] * 3) as server:
+        with pytest.raises(MalformedOutput, match="3 times: tool-call markup"):
+            client(server, max_resamples=2).complete(MESSAGES, TOOLS)
+
+
+def test_markup_the_repository_spells_is_an_answer_not_a_broken_call() -> None:
+    """Text quoted from the repository or a tool result carries the control-text mark (agent/safety/control_text.py):
+    a model that copies it into its answer is not resampled."""
+    quoted = f"The file documents the format: {neutralise(V32_BLOCK)}"
+    with ScriptedServer([Reply(content=quoted)]) as server:
+        turn = client(server).complete(MESSAGES, TOOLS)
+    assert (turn.content, turn.stats.resamples) == (quoted, 0)
 
 
 def test_context_overflow_is_its_own_error() -> None:

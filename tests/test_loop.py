@@ -76,6 +76,42 @@ def test_an_answer_without_tool_calls_stops(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (
+            Reply(content="I will now rename", finish_reason="length"),
+            "the reply was cut at max_tokens without a tool call",
+        ),
+        (Reply(reasoning="Let me think about", finish_reason="length"), "cut at max_tokens inside its reasoning"),
+        (Reply(reasoning="Let me think about it."), "the model's reasoning never closed"),
+        (Reply(), "the model returned an empty reply"),
+    ],
+    ids=["cut", "cut in reasoning", "reasoning never closed", "empty"],
+)
+def test_a_reply_without_a_call_ends_the_turn_saying_why(tmp_path: Path, reply: Reply, reason: str) -> None:
+    """Not resampled: a model that is capped or cannot close its reasoning would do the same again."""
+    result, _, server = run_loop(tmp_path, [reply])
+    assert result.outcome == "stopped" and reason in result.reason
+    assert len(server.requests) == 1
+
+
+def test_the_calls_of_a_reply_cut_at_max_tokens_are_not_run(tmp_path: Path) -> None:
+    """A cut reply's last call is incomplete whatever its arguments parse to: none of its calls runs, each is
+    answered, and the model goes on."""
+    cut = Reply(
+        tool_calls=[("create_file", {"path": "new.py", "content": "def f(x):\n"}), ("bash", {"command": "touch b"})],
+        finish_reason="length",
+    )
+    result, events, server = run_loop(tmp_path, [cut, Reply(tool_calls=[("finish", {"summary": "done"})])])
+    assert result.outcome == "finished"
+    repo = tmp_path / "repo"
+    assert not (repo / "new.py").exists() and not (repo / "b").exists()
+    answers = [message for message in server.requests[1]["messages"] if message["role"] == "tool"]
+    assert len(answers) == 2 and all("cut at max_tokens" in answer["content"] for answer in answers)
+    assert [event.name for event in events if event.type == "tool_result"] == ["create_file", "bash", "finish"]
+
+
+@pytest.mark.parametrize(
     ("script", "n_ctx", "reason"),
     [
         ([Fail(500, {"error": {"message": "boom", "type": "server_error"}})] * 3, 65536, "failed 2 times"),

@@ -1,13 +1,15 @@
 """The model: llama-server's OpenAI-compatible chat endpoint, streamed, with llama-server's timings kept.
 
 Failures are sorted into what the loop can act on: transient (retried here with backoff, RetryPolicy), output that
-broke the tool-call format (resampled here, counted), a prompt over the context (ContextOverflow, ends the task) and
+broke the tool-call format (the server's parser refused it, or left tool-call markup in the text: resampled here,
+counted), a prompt over the context (ContextOverflow, ends the task) and
 the rest (ModelUnavailable, ends the task). A stream with nothing from the server (no token, no prefill progress) for
 `idle_timeout_s` is abandoned and retried; `request_timeout_s` bounds a whole request.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -30,6 +32,13 @@ RetryListener = Callable[[str], None]
 EventListener = Callable[[PrefillProgress], None]
 T = TypeVar("T")
 
+# DeepSeek V4's tool-call markup (DSML). Its parser (`common/parsers/deepseek.cpp`) turns a `<｜DSML｜tool_calls>`
+# block into tool_calls and leaves in the text what it does not recognise: V3.2's `function_calls` block, an invoke
+# outside a block, a block spelled with ASCII bars or without its DSML token. Agents that took such text for the
+# final answer stopped early (OpenHands SDK PR #4845, hermes-agent #15453). Text the repository spells never matches:
+# it reaches the model with a zero-width space after the bar (agent/safety/control_text.py).
+TOOL_MARKUP = re.compile(r"<[|｜]DSML[|｜]|<[|｜]?tool_calls>")
+LEFT_MARKUP_REASON = "tool-call markup left in the text (the server's parser did not take it for a call)"
 # Prefill progress goes to the observer (and the transcript) at most once per tenth of the prompt: a live bar, not
 # a line per batch.
 PREFILL_PROGRESS_STEPS = 10
@@ -87,6 +96,15 @@ def _is_format_mismatch(error: openai.APIError) -> bool:
         return False
     text = _error_text(error)
     return "does not match the expected" in text or "Failed to parse" in text
+
+
+def _holds_tool_markup(turn: AssistantTurn) -> bool:
+    """A turn without calls whose text still holds tool-call markup: a call the server's parser did not take, never
+    an answer. Its reasoning counts when it has no content (the parser takes a block from unclosed reasoning too,
+    `common/parsers/deepseek.cpp`, so one left there is broken as well)."""
+    if turn.tool_calls:
+        return False
+    return TOOL_MARKUP.search(turn.content or turn.reasoning_content or "") is not None
 
 
 def _is_context_overflow(error: openai.APIStatusError) -> bool:
@@ -161,11 +179,15 @@ class OpenAIChatModel:
             nonlocal resamples
             while True:
                 try:
-                    return self._stream_once(messages, tools, max_tokens)
+                    turn = self._stream_once(messages, tools, max_tokens)
                 except openai.APIError as error:
                     if not _is_format_mismatch(error):
                         raise
                     resamples = self._count_resample(resamples, _error_text(error))
+                    continue
+                if not _holds_tool_markup(turn):
+                    return turn
+                resamples = self._count_resample(resamples, LEFT_MARKUP_REASON)
 
         try:
             turn, retries = self._retry.call(attempt, self._transient_reason)

@@ -18,27 +18,28 @@ from typing import Any
 
 import pytest
 
-from agent.context import task_prompt
+from agent.dispatch.seats import FleetModel, ServerPool
 from agent.gate.verdict import GateCheck, repair_message
-from agent.journal import RunJournal
-from agent.llm import OpenAIChatModel
 from agent.loop import AgentLoop, LoopResult
+from agent.prompt import task_prompt
 from agent.protocol.config import LLMConfig
 from agent.protocol.effort import Effort
 from agent.protocol.events import Event, TaskStart
 from agent.protocol.model import AssistantTurn
-from agent.resume import RESTARTED_MESSAGE, read_progress
-from agent.server.fleet import FleetModel, ServerPool
+from agent.record.journal import RunJournal
+from agent.record.progress import RESTARTED_MESSAGE, read_progress
+from agent.run.time_limit import TIME_UP_MESSAGE
+from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState
-from agent.time_limit import TIME_UP_MESSAGE
 from prompts import load_prompt
-from tools import ToolContext, default_registry
+from tools.base import ToolContext
 from tools.ledger import Ledger, old_names_in
+from tools.registry import default_registry
 
 from local_executor import LocalExecutor
 from repos import SAMPLE_FILES, make_repo
 from scripted_server import Fail, ScriptedServer
-from support.dsml import Reply, invoke
+from support.dsml import Reply, block, invoke
 from support.played_server import Exchange, PlayedServer, Step, render
 from support.template_checks import check_extension, divergences, served
 
@@ -243,3 +244,40 @@ def test_max_and_high_effort_put_the_preamble_in_low_does_not(
     assert all(prompt.endswith("<｜Assistant｜><think>") for prompt in rendered.values())
     thinking_off = render(llama_server_v4_thinking_off.url, product_body("max"))
     assert "Reasoning Effort" not in thinking_off and thinking_off.endswith("<｜Assistant｜></think>")
+
+
+def test_dsml_in_the_content_is_resampled_on_the_real_parser(llama_server_v4: ServerState, tmp_path: Path) -> None:
+    """DeepSeek V3.2's block name and an invoke outside a block: the real parser leaves both in the content, and the
+    client resamples them (counted) instead of taking them for the final answer; the task goes on."""
+    view = invoke("view_file", path="pkg/geometry.py")
+    script: list[Step] = [
+        Reply("I will read it.", content=block(view, name="function_calls")),
+        Reply("I will read it.", content=f"\n\n{view}"),
+        Reply("I will read it.", calls=(view,)),
+        Reply("It reads well.", content="Nothing to change after all."),
+    ]
+    with played_loop(llama_server_v4, script, make_repo(tmp_path / "repo")) as (played, loop):
+        result = loop.run(SYSTEM, TASK)
+    assert (result.outcome, result.reason) == ("stopped", "the model answered without calling a tool")
+    left, bare, good = played.exchanges[:3]
+    assert (left.finish_reason, bare.finish_reason, good.finish_reason) == ("stop", "stop", "tool_calls")
+    assert "<｜DSML｜function_calls>" in left.content and '<｜DSML｜invoke name="view_file">' in bare.content
+    assert [stats.resamples for stats in result.requests] == [2, 0]
+
+
+def test_a_reply_cut_inside_a_call_is_not_run_as_written(llama_server_v4: ServerState, tmp_path: Path) -> None:
+    """max_tokens ends a reply inside create_file's content: the real parser hands over the call cut short; it is
+    answered, never run. Then a reply cut inside its reasoning ends the turn saying so."""
+    whole = block(invoke("create_file", path="pkg/new.py", content="def f(x):\n    return x\n"))
+    script: list[Step] = [
+        Reply("Create the module.", content=whole[: whole.index("return")], cut=True),
+        Reply("Now I think about the callers and", cut=True),
+    ]
+    repo = make_repo(tmp_path / "repo")
+    with played_loop(llama_server_v4, script, repo) as (played, loop):
+        result = loop.run(SYSTEM, TASK)
+    assert [exchange.finish_reason for exchange in played.exchanges] == ["length", "length"]
+    assert not (repo / "pkg" / "new.py").exists()
+    (answer,) = [message for message in loop.messages if message["role"] == "tool"]
+    assert "cut at max_tokens" in answer["content"]
+    assert result.outcome == "stopped" and "cut at max_tokens inside its reasoning" in result.reason

@@ -51,6 +51,7 @@ class Exchange:
     prompt_tokens: int | None = None  # as the server reported them
     cached_tokens: int | None = None
     finish_reason: str | None = None
+    content: str = ""  # the answer's content as the server's parser gave it (tool calls parsed out)
 
 
 def render(url: str, body: dict[str, Any]) -> str:
@@ -207,6 +208,7 @@ def _read_usage(exchange: Exchange, answer: bytes) -> None:
             continue
         for choice in event.get("choices") or []:
             exchange.finish_reason = choice.get("finish_reason") or exchange.finish_reason
+            exchange.content += (choice.get("delta") or choice.get("message") or {}).get("content") or ""
         usage, timings = event.get("usage"), event.get("timings")
         if isinstance(usage, dict):
             exchange.prompt_tokens = usage.get("prompt_tokens", exchange.prompt_tokens)
