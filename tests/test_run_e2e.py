@@ -534,7 +534,7 @@ def test_a_closed_stdout_sends_the_rest_to_the_log_and_the_run_goes_on(tmp_path:
 def test_a_model_that_answers_without_tool_calls_stops_with_no_changes(
     tmp_path: Path, llama_server: ServerState
 ) -> None:
-    """SmolLM2 given tools answers in plain text: the task must end because of exactly that, after one turn."""
+    """SmolLM2 given tools answers in plain text: the task must end saying how the reply ended, after one turn."""
     repo = make_repo(tmp_path / "repo")
     before = checkout_fingerprint(repo)
     arguments = ["run", str(repo), "--task", "Rename compute_area to area", "--server", llama_server.url]
@@ -546,9 +546,13 @@ def test_a_model_that_answers_without_tool_calls_stops_with_no_changes(
     (task,) = summary["tasks"]
     assert result.exit_code == 0, result.output
     assert task["status"] == "no_changes", task
-    assert task["reason"] == "the model answered without calling a tool", task
     assert task["turns"] == 1, task
     (response,) = [event for event in events if event["type"] == "response"]
+    # SmolLM2 at temperature 1.0 usually rambles past 48 tokens and sometimes stops: the reason must say which.
+    if response["stats"]["completion_tokens"] >= 48:
+        assert task["reason"] == "the reply was cut at max_tokens without a tool call", task
+    else:
+        assert task["reason"] == "the model answered without calling a tool", task
     assert not response["message"].get("tool_calls") and response["message"]["content"].strip()
     assert not [event for event in events if event["type"] in ("tool_call", "tool_result")]
     progress = [event for event in events if event["type"] == "prefill_progress"]
