@@ -88,6 +88,7 @@ class AgentLoop:
         emit: Emit,
         max_tokens: int | None = None,
         notice: Callable[[], str | None] | None = None,
+        checkpoint: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
         self.registry = registry
@@ -97,6 +98,8 @@ class AgentLoop:
         self.emit = emit
         # Asked before each request: a user message to append first (the deadline's time-is-up), or None.
         self.notice = notice or (lambda: None)
+        # Called after each tool result, before it is emitted: the runner keeps the task's files then (resume).
+        self.checkpoint = checkpoint or (lambda: None)
         self.tool_schemas = registry.schemas()
         self.messages: list[dict[str, Any]] = []
         self.requests: list[RequestStats] = []
@@ -185,4 +188,5 @@ class AgentLoop:
     def _append_tool_result(self, call: ToolCall, text: str, *, is_error: bool) -> None:
         text = neutralised_message(text)  # what the repository and its commands wrote never reads as a turn
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        self.checkpoint()
         self.emit(ToolResultEvent(turn=self.turn, id=call.id, name=call.name, is_error=is_error, text=text))

@@ -6,7 +6,7 @@ and a local Ray cluster (scripted model).
 As root it re-runs itself in a loopback-only network namespace (`unshare -n`), where Ray binds 127.0.0.1 and
 sends nothing anywhere else. Each task is real apart from the model: its worktree, the Docker sandbox, the
 repository packed, the baseline and the gate's test runs, the commit. The model is the scripted llama-server
-(tests/scripted_server.py) that spends --model-seconds on each of a task's two replies in prefill progress, a
+(tests/support/scripted_server.py) that spends --model-seconds on each of a task's two replies in prefill progress, a
 stand-in for a GPU's time; every configuration runs the same tasks on a fresh clone of the same repository.
 
 - one server: `run --server A`, the tasks one after the other (N = 1);
@@ -42,10 +42,10 @@ from agent.protocol.config import LLMConfig, NightConfig, RunConfig  # noqa: E40
 from agent.record.journal import RunJournal  # noqa: E402
 from agent.run.command import task_dispatch  # noqa: E402
 from agent.run.compose import build_run  # noqa: E402
-from sandbox import docker_client  # noqa: E402
+from agent.run.sandboxes import DockerSandboxes  # noqa: E402
 
-from repos import SAMPLE_FILES, make_repo  # noqa: E402
-from scripted_server import Reply, ScriptedServer  # noqa: E402
+from support.repos import SAMPLE_FILES, make_repo  # noqa: E402
+from support.scripted_server import Reply, ScriptedServer  # noqa: E402
 
 IN_NAMESPACE = "--in-loopback-namespace"
 
@@ -100,7 +100,7 @@ def measure(
     run = build_run(
         night,
         repos={repo: git.Repo(repo)},
-        docker_client=docker_client() if executor == "local" else None,
+        sandboxes=DockerSandboxes() if executor == "local" else None,
         server_url=urls[0],
         journal=journal,
         observe=lambda _event: None,

@@ -36,7 +36,7 @@ from agent.server.kv_cache import KVCacheStore, PrefixCache  # noqa: E402
 from agent.server.launcher import start_server, stop_server  # noqa: E402
 from agent.server.presets import PresetRequest, build_preset  # noqa: E402
 
-from llama_fixtures import free_port  # noqa: E402
+from support.llama_fixtures import free_port  # noqa: E402
 
 
 class Sample(BaseModel):

@@ -34,7 +34,7 @@ from agent.server.binary import find_binary  # noqa: E402
 from agent.server.launcher import start_server, stop_server  # noqa: E402
 from agent.server.presets import PresetRequest, build_preset  # noqa: E402
 
-from llama_fixtures import free_port  # noqa: E402
+from support.llama_fixtures import free_port  # noqa: E402
 
 
 def bench(name: str, *arguments: str) -> float:

@@ -1,6 +1,13 @@
+import os
 import sys
 from pathlib import Path
 
-# Test helpers (scripted_server, sample repositories) are imported by name from this folder.
+# The test doubles and fixtures (tests/support/: the scripted server and model, sample repositories, local
+# sandboxes) are imported as `support.x` from this folder.
 sys.path.insert(0, str(Path(__file__).parent))
-pytest_plugins = ["llama_fixtures", "install_fixtures"]
+pytest_plugins = ["support.llama_fixtures", "support.install_fixtures"]
+# One copy of the interpreter's bytecode for every local sandbox of the session, its CLI child processes included
+# (support/local_sandbox.py; their TMPDIR is a test's own).
+from support.local_sandbox import BYTECODE_ENV, bytecode_path  # noqa: E402 - support/ is importable from here on
+
+os.environ.setdefault(BYTECODE_ENV, str(bytecode_path()))

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from repos import make_repo
+from support.repos import make_repo
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "environments.py"
 

@@ -3,7 +3,7 @@ bundle's install.sh installs it into a fresh virtual environment inside a networ
 all; that install runs a task to a verified branch there (loopback only, for the scripted server). A bundle
 missing a dependency's wheel fails to install even with the network there (pip has no index), and install.sh
 refuses a machine the bundle was not made for in one line. The bundle and its offline install are
-tests/install_fixtures.py's, made once per session from the wheel the wheel test builds, and shared with it."""
+tests/support/install_fixtures.py's, made once per session from the wheel the wheel test builds, and shared with it."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from agent.bundle.steps import Steps
 from agent.cli import app
 from agent.environment.wheelhouse import Installed, plain_requirements
 
-from install_fixtures import (
+from support.install_fixtures import (
     SOURCE_ROOT,
     Bundle,
     InstalledWheel,
@@ -33,8 +33,8 @@ from install_fixtures import (
     install_from,
     rename_task,
 )
-from namespaces import in_loopback_namespace
-from repos import make_repo
+from support.namespaces import in_loopback_namespace
+from support.repos import make_repo
 
 
 def run_offline(tmp: str, venv: str, image: str) -> dict[str, Any]:

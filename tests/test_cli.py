@@ -17,7 +17,7 @@ from agent.protocol.records import RunSummary
 from agent.run.cli import run_config_of
 from agent.settings.options import command_options
 
-from repos import checkout_fingerprint, make_repo
+from support.repos import checkout_fingerprint, make_repo
 
 DEAD_SERVER = "http://127.0.0.1:9/v1"  # never reached: bad input is refused before the preflight
 

@@ -13,9 +13,9 @@ from agent.protocol.config import LLMConfig
 from agent.protocol.model import ModelUnavailable
 from agent.server.chat import RetryPolicy
 
-from llama_fixtures import free_port
-from repos import make_repo
-from scripted_server import ScriptedServer
+from support.llama_fixtures import free_port
+from support.repos import make_repo
+from support.scripted_server import ScriptedServer
 
 
 def test_a_server_that_refuses_connections_at_first_is_retried_until_it_answers(tmp_path: Path) -> None:

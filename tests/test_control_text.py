@@ -17,10 +17,10 @@ from prompts import load_prompt
 from tools.base import ToolContext
 from tools.registry import default_registry
 
-from local_executor import LocalExecutor
-from repos import make_repo
-from scripted_model import ScriptedModel
-from scripted_server import Reply
+from support.local_sandbox import LocalExecutor
+from support.repos import make_repo
+from support.scripted_model import ScriptedModel
+from support.scripted_server import Reply
 
 # DeepSeek V4's (the template production serves: turns, end of sentence, tool-call markup, thinking) and the
 # served SmolLM2's (ChatML turns, its StarCoder-style repository tokens).

@@ -16,8 +16,8 @@ from agent.environment.poetry import constraint
 from agent.protocol.environment import EnvironmentSpec
 from sandbox.suites import image_for_suite
 
-from repos import git as run_git
-from repos import make_repo
+from support.repos import git as run_git
+from support.repos import make_repo
 
 SETUP_PY_READING_ITS_VERSION = """import os
 from setuptools import setup

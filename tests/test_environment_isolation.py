@@ -16,7 +16,6 @@ from pathlib import Path
 import docker
 import git
 import pytest
-from environment_images import own_repository_name
 
 from agent.environment.stage import prepare_environment
 from agent.protocol.config import NightConfig, RunConfig
@@ -24,8 +23,9 @@ from agent.protocol.environment import EnvironmentSpec
 from agent.protocol.records import EnvironmentRecord
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 
-from repos import make_repo
-from scripted_model import ScriptedModel, run_in_process
+from support.environment_images import own_repository_name
+from support.repos import make_repo
+from support.scripted_model import ScriptedModel, run_in_process
 
 pytestmark = pytest.mark.docker
 

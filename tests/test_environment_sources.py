@@ -19,8 +19,8 @@ from agent.environment.sources import resolve_plan
 from agent.environment.spec import EnvironmentFileError, load_environment_file
 from agent.protocol.environment import EnvironmentSpec
 
-from repos import git as run_git
-from repos import make_repo
+from support.repos import git as run_git
+from support.repos import make_repo
 
 SANDBOX = "refactor-agent-sandbox:latest"
 NO_INDEX_CONFIG = IndexConfig()

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import git
 import pytest
-from environment_images import own_repository_name
 from typer.testing import CliRunner
 
 from agent.bundle.manifest import Manifest, sha256_of
@@ -26,11 +25,12 @@ from agent.server.doctor import check_environment
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 from sandbox.suites import image_for_suite
 
-from install_fixtures import SOURCE_ROOT
-from repos import git as run_git
-from repos import make_repo
-from scripted_model import ScriptedModel, run_in_process
-from scripted_server import Reply
+from support.environment_images import own_repository_name
+from support.install_fixtures import SOURCE_ROOT
+from support.repos import git as run_git
+from support.repos import make_repo
+from support.scripted_model import ScriptedModel, run_in_process
+from support.scripted_server import Reply
 
 pytestmark = pytest.mark.docker
 

@@ -1,4 +1,4 @@
-"""A run over a fleet of two scripted servers (real Docker sandbox, real git): tasks in parallel, one per server,
+"""A run over a fleet of two scripted servers (sandboxes on this machine, real git): tasks in parallel, one per server,
 and the task of a server that dies mid-run moves to the other one and still ends committed; a run of tasks in
 parallel on the slots of one server (--parallel). The night's deadline and a task's time limit hold in the tasks'
 threads as they do when tasks run one after the other."""
@@ -17,24 +17,34 @@ import git
 import pytest
 from typer.testing import CliRunner
 
+import agent.run.command
 from agent.cli import app
 from agent.dispatch.fleet import FleetDispatch
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.protocol.records import RunSummary
 from agent.record.journal import RunJournal
+from agent.run.compose import build_run
 from agent.run.interrupt import stop_signals
 from agent.run.run import Run
-from sandbox import docker_client
 
-from cli_runs import read_run
-from llama_fixtures import free_port
-from repos import SAMPLE_FILES, make_repo
-from scripted_model import ScriptedModel
-from scripted_server import Die, Reply, ScriptedServer
-
-pytestmark = pytest.mark.docker
+from support.cli_runs import read_run
+from support.llama_fixtures import free_port
+from support.local_sandbox import LocalSandboxes
+from support.repos import SAMPLE_FILES, make_repo
+from support.scripted_model import ScriptedModel
+from support.scripted_server import Die, Reply, ScriptedServer
 
 TASKS = {"alpha": "Add the alpha module", "beta": "Add the beta module"}
+# Limits long enough for a task to start and write its file on a loaded machine, short enough for the tier.
+TASK_TIMEOUT_S = 8
+DEADLINE_S = 20
+MIN_TASK_TIME_S = 10
+
+
+@pytest.fixture
+def local_sandboxes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` on the command line with its tasks' sandboxes on this machine."""
+    monkeypatch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(tmp_path))
 
 
 def create(key: str) -> Reply:
@@ -53,10 +63,10 @@ def fleet_run(tmp_path: Path, repo: Path, urls: list[str], events: list, **llm: 
     config_llm = LLMConfig(server_url=urls[0], servers=urls, **llm)
     config = RunConfig(repo=repo, tasks=list(TASKS.values()), runs_dir=tmp_path / "runs", max_turns=40, llm=config_llm)
     dispatch = FleetDispatch(config_llm)
-    run = Run(
+    run = build_run(
         config,
         repos={repo: git.Repo(repo)},
-        docker_client=docker_client(),
+        sandboxes=LocalSandboxes(tmp_path),
         model=ScriptedModel([]),  # each task gets its own model on the fleet
         server_url=urls[0],
         journal=RunJournal(config.runs_dir, "fleet-run"),
@@ -68,10 +78,10 @@ def fleet_run(tmp_path: Path, repo: Path, urls: list[str], events: list, **llm: 
 
 def run_night(night: NightConfig, run_id: str, events: list) -> RunSummary:
     """The night over the fleet of its first entry's servers, in this process."""
-    run = Run(
+    run = build_run(
         night,
         repos={path: git.Repo(path) for path in night.repositories()},
-        docker_client=docker_client(),
+        sandboxes=LocalSandboxes(night.runs_dir.parent),
         model=ScriptedModel([]),  # each task gets its own model on the fleet
         server_url=night.repos[0].llm.fleet[0],
         journal=RunJournal(night.runs_dir, run_id),
@@ -202,7 +212,7 @@ def test_a_task_over_its_time_limit_on_a_fleet_is_timed_out_with_its_work_while_
         llm = LLMConfig(servers=[first.url, second.url])
         night = NightConfig(  # per-task settings: a group of its own for the task with a limit
             repos=[
-                RunConfig(repo=repo, tasks=[TASKS["alpha"]], max_turns=10, llm=llm, task_timeout_s=15),
+                RunConfig(repo=repo, tasks=[TASKS["alpha"]], max_turns=10, llm=llm, task_timeout_s=TASK_TIMEOUT_S),
                 RunConfig(repo=repo, tasks=[TASKS["beta"]], max_turns=10, llm=llm),
             ],
             runs_dir=tmp_path / "runs",
@@ -210,7 +220,7 @@ def test_a_task_over_its_time_limit_on_a_fleet_is_timed_out_with_its_work_while_
         summary = run_night(night, "fleet-timeout", [])
     alpha, beta = summary.tasks
     assert (alpha.status, beta.status, beta.verdict) == ("timed_out", "committed", "verified")
-    assert alpha.reason.startswith("--task-timeout 15s: stopped at ")
+    assert alpha.reason.startswith(f"--task-timeout {TASK_TIMEOUT_S}s: stopped at ")
     assert alpha.wall_time_s < 300, "stopped at its limit, not when the server's prefill ended"
     user = git.Repo(repo)
     (commit,) = user.iter_commits(f"main..{alpha.branch}")
@@ -230,24 +240,24 @@ def test_at_the_deadline_a_fleet_stops_its_tasks_in_flight_and_skips_those_that_
         night = NightConfig(
             repos=[RunConfig(repo=repo, tasks=list(tasks.values()), max_turns=10, llm=llm)],
             runs_dir=tmp_path / "runs",
-            # Two tasks start at once (30 s to spare) and hold their servers past the deadline; the third one would
+            # Two tasks start at once (10 s to spare) and hold their servers past the deadline; the third one would
             # start with less than --min-task-time left.
-            deadline_at=datetime.now().astimezone() + timedelta(seconds=60),
-            min_task_time_s=30,
+            deadline_at=datetime.now().astimezone() + timedelta(seconds=DEADLINE_S),
+            min_task_time_s=MIN_TASK_TIME_S,
         )
         summary = run_night(night, "fleet-deadline", [])
     alpha, beta, gamma = summary.tasks
     assert [task.status for task in summary.tasks] == ["timed_out", "timed_out", "skipped"]
     assert all(task.reason.startswith("deadline: stopped at ") for task in (alpha, beta))
-    assert gamma.reason.startswith("deadline: ") and "less than --min-task-time 30s" in gamma.reason
-    assert summary.wall_time_s < 60 + 120, "the night ended soon after its deadline"
+    assert gamma.reason.startswith("deadline: ") and f"less than --min-task-time {MIN_TASK_TIME_S}s" in gamma.reason
+    assert summary.wall_time_s < DEADLINE_S + 120, "the night ended soon after its deadline"
     user = git.Repo(repo)
     for task, key in zip((alpha, beta), tasks, strict=False):
         assert user.commit(task.branch).tree[f"pkg/{key}.py"].data_stream.read() == f"NAME = {key!r}\n".encode()
         assert "Refactor-Agent-Status: timed_out" in user.commit(task.branch).message
 
 
-def test_parallel_tasks_on_one_server_each_in_a_slot_of_its_own(tmp_path: Path) -> None:
+def test_parallel_tasks_on_one_server_each_in_a_slot_of_its_own(tmp_path: Path, local_sandboxes: None) -> None:
     """`run --parallel 2`: both tasks in flight at once on one server, each pinned to its own slot throughout."""
     repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
     together = threading.Barrier(2, timeout=120)  # each task's first reply waits for the other task's first request
@@ -276,7 +286,7 @@ def test_parallel_tasks_on_one_server_each_in_a_slot_of_its_own(tmp_path: Path) 
 
 @pytest.mark.parametrize("dead_first", [True, False], ids=["dead-first", "dead-second"])
 def test_a_fleet_server_dead_at_start_is_skipped_in_one_line_and_the_tasks_commit_on_the_live_one(
-    tmp_path: Path, dead_first: bool
+    tmp_path: Path, dead_first: bool, local_sandboxes: None
 ) -> None:
     repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
     dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
@@ -294,7 +304,7 @@ def test_a_fleet_server_dead_at_start_is_skipped_in_one_line_and_the_tasks_commi
     assert {event["server"] for event in transcript if event["type"] == "task_server"} <= {live.url}
 
 
-def test_a_fleet_whose_servers_all_are_dead_is_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_a_fleet_whose_servers_all_are_dead_is_one_line_and_exit_2(tmp_path: Path, local_sandboxes: None) -> None:
     repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
     dead = sorted({f"http://127.0.0.1:{free_port()}/v1" for _ in range(4)})[:2]  # two of them, not one twice
     options = ["--server", dead[0], "--server", dead[1], "--runs-dir", str(tmp_path / "runs")]

@@ -24,9 +24,9 @@ from agent.protocol.config import RunConfig
 from agent.protocol.records import TaskSummary
 from agent.worktree.workspace import Workspace, open_repository
 
-from repos import SAMPLE_FILES, make_repo
-from scripted_model import ScriptedModel, run_in_process
-from scripted_server import Reply
+from support.repos import SAMPLE_FILES, make_repo
+from support.scripted_model import ScriptedModel, run_in_process
+from support.scripted_server import Reply
 
 # A hook that reports every failing test as passed: what a model that wants `verified` writes.
 FORGING_CONFTEST = """import pytest

@@ -28,7 +28,7 @@ from agent.gate.unittest_output import parse_unittest
 from agent.gate.verdict import evidence_trailer, judge, repair_message
 from sandbox import DockerSandbox
 
-from repos import SAMPLE_FILES, make_repo
+from support.repos import SAMPLE_FILES, make_repo
 
 MIXED_TESTS = """
 import pytest

@@ -1,6 +1,6 @@
 """The wheel is the tool: every module and data file of the source tree is in it, and refactor-agent installed
 from it alone (a fresh virtual environment, nothing of the source tree importable) runs a task to a committed
-branch. The fixtures are tests/install_fixtures.py's, built once per session."""
+branch. The fixtures are tests/support/install_fixtures.py's, built once per session."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from install_fixtures import InstalledWheel, assert_verified_rename, rename_task, source_files
-from repos import make_repo
+from support.install_fixtures import InstalledWheel, assert_verified_rename, rename_task, source_files
+from support.repos import make_repo
 
 PACKAGES = ("agent", "tools", "sandbox", "prompts")
 # Read at run time with importlib.resources, next to the modules.

@@ -14,9 +14,9 @@ from tools.ledger import Ledger, old_names_in
 from tools.registry import default_registry
 from tools.symbols import sandbox_mounts
 
-from repos import SAMPLE_FILES, make_repo, restore_checkout
-from scripted_model import ScriptedModel
-from scripted_server import Reply
+from support.repos import SAMPLE_FILES, make_repo, restore_checkout
+from support.scripted_model import ScriptedModel
+from support.scripted_server import Reply
 
 
 @pytest.mark.parametrize(

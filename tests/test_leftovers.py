@@ -25,7 +25,7 @@ from agent.worktree.leftovers import (
 from sandbox import DEFAULT_IMAGE, docker_client
 from sandbox.container import sweep_leftovers
 
-from repos import git, make_repo
+from support.repos import git, make_repo
 
 DEAD_BRANCH = "refactor-agent/dead/1-task"
 

@@ -16,8 +16,8 @@ from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState
 from tools.registry import default_registry
 
-from llama_fixtures import READ_FILE_TOOLS, REPOSITORY_SYSTEM, chat_model
-from scripted_server import FORMAT_ERROR, Fail, Reply, ScriptedServer, Stall, StreamError
+from support.llama_fixtures import READ_FILE_TOOLS, REPOSITORY_SYSTEM, chat_model
+from support.scripted_server import FORMAT_ERROR, Fail, Reply, ScriptedServer, Stall, StreamError
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
 MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do it"}]

@@ -13,10 +13,10 @@ from agent.server.chat import OpenAIChatModel
 from tools.base import ToolContext
 from tools.registry import default_registry
 
-from local_executor import LocalExecutor
-from repos import make_repo
-from scripted_model import ScriptedModel
-from scripted_server import Fail, Reply, ScriptedServer
+from support.local_sandbox import LocalExecutor
+from support.repos import make_repo
+from support.scripted_model import ScriptedModel
+from support.scripted_server import Fail, Reply, ScriptedServer
 
 
 def run_loop(

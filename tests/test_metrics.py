@@ -11,7 +11,7 @@ from agent.server.metrics import (
     speculation_configured,
 )
 
-from llama_fixtures import READ_FILE_TOOLS, REPOSITORY_SYSTEM, SYNTHETIC_RATES, chat_model
+from support.llama_fixtures import READ_FILE_TOOLS, REPOSITORY_SYSTEM, SYNTHETIC_RATES, chat_model
 
 # The shape llama-server's /metrics prints (tools/server/server-task.cpp), numbers as C++ streams them.
 METRICS_TEXT = """\

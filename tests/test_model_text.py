@@ -20,7 +20,7 @@ from agent.review.records import RunRecord, TaskRef
 from agent.review.views import evidence_text, run_table
 from agent.safety.printable import printable
 
-from repos import git, make_repo
+from support.repos import git, make_repo
 
 # A finish summary that tries to end our fence, open a comment, fake our verdict and heading, link and embed.
 SUMMARY = (

@@ -14,7 +14,7 @@ from agent.record.journal import RunJournal
 from agent.record.metrics import summarize
 from agent.record.report import file_changes, split_patch
 
-from repos import git, make_repo
+from support.repos import git, make_repo
 
 CHROMIUM_TIMEOUT_S = 120
 

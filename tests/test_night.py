@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from agent.cli import app
 from agent.record.journal import run_directories
 
-from cli_runs import start_cli
-from repos import checkout_fingerprint, make_repo
-from scripted_server import Reply, ScriptedServer
+from support.cli_runs import start_cli
+from support.repos import checkout_fingerprint, make_repo
+from support.scripted_server import Reply, ScriptedServer
 
 
 def refused(tmp_path: Path, night: str, *options: str) -> str:

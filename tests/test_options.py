@@ -18,7 +18,7 @@ from agent.settings.layers import ConfigFiles, Layer, SettingsError, Source, run
 from agent.settings.night_file import load_night
 from agent.settings.options import NIGHT_WIDE, OPTIONS, Option, Options
 
-from repos import make_repo
+from support.repos import make_repo
 
 # Each command's own parameters: what names the repository, the tasks or the run, and --config FILE.
 OWN = {

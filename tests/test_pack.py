@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fixtures.pack_repos import commit_all, make_module_repo, make_planted_repo
 from typer.testing import CliRunner
 
 from agent.packing import PackError, PackOptions, pack_repository
@@ -30,8 +29,9 @@ from agent.packing.symbols import extract_symbols
 from agent.server.api import LlamaServerAPI
 from agent.server.launcher import ServerState
 
-from repos import make_repo
-from scripted_server import ScriptedServer, tokens_of
+from support.pack_repos import commit_all, make_module_repo, make_planted_repo
+from support.repos import make_repo
+from support.scripted_server import ScriptedServer, tokens_of
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ from typer.testing import CliRunner
 from agent.cli import app
 from agent.protocol.config import RunConfig
 from agent.run.preflight import PreflightError, preflight
+from agent.run.sandboxes import DockerSandboxes
 
-from repos import checkout_fingerprint, git, make_repo
-from scripted_server import ScriptedServer
+from support.repos import checkout_fingerprint, git, make_repo
+from support.scripted_server import ScriptedServer
 
 
 def run_cli(*arguments: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -103,7 +104,7 @@ def test_the_dirty_check_never_writes_the_users_index(
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")  # the first check after the dirty one fails
     config = RunConfig(repo=repo, tasks=["x"])
     with pytest.raises(PreflightError) as raised:
-        preflight(config, allow_dirty=False, log=lambda _: None)
+        preflight(config, sandboxes=DockerSandboxes(), allow_dirty=False, log=lambda _: None)
     assert (index.read_bytes(), index.stat().st_mtime_ns) == before
     if state == "dirty":
         assert "uncommitted changes (1 changed and 1 untracked paths)" in str(raised.value)

@@ -17,7 +17,7 @@ from agent.packing import PackOptions, pack_repository
 from agent.record.journal import RunJournal
 from agent.safety.private_dirs import private_dir
 
-from repos import make_repo
+from support.repos import make_repo
 
 
 def mode(path: Path) -> int:

@@ -23,11 +23,11 @@ from agent.protocol.records import RunSummary
 from agent.record.journal import RunJournal
 from agent.run.command import task_dispatch
 from agent.run.compose import build_run
-from sandbox import docker_client
+from agent.run.sandboxes import DockerSandboxes
 
-from namespaces import in_loopback_namespace
-from repos import SAMPLE_FILES, make_repo
-from scripted_server import Reply, ScriptedServer
+from support.namespaces import in_loopback_namespace
+from support.repos import SAMPLE_FILES, make_repo
+from support.scripted_server import Reply, ScriptedServer
 
 pytestmark = [pytest.mark.ray, pytest.mark.docker]
 
@@ -83,7 +83,7 @@ def one_run(
     run = build_run(
         night,
         repos={repo: git.Repo(repo)},
-        docker_client=docker_client() if executor == "local" else None,  # the head of a Ray run needs no Docker
+        sandboxes=DockerSandboxes() if executor == "local" else None,  # the head of a Ray run needs no Docker
         server_url=server_url,
         journal=journal,
         observe=lambda _event: None,

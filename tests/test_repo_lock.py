@@ -12,9 +12,9 @@ import pytest
 from agent.record.journal import run_directories
 from agent.run.lock import LOCK_NAME, LockHeld, RepoLock
 
-from cli_runs import cli_command, start_cli, wait_for
-from repos import checkout_fingerprint, make_repo
-from scripted_server import Hold, Reply, ScriptedServer
+from support.cli_runs import cli_command, start_cli, wait_for
+from support.repos import checkout_fingerprint, make_repo
+from support.scripted_server import Hold, Reply, ScriptedServer
 
 
 def test_a_second_lock_on_one_repository_names_the_holder(tmp_path: Path) -> None:

@@ -1,12 +1,13 @@
 """kill -9 at any point, then `refactor-agent resume`: no task lost, none done twice, the task in flight goes on
-from its last completed step with its conversation rebuilt (the real CLI, Docker sandbox and git, scripted server)."""
+from its last completed step with its conversation rebuilt (the real CLI as a process and real git, a scripted
+server, sandboxes on this machine: support/local_cli.py; the same kill in the real Docker sandbox is
+tests/test_run_e2e.py::test_a_task_killed_after_three_tool_calls_in_the_docker_sandboxes_goes_on_with_them)."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import git
@@ -19,65 +20,10 @@ from agent.record.journal import run_directories
 from agent.record.progress import CUT_OFF_RESULT, RESTARTED_MESSAGE, read_progress
 from agent.worktree.workspace import WIP_REF_PREFIX
 
-from cli_runs import cli_command, run_containers, start_cli, transcript_of, wait_for
-from repos import make_repo
-from scripted_server import Hold, Reply, ScriptedServer
-
-pytestmark = pytest.mark.docker
-
-THREE_STEPS = [
-    Reply(tool_calls=[("create_file", {"path": "pkg/one.py", "content": "ONE = 1\n"})]),
-    Reply(tool_calls=[("create_file", {"path": "pkg/two.py", "content": "TWO = 2\n"})]),
-    Reply(tool_calls=[("bash", {"command": "echo three > three.txt && echo wrote three"})]),
-]
-FINISH = Reply(tool_calls=[("finish", {"summary": "Add one, two and three"})])
-
-
-def killed_run(tmp_path: Path, script: list, *tasks: str, until: str = "held") -> tuple[Path, Path, list[dict]]:
-    """A run killed with SIGKILL once the scripted server holds a request (or `until` the sleep runs); returns
-    the repository, the run directory and the requests the server received."""
-    repo = make_repo(tmp_path / "repo")
-    runs_dir = tmp_path / "runs"
-    with ScriptedServer(script) as server:
-        process = start_cli(
-            cli_command(repo, server, runs_dir, *tasks), tmp_path / "scratch", stdout=subprocess.DEVNULL
-        )
-        try:
-            if until == "held":
-                wait_for(server.held.is_set, "the held request")
-            else:
-                wait_for(lambda: list(runs_dir.glob("*/transcript.jsonl")), "the run to start")
-                (run_dir,) = run_directories(runs_dir)
-
-                def sleeping() -> bool:
-                    containers = run_containers(run_dir.name)
-                    return bool(containers) and until in json.dumps(containers[0].top())
-
-                wait_for(sleeping, "the command to run")
-        finally:
-            process.kill()
-            process.wait(timeout=60)
-        requests = list(server.requests)
-    (run_dir,) = run_directories(runs_dir)
-    return repo, run_dir, requests
-
-
-def resume_command(run_dir: Path, server: ScriptedServer) -> list[str]:
-    runs = ["--runs-dir", str(run_dir.parent)]
-    return [sys.executable, "-m", "agent", "resume", run_dir.name, *runs, "--server", server.url]
-
-
-def resume(tmp_path: Path, run_dir: Path, script: list) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    with ScriptedServer(script) as server:
-        command = resume_command(run_dir, server)
-        process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        output, _ = process.communicate(timeout=600)
-        return subprocess.CompletedProcess(command, process.returncode, output.decode()), list(server.requests)
-
-
-def wip_refs(repo: Path) -> list[str]:
-    listing = git.Repo(repo).git.for_each_ref("--format=%(refname)", WIP_REF_PREFIX)
-    return listing.split()
+from support.cli_runs import LOCAL_AGENT, cli_command, start_cli, transcript_of, wait_for
+from support.killed_runs import FINISH, THREE_STEPS, killed_run, resume, resume_command, wip_refs
+from support.repos import make_repo
+from support.scripted_server import Hold, Reply, ScriptedServer
 
 
 @pytest.mark.parametrize("reboot", [False, True], ids=["killed", "rebooted"])
@@ -193,7 +139,7 @@ def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(t
 def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     with ScriptedServer([FINISH]) as server:
-        process = start_cli(cli_command(repo, server, tmp_path / "runs", "x"), tmp_path / "scratch")
+        process = start_cli(cli_command(repo, server, tmp_path / "runs", "x", cli=LOCAL_AGENT), tmp_path / "scratch")
         assert process.wait(timeout=600) == 0
     (run_dir,) = run_directories(tmp_path / "runs")
     done, _ = resume(tmp_path, run_dir, [])
@@ -203,7 +149,7 @@ def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
 def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(tmp_path: Path) -> None:
     repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
     with ScriptedServer([FINISH]) as server:
-        command = [*cli_command(repo, server, run_dir.parent, "Add one"), "--resume"]
+        command = [*cli_command(repo, server, run_dir.parent, "Add one", cli=LOCAL_AGENT), "--resume"]
         process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         output, _ = process.communicate(timeout=600)
     assert process.returncode == 0, output.decode()

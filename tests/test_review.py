@@ -24,9 +24,9 @@ from agent.protocol.config import RunConfig
 from agent.protocol.model import LLMError
 from agent.protocol.records import RunSummary
 
-from repos import SAMPLE_FILES, checkout_fingerprint, make_repo
-from scripted_model import ScriptedModel, run_in_process
-from scripted_server import Reply
+from support.repos import SAMPLE_FILES, checkout_fingerprint, make_repo
+from support.scripted_model import ScriptedModel, run_in_process
+from support.scripted_server import Reply
 
 pytestmark = pytest.mark.docker
 

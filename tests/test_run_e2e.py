@@ -29,9 +29,19 @@ from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState
 from sandbox import DEFAULT_IMAGE
 
-from cli_runs import cli_command, read_run, run_containers, start_cli, transcript_of, wait_for, worktrees
-from repos import checkout_fingerprint, make_repo
-from scripted_server import Fail, Hold, Reply, ScriptedServer, common_prefix, tokens_of
+from support.cli_runs import (
+    AGENT,
+    cli_command,
+    read_run,
+    run_containers,
+    start_cli,
+    transcript_of,
+    wait_for,
+    worktrees,
+)
+from support.killed_runs import FINISH, THREE_STEPS, killed_run, resume, wip_refs
+from support.repos import checkout_fingerprint, make_repo
+from support.scripted_server import Fail, Hold, Reply, ScriptedServer, common_prefix, tokens_of
 
 pytestmark = pytest.mark.docker
 
@@ -588,3 +598,22 @@ def test_a_later_run_on_the_same_commit_restores_the_saved_prefix(tmp_path: Path
     second_cache, second = run(tmp_path / "night-2")
     assert [event["action"] for event in second_cache] == ["restored"], second_cache
     assert second["prompt_tokens"] - second["cached_tokens"] < first["prompt_tokens"] / 4, (first, second)
+
+
+def test_a_task_killed_after_three_tool_calls_in_the_docker_sandboxes_goes_on_with_them(tmp_path: Path) -> None:
+    """tests/test_resume.py's kill -9 (there in sandboxes on this machine) with the real CLI and Docker sandbox."""
+    repo, run_dir, before_kill = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two and three", cli=AGENT)
+    assert wip_refs(repo)  # the files after each tool call, in the user's repository
+    assert run_containers(run_dir.name), "the killed run's container is still there"
+
+    done, after = resume(tmp_path, run_dir, [FINISH], cli=AGENT)
+    assert done.returncode == 0, done.stdout
+    assert "resuming run" in done.stdout
+    held, first_after = before_kill[-1]["messages"], after[0]["messages"]
+    assert json.dumps(first_after[: len(held)]) == json.dumps(held)
+    calls = [call["function"]["name"] for m in first_after if m["role"] == "assistant" for call in m["tool_calls"]]
+    assert calls == ["create_file", "create_file", "bash"]
+    (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
+    (commit,) = git.Repo(repo).iter_commits(f"main..{task['branch']}")
+    assert sorted(commit.stats.files) == ["pkg/one.py", "pkg/two.py", "three.txt"]
+    assert wip_refs(repo) == [] and run_containers(run_dir.name) == []

@@ -1,4 +1,5 @@
-"""The runner's stages with the in-process scripted model, the real Docker sandbox and real git: the gate's verdicts."""
+"""The runner's stages with the in-process scripted model, sandboxes on this machine (tests/support/local_sandbox.py)
+and real git: the gate's verdicts. The real Docker sandbox runs the same stages in tests/test_run_e2e.py."""
 
 from __future__ import annotations
 
@@ -6,29 +7,15 @@ import json
 from pathlib import Path
 
 import git
-import pytest
 
 from agent.protocol.config import RunConfig
 from agent.protocol.records import RunSummary
 
-from repos import SAMPLE_FILES, make_repo
-from scripted_model import ScriptedModel, run_in_process
-from scripted_server import Reply
+from support.local_sandbox import LocalSandboxes
+from support.repos import BREAK, REPAIR, SAMPLE_FILES, make_repo
+from support.scripted_model import ScriptedModel, run_in_process
+from support.scripted_server import Reply
 
-pytestmark = pytest.mark.docker
-
-BROKEN_GEOMETRY = '''def compute_area(width, height):
-    """Area of a rectangle."""
-    return width + height
-
-
-def perimeter(width, height):
-    return 2 * (width + height)
-'''
-BREAK = Reply(tool_calls=[("create_file", {"path": "pkg/geometry.py", "content": BROKEN_GEOMETRY})])
-REPAIR = Reply(
-    tool_calls=[("str_replace", {"path": "pkg/geometry.py", "old": "width + height\n\n", "new": "width * height\n\n"})]
-)
 AREA_TESTS = ["tests/test_geometry.py::test_area", "tests/test_geometry.py::test_describe"]
 
 
@@ -47,7 +34,7 @@ def run(
     model = ScriptedModel(script)
     config = RunConfig(repo=repo, tasks=tasks or ["Add perimeter"], runs_dir=tmp_path / "runs", max_turns=10)
     events: list = []
-    summary = run_in_process(config, model, observe=events.append)
+    summary = run_in_process(config, model, observe=events.append, sandboxes=LocalSandboxes(tmp_path))
     return summary, events, model
 
 
@@ -94,11 +81,11 @@ def test_work_that_stays_broken_is_committed_as_regressed(tmp_path: Path) -> Non
 
 
 def test_a_test_that_passes_when_re_run_alone_is_flaky(tmp_path: Path) -> None:
-    # Passes at baseline (1st run), fails at the gate (2nd), passes when re-run alone (3rd): the sandbox's /tmp
-    # lives as long as the task's container.
+    # Passes at baseline (1st run), fails at the gate (2nd), passes when re-run alone (3rd): the sandbox's temporary
+    # directory lives as long as the task's sandbox.
     flaky = (
-        "import pathlib\n\n\ndef test_sometimes():\n"
-        "    counter = pathlib.Path('/tmp/flaky-count')\n"
+        "import pathlib\nimport tempfile\n\n\ndef test_sometimes():\n"
+        "    counter = pathlib.Path(tempfile.gettempdir()) / 'flaky-count'\n"
         "    runs = int(counter.read_text()) if counter.exists() else 0\n"
         "    counter.write_text(str(runs + 1))\n"
         "    assert runs != 1\n"

@@ -32,7 +32,7 @@ from sandbox.output import OutputCapture
 from sandbox.owner import current_owner, owner_is_gone
 from sandbox.pids import CGROUP_ROOT, ProcessTable
 
-from repos import git, make_repo
+from support.repos import git, make_repo
 
 WORKSPACE_OWNER = 1234
 MIB = 1024**2

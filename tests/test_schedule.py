@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 
-from repos import make_repo
+from support.repos import make_repo
 
 FAKE_CRONTAB = """#!/bin/sh
 table="$FAKE_CRONTAB_FILE"

@@ -27,7 +27,7 @@ from agent.server.doctor import (
 from agent.server.launcher import start_server, stop_server
 from agent.server.presets import PresetRequest, build_preset
 
-from llama_fixtures import READY_TIMEOUT_S, free_port
+from support.llama_fixtures import READY_TIMEOUT_S, free_port
 
 METRICS_TEXT = """\
 llamacpp:spec_decode_num_draft_tokens_total 245

@@ -15,8 +15,8 @@ from agent.server.binary import find_binary
 from agent.server.ensure import TooFewSlots, ensure_server
 from agent.server.launcher import find_state, stop_server
 
-from llama_fixtures import free_port
-from scripted_server import ScriptedServer
+from support.llama_fixtures import free_port
+from support.scripted_server import ScriptedServer
 
 
 def test_a_loading_server_is_waited_for_until_it_answers() -> None:

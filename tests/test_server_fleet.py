@@ -12,7 +12,7 @@ from agent.dispatch.seats import FleetModel, NoServerLeft, ServerPool, prefix_di
 from agent.protocol.config import LLMConfig
 from agent.protocol.events import Retry, TaskServer
 
-from scripted_server import Die, Reply, ScriptedServer
+from support.scripted_server import Die, Reply, ScriptedServer
 
 A, B, C = "http://a:1/v1", "http://b:1/v1", "http://c:1/v1"
 SYSTEM = [{"role": "system", "content": "instructions + repository"}]

@@ -17,7 +17,7 @@ from agent.server.chat import OpenAIChatModel
 from agent.server.kv_cache import CacheEntry, KVCacheStore, PrefixCache, PrefixKey
 from agent.server.presets import PresetRequest
 
-from llama_fixtures import TEST_CTX, free_port, running_server
+from support.llama_fixtures import TEST_CTX, free_port, running_server
 
 CHUNK = 256
 

@@ -20,7 +20,7 @@ from agent.server.launcher import (
 )
 from agent.server.presets import PresetRequest, ServerPreset, build_preset
 
-from llama_fixtures import TEST_CTX, free_port
+from support.llama_fixtures import TEST_CTX, free_port
 
 
 def _write_state(state_dir: Path, *, pid: int, port: int, binary: str = "/opt/llama/llama-server") -> ServerState:

@@ -16,7 +16,7 @@ from agent.settings.layers import ConfigFiles, Layer, SettingsError, Source, key
 from agent.settings.night_file import load_night
 from agent.settings.runs_dir import user_runs_dir
 
-from repos import make_repo
+from support.repos import make_repo
 
 NIGHT = """# a night
 [defaults]

@@ -12,7 +12,7 @@ from tools.base import ToolContext, ToolResult
 from tools.registry import default_registry
 from tools.symbols import sandbox_mounts
 
-from repos import make_repo, restore_checkout
+from support.repos import make_repo, restore_checkout
 
 pytestmark = pytest.mark.docker
 

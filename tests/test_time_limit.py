@@ -24,10 +24,10 @@ from agent.run.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limi
 from agent.server.chat import OpenAIChatModel
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 
-from cli_runs import cli_command, start_cli
-from repos import make_repo
-from scripted_model import ScriptedModel, run_in_process
-from scripted_server import Hold, Reply, ScriptedServer, Stall
+from support.cli_runs import cli_command, start_cli
+from support.repos import make_repo
+from support.scripted_model import ScriptedModel, run_in_process
+from support.scripted_server import Hold, Reply, ScriptedServer, Stall
 
 T = TypeVar("T")
 MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do it"}]

@@ -21,7 +21,7 @@ from tools.base import FinishRequested, ToolContext, ToolResult
 from tools.output import cap_text
 from tools.registry import default_registry
 
-from repos import make_repo, restore_checkout
+from support.repos import make_repo, restore_checkout
 
 # Generous: a call that is bounded ends far sooner; one that blocks forever fails here instead of hanging the suite.
 BOUND_S = 120

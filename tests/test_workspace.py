@@ -24,8 +24,8 @@ from agent.worktree.workspace import (
 )
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client, require_image
 
-from repos import checkout_fingerprint, make_repo
-from repos import git as run_git
+from support.repos import checkout_fingerprint, make_repo
+from support.repos import git as run_git
 
 MAX_FILE_BYTES = RunConfig.model_fields["max_file_bytes"].default
 ALL = 1024**3  # a diff cap no test diff reaches

@@ -1,7 +1,7 @@
 """A run's tasks over a fleet of servers and their slots (--parallel): as many tasks at once as the fleet has
 seats, one thread each.
 
-Each task runs the runner's own stages (`Run.run_task`) on a view of the run with its own FleetModel, so its
+Each task runs the run's own stages (`Run.run_task`) in a task context of its own with its own FleetModel, so its
 events carry its index and the server and slot it was given (TaskServer); the pool decides which seat
 (seats.py). Each seat of a server the launcher started keeps its own saved-prefix cache over the server's
 one save directory, so tasks on one commit prefill their repository once (agent/server/kv_cache.py).
@@ -64,7 +64,7 @@ class FleetDispatch:
         caches = {}
         for url in self.pool.live():
             if url == run.server_url:
-                server = run.prefix_cache
+                server = run.server.prefix_cache if run.server is not None else None
             else:  # None unless the launcher started it here with --slot-save-path
                 server = PrefixCache.for_server(LlamaServerAPI(url), settings=self.llm.effort, notify=run.emit)
             if server is None:
@@ -79,10 +79,9 @@ class FleetDispatch:
     def _one(self, run: Run, index: int, config: RunConfig, task: str) -> TaskSummary:
         live = self.pool.live()
         # The repository's tokens are counted on a live server of the fleet (they share one model).
-        view = run.on_server(run.model, live[0] if live else run.server_url)
-        model = FleetModel(self.pool, self.llm, emit=view.emit, caches=self.caches)
-        view.model = model
+        context = run.new_task(index, config, task, server_url=live[0] if live else run.server_url, parallel=True)
+        model = context.model = FleetModel(self.pool, self.llm, emit=context.emit, caches=self.caches)
         try:
-            return view.run_task(index, config, task)
+            return run.run_task(context)
         finally:
             model.release()

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from agent.dispatch.fleet import FleetDispatch
+from agent.dispatch.in_order import InOrder
 from agent.dispatch.seats import ServerPool
 from agent.protocol.config import NightConfig
-from agent.run.run import InOrder, TaskDispatch
+from agent.run.run import TaskDispatch
 
 
 def local_dispatch(night: NightConfig) -> TaskDispatch:

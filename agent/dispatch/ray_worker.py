@@ -19,6 +19,7 @@ from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.records import EnvironmentRecord, TaskSummary
 from agent.record.journal import RunJournal
 from agent.run.compose import build_run
+from agent.run.sandboxes import DockerSandboxes
 from agent.server.slot_lock import claim_slot, server_slots
 from agent.worktree.safe_git import SafeGit
 from sandbox.daemon import docker_client
@@ -79,7 +80,7 @@ def run_remote_task(bundle: bytes, request: TaskRequest) -> dict[str, Any]:
             run = build_run(
                 night,
                 repos={config.repo: git.Repo(clone)},
-                docker_client=docker_client(),
+                sandboxes=DockerSandboxes(docker_client()),
                 server_url=config.llm.server_url,
                 journal=journal,
                 observe=lambda _event: None,

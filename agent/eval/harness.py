@@ -17,18 +17,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import docker
 import git
 
+from agent.dispatch.in_order import InOrder
 from agent.eval.score import EvalReport, TaskResult, render_markdown
 from agent.eval.suite import SuiteTask
 from agent.protocol.config import RunConfig
 from agent.protocol.model import ChatModel
 from agent.protocol.records import TaskSummary, now_iso
 from agent.record.journal import RunJournal
-from agent.run.run import Run
+from agent.run.compose import build_run
+from agent.run.sandboxes import Sandboxes
 from agent.worktree.workspace import Workspace
-from sandbox import DockerSandbox, SandboxLimits
+from sandbox import SandboxLimits
 
 EVAL_FILE = "eval.json"
 REPORT_FILE = "report.md"
@@ -69,9 +70,7 @@ class TestRun:
         self.exit_code, self.output = exit_code, output
 
 
-def run_test(
-    task: SuiteTask, repo: git.Repo, commit: str, *, config: RunConfig, client: docker.DockerClient
-) -> TestRun:
+def run_test(task: SuiteTask, repo: git.Repo, commit: str, *, config: RunConfig, sandboxes: Sandboxes) -> TestRun:
     """The task's test over a checkout of `commit`, in a sandbox; the suite's test folder is mounted read-only."""
     checkout = Workspace.detached(repo, commit, label="eval-test", max_file_bytes=config.max_file_bytes)
     # `rm -rf` first: a folder of that name in the model's result is replaced, inside the sandbox.
@@ -81,13 +80,8 @@ def run_test(
     )
     try:
         limits = SandboxLimits(command_timeout_s=TEST_TIMEOUT_S)
-        with DockerSandbox(
-            config.image,
-            checkout.path,
-            run_id="eval-test",
-            limits=limits,
-            client=client,
-            read_only_paths=[task.test.parent],
+        with sandboxes.open(
+            config.image, checkout.path, run_id="eval-test", limits=limits, read_only_paths=[task.test.parent]
         ) as sandbox:
             result = sandbox.execute(command, timeout_s=TEST_TIMEOUT_S)
     finally:
@@ -125,7 +119,7 @@ def evaluate_task(
     template: RunConfig,
     model: ChatModel,
     server_url: str | None,
-    client: docker.DockerClient,
+    sandboxes: Sandboxes,
     runs_dir: Path,
 ) -> TaskResult:
     started = time.monotonic()
@@ -135,21 +129,22 @@ def evaluate_task(
         path = _fresh_repository(task, scratch)
         repo = git.Repo(path)
         base = repo.head.commit.hexsha
-        untouched = run_test(task, repo, base, config=template, client=client)
+        untouched = run_test(task, repo, base, config=template, sandboxes=sandboxes)
         result.untouched_exit = untouched.exit_code
         config = template.model_copy(update={"repo": path, "tasks": [task.prompt], "runs_dir": runs_dir})
         result.run_id = f"{index:03d}-{task.repository}-{task.name}"[:120]
         journal = RunJournal(runs_dir, result.run_id)
         journal.write_config(config)
         try:
-            run = Run(
+            run = build_run(
                 config,
                 repos={path: repo},
-                docker_client=client,
+                sandboxes=sandboxes,
                 model=model,
                 server_url=server_url,
                 journal=journal,
                 observe=lambda event: None,
+                dispatch=InOrder(),
             )
             (summary,) = run.execute().tasks
         finally:
@@ -158,7 +153,7 @@ def evaluate_task(
             result.reason = str(run.stopped_by)
             raise run.stopped_by
         _measured(result, summary)
-        after = run_test(task, repo, summary.commit or base, config=template, client=client)
+        after = run_test(task, repo, summary.commit or base, config=template, sandboxes=sandboxes)
         result.exit_code, result.test_output = after.exit_code, after.output
         result.outcome, result.reason = _outcome(untouched, after, summary)  # type: ignore[assignment]
     except Exception as error:  # one task's failure is its result; the next task still runs
@@ -182,7 +177,7 @@ def run_eval(
     template: RunConfig,
     model_for: ModelFor,
     server_url: str | None,
-    client: docker.DockerClient,
+    sandboxes: Sandboxes,
     log: Log,
 ) -> EvalReport:
     """Every task in order; eval.json and report.md are rewritten after each, so a stopped eval keeps its results."""
@@ -194,7 +189,7 @@ def run_eval(
                 template=template,
                 model=model_for(task),
                 server_url=server_url,
-                client=client,
+                sandboxes=sandboxes,
                 runs_dir=directory / "runs",
             )
             report.results.append(result)

@@ -17,11 +17,12 @@ from agent.protocol.config import RunConfig
 from agent.protocol.model import ChatModel
 from agent.record.journal import new_run_id
 from agent.run.interrupt import Interrupted, stop_signals
+from agent.run.sandboxes import docker_sandboxes
 from agent.safety.private_dirs import PRIVATE_MODE, private_dir
 from agent.server.api import ServerError
 from agent.server.chat import OpenAIChatModel
 from agent.server.ensure import ensure_server
-from sandbox import SandboxError, docker_client, require_image
+from sandbox import SandboxError
 
 Scripted = Literal["oracle", "noop"] | None
 
@@ -51,8 +52,8 @@ def execute_eval(
 ) -> int:
     """0 when every task was scored (whatever the score), 1 when some ended in an error, 2 on a failed preflight."""
     try:
-        client = docker_client()
-        require_image(client, template.image)
+        sandboxes = docker_sandboxes()
+        sandboxes.preflight([template.image])
         server_url = None if scripted else ensure_server(template.llm, log=_log)
     except (SandboxError, ServerError) as error:
         typer.echo(f"error: {error}", err=True)
@@ -89,7 +90,7 @@ def execute_eval(
                 template=template,
                 model_for=model_for,
                 server_url=server_url,
-                client=client,
+                sandboxes=sandboxes,
                 log=_log,
             )
         except Interrupted as stop:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from agent.protocol.records import RunSummary, TaskSummary
 from agent.protocol.stats import MetricsSummary, RequestStats, SpecCounters
 
 
@@ -72,3 +73,17 @@ def speculation_warning(summary: MetricsSummary, speculation_configured: bool) -
             f"({summary.generated_tokens} tokens generated without it): is --fit off set? run `refactor-agent doctor`"
         )
     return None
+
+
+def delta(after: SpecCounters | None, before: SpecCounters | None) -> SpecCounters | None:
+    """The server's counters over a stretch of the run (None when either end could not be read)."""
+    return after - before if after is not None and before is not None else None
+
+
+def measure(
+    report: TaskSummary | RunSummary, requests: list[RequestStats], spec_delta: SpecCounters | None, speculation: bool
+) -> None:
+    """A task's or the run's metrics, and the warning a drafter that made no drafts deserves."""
+    report.metrics = summarize(requests, spec_delta)
+    warning = speculation_warning(report.metrics, speculation)
+    report.warnings = [warning] if warning else []

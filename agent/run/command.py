@@ -19,8 +19,8 @@ from agent.run.interrupt import Interrupted, stop_signals
 from agent.run.lock import LockHeld, RepoLock
 from agent.run.preflight import PreflightError, Prepared, preflight
 from agent.run.run import TaskDispatch
+from agent.run.sandboxes import docker_sandboxes
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
-from sandbox import sweep_leftovers
 
 ON_FINISH_TIMEOUT_S = 600
 
@@ -36,7 +36,7 @@ def execute(night: NightConfig, *, view: RunView, resume: str | None = None) -> 
 
 def _execute(night: NightConfig, *, view: RunView, resume: str | None) -> int:
     try:
-        prepared = preflight(night, allow_dirty=night.allow_dirty, log=view.log)
+        prepared = preflight(night, sandboxes=docker_sandboxes(), allow_dirty=night.allow_dirty, log=view.log)
     except PreflightError as error:
         view.error(str(error))
         return EXIT_USAGE
@@ -55,7 +55,7 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None) -> int:
 
 
 def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunView, resume: bool) -> int:
-    swept = sweep_leftovers(prepared.docker) if prepared.docker is not None else 0
+    swept = prepared.sandboxes.sweep() if prepared.sandboxes is not None else 0
     if swept:
         view.log(f"removed {swept} sandbox container(s) left behind by earlier runs that did not finish")
     swept = sweep_run_scratch()
@@ -83,7 +83,7 @@ def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunVie
         night,
         dispatch=task_dispatch(night),
         repos=prepared.repos,
-        docker_client=prepared.docker,
+        sandboxes=prepared.sandboxes,
         server_url=prepared.server_url,
         journal=journal,
         observe=view.handle,

@@ -7,14 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
 import git
 
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
+from agent.run.sandboxes import Sandboxes
 from agent.server.api import ServerError, ServerLoading, ServerUnreachable
 from agent.server.ensure import ensure_server
 from agent.worktree.workspace import WorkspaceError, dirty_description, open_repository
-from sandbox import SandboxError, docker_client, require_image
+from sandbox import SandboxError
 
 
 class PreflightError(Exception):
@@ -24,7 +24,7 @@ class PreflightError(Exception):
 @dataclass
 class Prepared:
     repos: dict[Path, git.Repo]  # every repository of the night, by its path
-    docker: docker.DockerClient | None  # None on the head of a Ray run: Docker is the worker nodes' business
+    sandboxes: Sandboxes | None  # None on the head of a Ray run: Docker is the worker nodes' business
     server_url: str
     fleet: list[str] | None = None  # a fleet's servers that answered, server_url first (None: no fleet)
 
@@ -49,30 +49,31 @@ def _open(path: Path, *, allow_dirty: bool, log: Callable[[str], None]) -> git.R
     return repo
 
 
-def preflight(night: NightConfig | RunConfig, *, allow_dirty: bool, log: Callable[[str], None]) -> Prepared:
-    """Every repository of the night, then Docker and each image, then the server: the first problem ends it."""
+def preflight(
+    night: NightConfig | RunConfig, *, sandboxes: Sandboxes, allow_dirty: bool, log: Callable[[str], None]
+) -> Prepared:
+    """Every repository of the night, then the sandboxes (Docker) and each image, then the server: the first
+    problem ends it."""
     configs = night.repos if isinstance(night, NightConfig) else [night]
     repos = {path: _open(path, allow_dirty=allow_dirty, log=log) for path in dict.fromkeys(c.repo for c in configs)}
     config = configs[0]
     if isinstance(night, NightConfig) and night.executor == "ray":  # the workers check Docker, images, servers
         if importlib.util.find_spec("ray") is None:
             raise PreflightError("--executor ray: Ray is not installed here: pip install 'refactor-agent[ray]'")
-        return Prepared(repos=repos, docker=None, server_url=config.llm.server_url)
+        return Prepared(repos=repos, sandboxes=None, server_url=config.llm.server_url)
     try:
-        client = docker_client()
-        for image in dict.fromkeys(each.image for each in configs):
-            require_image(client, image)
+        sandboxes.preflight(each.image for each in configs)
     except SandboxError as error:
         raise PreflightError(str(error)) from None
     slots = night.parallel if isinstance(night, NightConfig) else 1  # each server serves --parallel tasks at once
     try:
         if len(config.llm.fleet) > 1:
             fleet = _live_fleet(config.llm, log=log, slots=slots)
-            return Prepared(repos=repos, docker=client, server_url=fleet[0], fleet=fleet)
+            return Prepared(repos=repos, sandboxes=sandboxes, server_url=fleet[0], fleet=fleet)
         server_url = ensure_server(config.llm, log=log, slots=slots)
     except ServerError as error:
         raise PreflightError(str(error)) from None
-    return Prepared(repos=repos, docker=client, server_url=server_url)
+    return Prepared(repos=repos, sandboxes=sandboxes, server_url=server_url)
 
 
 def _live_fleet(llm: LLMConfig, *, log: Callable[[str], None], slots: int) -> list[str]:

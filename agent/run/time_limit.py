@@ -28,11 +28,15 @@ import ctypes
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from types import FrameType, TracebackType
 from typing import TypeVar
+
+from agent.protocol.config import NightConfig, RunConfig
+from agent.protocol.records import now_iso
+from agent.settings.durations import format_duration
 
 T = TypeVar("T")
 
@@ -56,6 +60,47 @@ class TimeUp(BaseException):
 def grace_start(start: float, end: float) -> float:
     """When the time-is-up message is due, for a task that may run from `start` until `end` (time.time())."""
     return end - min(GRACE_S, (end - start) / 4)
+
+
+def task_end(night: NightConfig, config: RunConfig) -> tuple[float, str] | None:
+    """When a task starting now must end (time.time()), and why: the night's deadline or its own --task-timeout,
+    the earlier."""
+    ends = []
+    if night.deadline_at is not None:
+        ends.append((night.deadline_at.timestamp(), "deadline"))
+    if config.task_timeout_s is not None:
+        ends.append((time.time() + config.task_timeout_s, f"--task-timeout {format_duration(config.task_timeout_s)}"))
+    return min(ends) if ends else None
+
+
+def skip_reason(night: NightConfig) -> str | None:
+    """Why a task must not start now (less than --min-task-time before the night's deadline), or None."""
+    if night.deadline_at is None:
+        return None
+    left = night.deadline_at.timestamp() - time.time()
+    if left < night.min_task_time_s:
+        return (
+            f"deadline: {format_duration(left)} left at {now_iso()}, less than --min-task-time "
+            f"{format_duration(night.min_task_time_s)}"
+        )
+    return None
+
+
+def time_notice(end: float | None) -> Callable[[], str | None]:
+    """The loop's notice: once, the time-is-up message when the task is within its grace period."""
+    if end is None:
+        return lambda: None
+    due = grace_start(time.time(), end)
+    sent = False
+
+    def notice() -> str | None:
+        nonlocal sent
+        if sent or time.time() < due:
+            return None
+        sent = True
+        return TIME_UP_MESSAGE
+
+    return notice
 
 
 def time_limit(end: float, reason: str) -> contextlib.AbstractContextManager[None]:

@@ -4,8 +4,11 @@ them up)."""
 
 from __future__ import annotations
 
+import httpx
+
 from agent.protocol.stats import SpecCounters
 from agent.server.api import LlamaServerAPI
+from agent.server.errors import ServerError
 
 METRIC_PREFIX = "llamacpp:"
 
@@ -60,3 +63,22 @@ def speculation_configured(api: LlamaServerAPI) -> bool:
         if types and types != "none":
             return True
     return False
+
+
+class SpeculationProbe:
+    """The server's speculative-decoding counters, read for the report in one place: whether speculation is
+    configured (asked once), and the counters now. The report's numbers must never fail a task: a server that
+    cannot say gives False and None."""
+
+    def __init__(self, api: LlamaServerAPI) -> None:
+        self.api = api
+        try:
+            self.configured = speculation_configured(api)
+        except (ServerError, httpx.HTTPError):
+            self.configured = False
+
+    def read(self) -> SpecCounters | None:
+        try:
+            return scrape_spec_counters(self.api)
+        except (ServerError, httpx.HTTPError):
+            return None

@@ -36,11 +36,11 @@ from tools.base import ToolContext
 from tools.ledger import Ledger, old_names_in
 from tools.registry import default_registry
 
-from local_executor import LocalExecutor
-from repos import SAMPLE_FILES, make_repo
-from scripted_server import Fail, ScriptedServer
 from support.dsml import Reply, block, invoke
+from support.local_sandbox import LocalExecutor
 from support.played_server import Exchange, PlayedServer, Step, render
+from support.repos import SAMPLE_FILES, make_repo
+from support.scripted_server import Fail, ScriptedServer
 from support.template_checks import check_extension, divergences, served
 
 pytestmark = pytest.mark.llama_server

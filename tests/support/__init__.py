@@ -1,6 +1,17 @@
-"""Test doubles and helpers shared by the test folders (imported as `support.x`; conftest puts tests/ on sys.path).
+"""The tests' doubles and fixtures, imported as `support.x` (tests/conftest.py puts tests/ on sys.path).
 
-- dsml.py: DeepSeek V4's tool-call markup (DSML) as the model writes it, and the replies a played server plays.
-- played_server.py: a real llama-server behind a loopback proxy that plays scripted replies through its parser.
+- scripted_server.py: an OpenAI-compatible server that plays scripted replies and streams like llama-server;
+- scripted_model.py: the same replies as an in-process ChatModel, and a run of the pipeline with it;
+- local_sandbox.py: sandboxes without Docker: commands as host subprocesses in the worktree;
+- local_cli.py: the real CLI with those sandboxes, for tests that run it as a process (kill -9, resume);
+- cli_runs.py: the CLI as a process of its own, and what a run leaves;
+- repos.py: sample git repositories;
+- pack_repos.py: repositories for the packer's tests;
+- environment_images.py: names for the environment images tests build;
+- llama_fixtures.py: real llama-servers with the embedded model, one per session;
+- install_fixtures.py: the wheel built from the source tree, installed into a fresh environment;
+- namespaces.py: a loopback-only network namespace for tests that must not reach the network;
+- dsml.py: DeepSeek V4's tool-call markup (DSML) as the model writes it, and the replies a played server plays;
+- played_server.py: a real llama-server behind a loopback proxy that plays scripted replies through its parser;
 - template_checks.py: whether each request exactly extends what the server's slot holds (the template tier).
 """

@@ -22,8 +22,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
-from scripted_server import Fail, LoopbackServer
 from support.dsml import Reply
+from support.scripted_server import Fail, LoopbackServer
 
 CHAT = "/v1/chat/completions"
 # A bias this strong makes the token certain whatever the sampling settings: the reply ends where the script ends.

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
-from scripted_server import common_prefix
 from support.played_server import Exchange
+from support.scripted_server import common_prefix
 
 # Characters shown on each side of a divergence, and tokens after it.
 SHOWN_CHARS = 60

@@ -1,4 +1,5 @@
-"""Real git repositories for tests, and a byte-level fingerprint of a user's checkout."""
+"""Real git repositories for tests, a model's tool calls that break the sample and repair it, and a byte-level
+fingerprint of a user's checkout."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+
+from support.scripted_server import Reply
 
 SAMPLE_FILES = {
     "pkg/__init__.py": "",
@@ -25,6 +28,20 @@ SAMPLE_FILES = {
     ),
     "pytest.ini": "[pytest]\naddopts = -p no:cacheprovider\n",
 }
+
+# The sample's area turned into a sum (its two tests regress), and the tool call that repairs it.
+BROKEN_GEOMETRY = '''def compute_area(width, height):
+    """Area of a rectangle."""
+    return width + height
+
+
+def perimeter(width, height):
+    return 2 * (width + height)
+'''
+BREAK = Reply(tool_calls=[("create_file", {"path": "pkg/geometry.py", "content": BROKEN_GEOMETRY})])
+REPAIR = Reply(
+    tool_calls=[("str_replace", {"path": "pkg/geometry.py", "old": "width + height\n\n", "new": "width * height\n\n"})]
+)
 
 
 def git(repo: Path, *args: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ from agent.protocol.events import parse_event
 from agent.record.journal import run_directories
 from sandbox import LABEL, docker_client
 
-from scripted_server import ScriptedServer
+from support.scripted_server import ScriptedServer
 
 
 def read_run(runs_dir: Path) -> tuple[Path, dict, list[dict]]:
@@ -29,11 +30,17 @@ def read_run(runs_dir: Path) -> tuple[Path, dict, list[dict]]:
     return run_dir, summary, [json.loads(line) for line in lines]
 
 
-def cli_command(repo: Path, server: ScriptedServer, runs_dir: Path, *tasks: str) -> list[str]:
+# The CLI as a user runs it, and the same CLI with its tasks' sandboxes on this machine (support/local_cli.py).
+AGENT = (sys.executable, "-m", "agent")
+LOCAL_AGENT = (sys.executable, "-m", "support.local_cli")
+
+
+def cli_command(
+    repo: Path, server: ScriptedServer, runs_dir: Path, *tasks: str, cli: tuple[str, ...] = AGENT
+) -> list[str]:
     task_options = [option for task in tasks for option in ("--task", task)]
     return [
-        sys.executable, "-m", "agent", "run", str(repo), *task_options, "--server", server.url,
-        "--runs-dir", str(runs_dir),
+        *cli, "run", str(repo), *task_options, "--server", server.url, "--runs-dir", str(runs_dir),
     ]  # fmt: skip
 
 
@@ -49,7 +56,12 @@ def start_cli(command: list[str], scratch: Path, **popen: object) -> subprocess.
 
     # cwd outside any repository: a git call that lost its worktree must not find the one the tests run from;
     # PYTHONPATH then names the code under test, which the cwd no longer does.
-    environment = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    root = Path(__file__).resolve().parents[2]
+    environment = {
+        **os.environ,
+        "TMPDIR": str(scratch),
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")]),
+    }
     return subprocess.Popen(command, cwd=scratch.parent, env=environment, preexec_fn=default_signals, **popen)
 
 
@@ -58,6 +70,27 @@ def wait_for(condition: Callable[[], object], what: str, timeout_s: float = 300)
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
+
+
+def processes_under(directory: Path, text: str = "") -> list[int]:
+    """This machine's processes working in `directory` (or below) whose command line holds `text`: what a local
+    sandbox's commands left running."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cwd = (entry / "cwd").resolve()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and cwd.is_relative_to(directory.resolve()) and text in command:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_processes_under(directory: Path) -> None:
+    for pid in processes_under(directory):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def run_containers(run_id: str) -> list:

@@ -41,10 +41,10 @@ import pytest
 from agent.bundle.make import project_wheel
 from sandbox.models import DEFAULT_IMAGE
 
-from namespaces import in_loopback_namespace
-from scripted_server import Reply, ScriptedServer
+from support.namespaces import in_loopback_namespace
+from support.scripted_server import Reply, ScriptedServer
 
-SOURCE_ROOT = Path(__file__).resolve().parents[1]
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
 PIP_TIMEOUT_S = 900  # a cold pip cache downloads the dependencies (numpy, tree-sitter's grammars, uv)
 
 

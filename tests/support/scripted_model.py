@@ -13,16 +13,17 @@ from typing import Any
 
 import git
 
+from agent.dispatch.in_order import InOrder
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.events import Event
 from agent.protocol.model import AssistantTurn, ChatModel, LLMError, ToolCall
 from agent.protocol.records import RunSummary
 from agent.protocol.stats import RequestStats
 from agent.record.journal import RunJournal
-from agent.run.run import Run
-from sandbox import docker_client
+from agent.run.compose import build_run
+from agent.run.sandboxes import DockerSandboxes, Sandboxes
 
-from scripted_server import Reply, ScriptedServer, common_prefix, rendered_prompt, tokens_of
+from support.scripted_server import Reply, ScriptedServer, common_prefix, rendered_prompt, tokens_of
 
 
 class ScriptedModel:
@@ -69,22 +70,25 @@ def run_in_process(
     *,
     run_id: str = "run-under-test",
     observe: Callable[[Event], None] = lambda event: None,
+    sandboxes: Sandboxes | None = None,
 ) -> RunSummary:
-    """The runner with a scripted model, the real Docker sandbox and real git; a scripted server stands in only
-    for the packer's token counts and the metrics probes. A NightConfig brings its night-wide settings (deadline)."""
+    """The runner with a scripted model, real git and the real Docker sandbox (or the `sandboxes` given: a test
+    that does not test Docker passes LocalSandboxes); a scripted server stands in only for the packer's token counts
+    and the metrics probes. A NightConfig brings its night-wide settings (deadline)."""
     night = config if isinstance(config, NightConfig) else NightConfig(repos=[config], runs_dir=config.runs_dir)
     with ScriptedServer([]) as server:
         journal = RunJournal(night.runs_dir, run_id)
         journal.write_config(night.repos[0])
         try:
-            return Run(
+            return build_run(
                 night,
                 repos={path: git.Repo(path) for path in night.repositories()},
-                docker_client=docker_client(),
+                sandboxes=sandboxes if sandboxes is not None else DockerSandboxes(),
                 model=model,
                 server_url=server.url,
                 journal=journal,
                 observe=observe,
+                dispatch=InOrder(),
             ).execute()
         finally:
             journal.close()

@@ -1,0 +1,30 @@
+"""The baseline stage: the suite on the untouched worktree, in the sandbox, while the host packs the repository for
+the system prompt: the baseline costs the first request nothing it would not have waited for anyway."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from agent.gate.stage import Gate
+from agent.prompt import pack_options, system_prompt
+from agent.protocol.events import Retry
+from agent.run.stages.task import TaskContext
+from agent.run.time_limit import wait_in_time
+from agent.server.chat import RetryPolicy
+from agent.worktree.workspace import Workspace
+
+
+def baseline_and_prompt(gate: Gate, workspace: Workspace, context: TaskContext, *, resuming: bool) -> str | None:
+    """The baseline run (kept by the gate); the system prompt, or None for a task resumed with its conversation."""
+    config = context.config
+    retry = RetryPolicy(config.llm, on_retry=lambda message: context.emit(Retry(message=message)))
+    pool = ThreadPoolExecutor(max_workers=1)
+    system = None
+    try:
+        baseline = pool.submit(gate.baseline)
+        if not resuming:
+            system = system_prompt(workspace.path, pack_options(config, context.task, context.server_url), retry)
+        wait_in_time(baseline)  # the task's TimeUp must not wait for the whole suite
+    finally:  # a stop signal must not wait for the suite: leaving the sandbox ends its command
+        pool.shutdown(wait=False, cancel_futures=True)
+    return system

@@ -1,0 +1,40 @@
+"""The loop stage: the agent loop (agent/loop.py) with the task's model behind its saved prefixes, the tools the
+run allows, the time-is-up notice and the wip snapshot after each tool result; a new conversation, or the one
+rebuilt from the transcript when the task is resumed."""
+
+from __future__ import annotations
+
+from agent.loop import AgentLoop, LoopResult
+from agent.prompt import task_prompt
+from agent.record.progress import RESTARTED_MESSAGE, TaskProgress
+from agent.run.stages.task import TaskContext
+from agent.run.time_limit import time_notice
+from agent.server.kv_cache import prefix_cached
+from tools.base import ToolContext
+from tools.registry import default_registry
+
+
+def task_loop(context: TaskContext, tools: ToolContext, end: float | None) -> AgentLoop:
+    config = context.config
+    return AgentLoop(
+        prefix_cached(context.model, context.prefix_cache),
+        default_registry(symbol_tools=config.symbol_tools, ledger=config.ledger),
+        tools,
+        max_turns=config.max_turns,
+        emit=context.emit,
+        max_tokens=config.max_tokens_per_task,
+        notice=time_notice(end),
+        checkpoint=context.checkpoint,
+    )
+
+
+def run_loop(
+    loop: AgentLoop, system: str | None, context: TaskContext, test_command: str | None, resumed: TaskProgress | None
+) -> LoopResult:
+    if resumed is not None and resumed.messages:
+        loop.requests = list(resumed.requests)
+        return loop.continue_from(
+            resumed.messages, turn=resumed.turn, recorded=resumed.recorded, message=RESTARTED_MESSAGE
+        )
+    assert system is not None, "a new conversation has its system prompt"
+    return loop.run(system, task_prompt(context.task, test_command))

@@ -1,0 +1,128 @@
+"""One task through its stages, in order: workspace, then in its sandbox the baseline (while the repository is
+packed), the loop, the gate and its repair rounds, then settle. And the one policy for what stops a task: the
+night's deadline or its own limit (timed_out), a stop signal (interrupted), anything else costs this task only
+(failed, its diff kept); either way it is settled and its worktree removed."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from agent.protocol.events import TaskEnd, TaskStart
+from agent.protocol.records import TaskSummary, now_iso
+from agent.record.metrics import delta, measure
+from agent.run.interrupt import Interrupted
+from agent.run.stages.baseline import baseline_and_prompt
+from agent.run.stages.gate import gate_with_repairs
+from agent.run.stages.loop import run_loop, task_loop
+from agent.run.stages.sandbox import task_sandbox
+from agent.run.stages.settle import already_committed, save_patch, settle, settle_unfinished
+from agent.run.stages.task import TaskContext
+from agent.run.stages.workspace import open_workspace
+from agent.run.time_limit import TimeUp, skip_reason, task_end, time_limit
+from agent.worktree.workspace import Workspace, wip_ref
+from sandbox import SandboxLost
+
+if TYPE_CHECKING:
+    from agent.gate.stage import GateRecord
+    from agent.loop import LoopResult
+    from agent.record.progress import TaskProgress
+    from agent.run.run import Run
+
+
+def run_task(run: Run, context: TaskContext) -> TaskSummary:
+    started = time.monotonic()
+    config, index, task = context.config, context.index, context.task
+    skipped = skip_reason(run.night)
+    if skipped is not None:
+        outcome = TaskSummary(
+            index=index, task=task, repo=str(config.repo), status="skipped", verdict="skipped", reason=skipped
+        )
+        context.emit(TaskEnd(outcome=outcome))
+        return outcome
+    state = run.repos[config.repo]
+    resumed = run.progress.in_flight.get(index) if run.progress is not None else None
+    workspace = open_workspace(
+        state, run_id=context.run_id, index=index, task=task, max_file_bytes=config.max_file_bytes, resumed=resumed
+    )
+    context.emit(
+        TaskStart(
+            text=task,
+            branch=workspace.branch or "",
+            repo=str(config.repo),
+            base_commit=workspace.base_commit,
+            resumed=resumed is not None,
+        )
+    )
+    outcome = TaskSummary(
+        index=index,
+        task=task,
+        repo=str(config.repo),
+        status="failed",
+        reason="",
+        branch=workspace.branch,
+        base_commit=workspace.base_commit,
+    )
+    counters_before = context.probe.read() if context.probe is not None else None
+    try:
+        if workspace.head() != workspace.base_commit:  # settled before the process died: not done twice
+            return already_committed(run.journal, workspace, outcome)
+        end = task_end(run.night, config)
+        with time_limit(*end) if end is not None else contextlib.nullcontext():
+            result, check = _in_sandbox(run, context, workspace, resumed, end[0] if end is not None else None)
+        context.loop = None  # its turns and requests are in the result from here on
+        run.requests += result.requests
+        task_delta = delta(context.probe.read(), counters_before) if context.probe is not None else None
+        measure(outcome, result.requests, task_delta, run.speculation)
+        outcome = settle(run.journal, workspace, outcome, result, check, run.trailers())
+    except TimeUp as up:
+        _settle_unfinished(run, context, workspace, outcome, "timed_out", f"{up.reason}: stopped at {now_iso()}")
+    except Interrupted as stop:
+        context.stopped_by = stop
+        _settle_unfinished(run, context, workspace, outcome, "interrupted", f"interrupted by {stop.signal_name}")
+    except Exception as error:  # the next task still deserves its chance
+        # A sandbox that vanished and could not be replaced names itself; anything else is our fault.
+        lost = isinstance(error, SandboxLost)
+        outcome.reason = str(error) if lost else f"internal error: {error.__class__.__name__}: {error}"
+        with contextlib.suppress(Exception):  # keep what the model did so far for the morning
+            save_patch(run.journal, workspace, outcome)
+    finally:
+        context.workspace = None
+        outcome.wall_time_s = round(time.monotonic() - started, 3)
+        context.emit(TaskEnd(outcome=outcome))
+        with contextlib.suppress(Exception):  # settled (task_end is written): the snapshots served their turn
+            workspace.drop_ref(wip_ref(context.run_id, index))
+        workspace.remove()
+    return outcome
+
+
+def _in_sandbox(
+    run: Run, context: TaskContext, workspace: Workspace, resumed: TaskProgress | None, end: float | None
+) -> tuple[LoopResult, GateRecord]:
+    environment = run.repos[context.config.repo].environment
+    with task_sandbox(
+        context, workspace, sandboxes=run.sandboxes, environment=environment, baselines=run.baselines
+    ) as sandbox:
+        resuming = resumed is not None and bool(resumed.messages)
+        system = baseline_and_prompt(sandbox.gate, workspace, context, resuming=resuming)
+        loop = context.loop = task_loop(context, sandbox.tools, end)
+        context.workspace = workspace  # each tool result snapshots the files from here on
+        result = run_loop(loop, system, context, sandbox.test_command, resumed)
+        context.workspace = None
+        return gate_with_repairs(
+            sandbox.gate, loop, result, workspace, repair_rounds=context.config.repair_rounds, emit=context.emit
+        )
+
+
+def _settle_unfinished(
+    run: Run, context: TaskContext, workspace: Workspace, outcome: TaskSummary, status: str, reason: str
+) -> None:
+    """A task stopped before its end (interrupted, timed_out): its turns so far, then settled as it stands."""
+    outcome.status = outcome.verdict = status  # type: ignore[assignment]
+    outcome.reason = reason
+    if context.loop is not None:
+        outcome.turns = context.loop.turn
+        run.requests += context.loop.requests
+        measure(outcome, context.loop.requests, None, run.speculation)
+    settle_unfinished(run.journal, workspace, outcome, status, run.trailers())

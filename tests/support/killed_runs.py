@@ -1,0 +1,72 @@
+"""A run killed with SIGKILL, then resumed: as the resume tests run it (sandboxes on this machine, support/local_cli.py)
+and as their one twin in the Docker tier does (the real CLI and sandbox)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import git
+
+from agent.record.journal import run_directories
+from agent.worktree.workspace import WIP_REF_PREFIX
+
+from support.cli_runs import LOCAL_AGENT, cli_command, kill_processes_under, processes_under, start_cli, wait_for
+from support.repos import SAMPLE_FILES, make_repo
+from support.scripted_server import Reply, ScriptedServer
+
+THREE_STEPS = [
+    Reply(tool_calls=[("create_file", {"path": "pkg/one.py", "content": "ONE = 1\n"})]),
+    Reply(tool_calls=[("create_file", {"path": "pkg/two.py", "content": "TWO = 2\n"})]),
+    Reply(tool_calls=[("bash", {"command": "echo three > three.txt && echo wrote three"})]),
+]
+FINISH = Reply(tool_calls=[("finish", {"summary": "Add one, two and three"})])
+
+
+def killed_run(
+    tmp_path: Path,
+    script: list,
+    *tasks: str,
+    until: str = "held",
+    cli: tuple[str, ...] = LOCAL_AGENT,
+    files: dict[str, str] | None = None,
+) -> tuple[Path, Path, list[dict]]:
+    """A run killed with SIGKILL once the scripted server holds a request (or `until` a command whose line holds
+    that text runs); returns the repository, the run directory and the requests the server received."""
+    repo = make_repo(tmp_path / "repo", files or SAMPLE_FILES)
+    runs_dir = tmp_path / "runs"
+    scratch = tmp_path / "scratch"
+    with ScriptedServer(script) as server:
+        process = start_cli(cli_command(repo, server, runs_dir, *tasks, cli=cli), scratch, stdout=subprocess.DEVNULL)
+        try:
+            if until == "held":
+                wait_for(server.held.is_set, "the held request")
+            else:
+                wait_for(lambda: processes_under(scratch, until), "the command to run")
+        finally:
+            process.kill()
+            process.wait(timeout=60)
+            kill_processes_under(scratch)  # what a removed container's processes would not outlive
+        requests = list(server.requests)
+    (run_dir,) = run_directories(runs_dir)
+    return repo, run_dir, requests
+
+
+def resume_command(run_dir: Path, server: ScriptedServer, cli: tuple[str, ...] = LOCAL_AGENT) -> list[str]:
+    runs = ["--runs-dir", str(run_dir.parent)]
+    return [*cli, "resume", run_dir.name, *runs, "--server", server.url]
+
+
+def resume(
+    tmp_path: Path, run_dir: Path, script: list, cli: tuple[str, ...] = LOCAL_AGENT
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    with ScriptedServer(script) as server:
+        command = resume_command(run_dir, server, cli)
+        process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        output, _ = process.communicate(timeout=600)
+        return subprocess.CompletedProcess(command, process.returncode, output.decode()), list(server.requests)
+
+
+def wip_refs(repo: Path) -> list[str]:
+    listing = git.Repo(repo).git.for_each_ref("--format=%(refname)", WIP_REF_PREFIX)
+    return listing.split()

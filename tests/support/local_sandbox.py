@@ -1,0 +1,204 @@
+"""Sandboxes without Docker, for the tests of the run's pipeline that do not test Docker (runner, resume, fleet) and
+the loop's unit tests: each command runs as a host subprocess in the task's worktree. Only scripts the tests wrote
+run here (scripted models, sample repositories); the real sandbox has its own tests and one e2e run per path.
+
+What the container gives a command, a LocalSandbox gives it too, so the pipeline cannot tell: the worktree as its
+working directory (the file tools confine paths to it), a private HOME and TMPDIR of its own, the gate's absolute
+report folder (/tmp/.refactor-agent) mapped into that private folder (tasks in parallel and other tests share the
+host's /tmp), a process group of its own, killed at a timeout and when the sandbox closes, and `python3` being this
+interpreter (with pytest and rope, as the image has them). The gate runs the suite with a fresh PYTHONPYCACHEPREFIX
+(no bytecode of the model's is ever read), in which the interpreter would compile pytest and the standard library
+again at every run (two seconds each); an image's interpreter could bring that bytecode along, and here a fresh
+prefix starts with a copy of the interpreter's own (bytecode_template), never with any of the worktree's."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+import git
+
+from agent.gate.suite import REPORT_DIR
+from agent.gate.test_command import choose_test_command
+from agent.protocol.config import RunConfig
+from agent.protocol.records import EnvironmentRecord
+from sandbox import ExecResult, SandboxLimits
+
+
+class LocalExecutor:
+    """Commands as host subprocesses in `workspace`, in a process group of their own."""
+
+    def __init__(self, workspace: Path, environment: dict[str, str] | None = None, report_dir: Path | None = None):
+        self.workspace = workspace
+        self.environment = environment
+        self.report_dir = report_dir
+        self.commands: list[str] = []
+        self._groups: list[int] = []
+
+    def execute(
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        max_output_bytes: int = 256_000,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        self.commands.append(command)
+        if self.report_dir is not None:
+            command = command.replace(REPORT_DIR, str(self.report_dir))
+        started = time.monotonic()
+        process = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=self.workspace,
+            env=self.environment,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._groups.append(process.pid)
+        try:
+            data, _ = process.communicate(stdin if stdin is not None else b"", timeout=timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            self._kill(process.pid)
+            data, _ = process.communicate()
+            timed_out = True
+        return ExecResult(
+            exit_code=None if timed_out else process.returncode,
+            output=data[:max_output_bytes].decode(errors="replace"),
+            total_bytes=len(data),
+            truncated=len(data) > max_output_bytes,
+            timed_out=timed_out,
+            duration_s=time.monotonic() - started,
+        )
+
+    @staticmethod
+    def _kill(group: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+
+    def close(self) -> None:
+        """What its commands left running (`cmd &`), as removing a container would."""
+        for group in self._groups:
+            self._kill(group)
+
+
+# Where the interpreter's own bytecode for a fresh PYTHONPYCACHEPREFIX is kept: the tests' session sets it
+# (tests/conftest.py), so that the CLI's child processes share one copy.
+BYTECODE_ENV = "REFACTOR_AGENT_TESTS_BYTECODE"
+_WRAPPER = """#!/bin/bash
+# python3 of a local sandbox: a fresh PYTHONPYCACHEPREFIX starts with the interpreter's own bytecode.
+if [[ -n "${{PYTHONPYCACHEPREFIX:-}}" && ! -e "$PYTHONPYCACHEPREFIX" ]]; then
+    mkdir -p "$PYTHONPYCACHEPREFIX" && cp -a {template}/. "$PYTHONPYCACHEPREFIX"
+fi
+exec {python} "$@"
+"""
+
+
+def bytecode_path() -> Path:
+    return Path(tempfile.gettempdir()) / f"local-sandbox-bytecode-{os.getuid()}"
+
+
+def bytecode_template() -> Path:
+    """The interpreter's bytecode of what a pytest run imports (pytest, its plugins, the standard library), made
+    once by a pytest run into an empty prefix; only the interpreter's files, so nothing there can be stale for a
+    worktree's module (Python checks each against its source anyway)."""
+    template = Path(
+        os.environ.get(BYTECODE_ENV) or Path(tempfile.gettempdir()) / f"local-sandbox-bytecode-{os.getuid()}"
+    )
+    if template.is_dir():
+        return template
+    with tempfile.TemporaryDirectory(dir=template.parent) as scratch:
+        (Path(scratch) / "tests").mkdir()
+        (Path(scratch) / "tests" / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+        prefix = Path(scratch) / "bytecode"
+        inherited = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+        environment = {**inherited, "PYTHONPYCACHEPREFIX": str(prefix), "PYTHONNOUSERSITE": "1"}
+        junit = f"--junitxml={scratch}/junit.xml"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", junit, "tests"]
+        subprocess.run(command, cwd=scratch, env=environment, capture_output=True, check=True)
+        with contextlib.suppress(OSError):  # another process made it first: theirs is as good
+            prefix.rename(template)
+    return template
+
+
+def python_folder(home: Path) -> Path:
+    """A folder with `python3` and `python` for the sandbox's commands (see _WRAPPER)."""
+    folder = home / "bin"
+    folder.mkdir()
+    for name in ("python3", "python"):
+        wrapper = folder / name
+        wrapper.write_text(_WRAPPER.format(template=bytecode_template(), python=sys.executable))
+        wrapper.chmod(0o755)
+    return folder
+
+
+def sandbox_environment(home: Path) -> dict[str, str]:
+    """A command's environment: nothing of the test process (no PYTHONPATH), a HOME and TMPDIR of its own."""
+    folders = [str(python_folder(home)), str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")]
+    environment = {"HOME": str(home), "TMPDIR": str(home), "LANG": "C.UTF-8", "GIT_CONFIG_NOSYSTEM": "1"}
+    return {**environment, "PATH": os.pathsep.join(folders)}
+
+
+class LocalSandboxes:
+    """The Sandboxes protocol (agent/run/sandboxes.py) on this machine; `root` holds each sandbox's private folder
+    (None: the temporary directory)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root
+        self.opened: list[LocalExecutor] = []
+
+    def preflight(self, images: Iterable[str]) -> None:
+        pass
+
+    def sweep(self) -> int:
+        return 0
+
+    def environment(
+        self,
+        repo: git.Repo,
+        config: RunConfig,
+        *,
+        log_path: Path,
+        progress: Callable[[str], None],
+        deadline: float | None,
+    ) -> EnvironmentRecord:
+        """The image as it is (this machine is the environment), with the test command the real stage would find:
+        the gate's own detection, on the repository's files."""
+        chosen = choose_test_command(config.test_cmd, Path(str(repo.working_tree_dir)))
+        return EnvironmentRecord(
+            source="local",
+            description="this machine's Python (tests without Docker)",
+            image=config.image,
+            status="as_is",
+            test_command=chosen.command if chosen is not None else None,
+            test_command_source=chosen.source if chosen is not None else "none found",
+        )
+
+    def identity(self, image: str) -> str:
+        return image
+
+    @contextlib.contextmanager
+    def open(
+        self, image: str, workspace: Path, *, run_id: str, limits: SandboxLimits, read_only_paths: Sequence[Path]
+    ) -> Iterator[LocalExecutor]:
+        with tempfile.TemporaryDirectory(prefix=f"local-sandbox-{run_id}-", dir=self.root) as private:
+            home = Path(private)
+            executor = LocalExecutor(workspace, sandbox_environment(home), report_dir=home / "report")
+            self.opened.append(executor)
+            try:
+                yield executor
+            finally:
+                executor.close()
+
+    def remove_run(self, run_id: str) -> None:
+        for executor in self.opened:
+            executor.close()
