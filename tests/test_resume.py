@@ -22,7 +22,7 @@ from agent.worktree.workspace import WIP_REF_PREFIX
 
 from support.cli_runs import LOCAL_AGENT, cli_command, start_cli, transcript_of, wait_for
 from support.killed_runs import FINISH, THREE_STEPS, killed_run, resume, resume_command, wip_refs
-from support.repos import make_repo
+from support.repos import BREAK, REPAIR, make_repo
 from support.scripted_server import Hold, Reply, ScriptedServer
 
 
@@ -184,3 +184,20 @@ def test_every_task_a_fleet_had_in_flight_goes_on_from_its_own_conversation(tmp_
         1: [{"role": "user", "content": "one"}],
         2: [{"role": "user", "content": "two"}],
     }
+
+
+def test_a_task_killed_in_a_repair_round_goes_on_with_the_files_of_that_rounds_tool_calls(tmp_path: Path) -> None:
+    # The gate finds a regression and sends it back; the repair round's first tool call repairs it; the kill comes
+    # while the model is asked for the next step. The repaired file must be what the resumed task goes on with.
+    finish = Reply(tool_calls=[("finish", {"summary": "Add perimeter"})])
+    repo, run_dir, before_kill = killed_run(tmp_path, [BREAK, finish, REPAIR, Hold()], "Add perimeter")
+    users = [m["content"] for m in before_kill[-1]["messages"] if m["role"] == "user"]
+    assert "tests/test_geometry.py::test_area" in users[-1]  # the kill came in the repair round
+
+    done, after = resume(tmp_path, run_dir, [finish])
+    assert done.returncode == 0, done.stdout
+    assert len(after) == 1, "the repair held: no further round"
+    (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
+    assert (task["status"], task["verdict"]) == ("committed", "verified")
+    geometry = git.Repo(repo).commit(task["branch"]).tree["pkg/geometry.py"].data_stream.read().decode()
+    assert "return width * height" in geometry and "def perimeter" in geometry

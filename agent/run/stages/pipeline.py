@@ -107,9 +107,10 @@ def _in_sandbox(
         resuming = resumed is not None and bool(resumed.messages)
         system = baseline_and_prompt(sandbox.gate, workspace, context, resuming=resuming)
         loop = context.loop = task_loop(context, sandbox.tools, end)
-        context.workspace = workspace  # each tool result snapshots the files from here on
+        # From here until the task settles, each tool result snapshots the files: in the repair rounds too, so a
+        # kill during one resumes with the files of that round's tool calls (the transcript has their results).
+        context.workspace = workspace
         result = run_loop(loop, system, context, sandbox.test_command, resumed)
-        context.workspace = None
         return gate_with_repairs(
             sandbox.gate, loop, result, workspace, repair_rounds=context.config.repair_rounds, emit=context.emit
         )
