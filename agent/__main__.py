@@ -5,8 +5,8 @@ import sys
 
 def main() -> None:
     if sys.argv[1:2] == ["pack"]:
-        # `pack` runs once per task and is timed per run (issue 14 §5: warm < 1 s): the whole command set imports
-        # git, the review and the sandbox's modules, 0.4 s of start-up that `pack` never uses.
+        # lazy: `pack` runs once per task and is timed per run (issue 14 §5: warm < 1 s): the whole command set
+        # imports git, the review and the sandbox's modules, 0.4 s of start-up that `pack` never uses.
         import typer
 
         from agent.packing.cli import pack
@@ -15,6 +15,7 @@ def main() -> None:
         command.command()(pack)
         command(args=sys.argv[2:], prog_name="refactor-agent pack")
     else:
+        # lazy: the whole command table, which `pack` never loads
         from agent.cli import app
 
         app(prog_name="refactor-agent")

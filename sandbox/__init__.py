@@ -2,6 +2,19 @@
 
 Exports load on first use (PEP 562): importing `docker` costs most of a second, and commands that never start a
 container (`pack`, `server`) should not pay it.
+
+- container.py: one container per task: commands with the workspace mounted, no network;
+- daemon.py: connecting to the Docker daemon, the sandbox image there;
+- models.py: a sandbox's configuration and one command's outcome (the one module the protocol may read);
+- output.py: bounded capture of a command's output;
+- disk.py: the host disk under the workspace, watched;
+- pids.py: whether a container's process table is full;
+- owner.py: which process owns a container, so leftovers can be told apart;
+- errors.py: the errors a user can cause, one line each;
+- image.py: building the sandbox image (Dockerfile or debootstrap);
+- suites.py: the Debian releases an image is made from;
+- mirrors.py: a Debian mirror for debootstrap;
+- cli.py: `refactor-agent sandbox build|sweep`.
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ def build(
     ] = DEFAULT_SUITE,
 ) -> None:
     """Build the sandbox image (python3, pytest, git, bash, coreutils)."""
-    from sandbox.image import build_image  # docker loads only for the commands that use it
+    # lazy: docker-py loads only for the commands that use it
+    from sandbox.image import build_image
 
     try:
         build_image(tag or image_for_suite(suite), base=base, bootstrap=bootstrap, suite=suite, log=typer.echo)
@@ -53,7 +54,7 @@ def sweep() -> None:
     """Remove sandbox and build containers, worktrees and scratch directories left behind by runs and builds
     that crashed or were killed. Their branches are kept (with any commits on them) and can be deleted with
     `git branch -D`."""
-    # The run's scratch layout is the agent's; loaded only here.
+    # lazy: docker-py loads only for the commands that use it (the run's scratch layout is the agent's)
     from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
     from sandbox.container import sweep_leftovers
     from sandbox.daemon import docker_client

@@ -5,7 +5,8 @@ package saying its concern and listing its modules, tests mirroring the packages
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
+import re
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,8 @@ PACKAGES = ("agent", "tools", "sandbox", "prompts")
 PROTOCOL = "agent.protocol"
 # The one product module the protocol may read: the sandbox's own settings types (an image name, limits).
 PROTOCOL_MAY_IMPORT = ("sandbox.models",)
+MAX_TOP_LEVEL_MODULES = 6
+LAZY_MARK = "# lazy:"
 TEST_HELPERS = ("support", "bench")
 
 
@@ -116,6 +119,70 @@ def _resolve(target: str, names: list[str] | None, modules: dict[str, Path], exp
     return sorted(resolved)
 
 
+def _shortest_cycle(start: str, edges: dict[str, set[str]]) -> list[str] | None:
+    previous: dict[str, str | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for following in sorted(edges.get(node, ())):
+            if following == start:
+                path = [node]
+                while previous[path[-1]] is not None:
+                    path.append(previous[path[-1]])  # type: ignore[arg-type]
+                return [*path[::-1], start]
+            if following not in previous:
+                previous[following] = node
+                queue.append(following)
+    return None
+
+
+def test_no_import_cycle_among_the_products_modules() -> None:
+    modules, imports = _imports()
+    edges: dict[str, set[str]] = defaultdict(set)
+    for each in imports:
+        edges[each.source].add(each.target)
+    cycles = [cycle for module in sorted(modules) if (cycle := _shortest_cycle(module, edges)) is not None]
+    assert not cycles, f"{len(cycles)} modules on an import cycle, e.g. " + " -> ".join(min(cycles, key=len))
+
+
+def _first_of_its_run(tree: ast.Module) -> dict[int, int]:
+    """For each import statement's line: the line of the first import of the run of imports it is in."""
+    first: dict[int, int] = {}
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            if not isinstance(statements, list):
+                continue
+            start = None
+            for statement in statements:
+                if isinstance(statement, ast.Import | ast.ImportFrom):
+                    start = start or statement.lineno
+                    first[statement.lineno] = start
+                else:
+                    start = None
+    return first
+
+
+def test_every_function_level_import_says_why_it_is_lazy() -> None:
+    """A `# lazy: why` comment right above each run of imports in a function (a product import there is either
+    start-up laziness, which says whose start-up it spares, or a dodged cycle, which the cycle test fails)."""
+    modules, imports = _imports()
+    unexplained = []
+    for each in imports:
+        if not each.lazy:
+            continue
+        source = modules[each.source].read_text(encoding="utf-8")
+        lines = source.splitlines()
+        above = _first_of_its_run(ast.parse(source))[each.line] - 2
+        comment = []  # the comment block right above the run of imports
+        while above >= 0 and lines[above].strip().startswith("#"):
+            comment.insert(0, lines[above].strip())
+            above -= 1
+        if not (comment and comment[0].startswith(LAZY_MARK)):
+            unexplained.append(f"{modules[each.source].relative_to(ROOT)}:{each.line} imports {each.target}")
+    assert not unexplained, f"function-level imports without a `{LAZY_MARK} why` comment: {sorted(set(unexplained))}"
+
+
 def test_the_protocol_imports_nothing_of_the_product() -> None:
     modules, imports = _imports()
     assert any(name.startswith(PROTOCOL + ".") for name in modules), "agent/protocol/ holds the shared types"
@@ -130,10 +197,33 @@ def test_the_protocol_imports_nothing_of_the_product() -> None:
     assert not wrong
 
 
+def test_agent_has_at_most_six_top_level_modules() -> None:
+    top = sorted(path.name for path in (ROOT / "agent").glob("*.py") if path.stem not in ("__init__", "__main__"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
 def _packages() -> list[Path]:
     return sorted(
         init.parent for package in PACKAGES for init in (ROOT / package).rglob("__init__.py") if init.parent != ROOT
     )
+
+
+def test_each_package_says_its_concern_and_lists_its_modules() -> None:
+    """Its __init__.py's docstring: the concern in one sentence, then one line per module (`- name.py: ...`) and
+    subpackage (`- name/: ...`); nothing listed that is not there."""
+    problems = []
+    for package in _packages():
+        docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8"))) or ""
+        where = package.relative_to(ROOT)
+        if not docstring or "TODO" in docstring:
+            problems.append(f"{where}: no docstring saying its concern")
+            continue
+        members = {path.name for path in package.glob("*.py") if path.name != "__init__.py"}
+        members |= {f"{path.name}/" for path in package.iterdir() if (path / "__init__.py").is_file()}
+        listed = set(re.findall(r"^- ([\w.]+/?): ", docstring, flags=re.MULTILINE))
+        problems += [f"{where}: {member} is not listed" for member in sorted(members - listed)]
+        problems += [f"{where}: lists {name}, which is not there" for name in sorted(listed - members)]
+    assert not problems
 
 
 def test_the_tests_mirror_the_packages() -> None:

@@ -44,6 +44,7 @@ class _Inputs:
 
 
 def _inputs(repo: Path, environment: Path | None, base: str) -> _Inputs:
+    # lazy: docker-py and the environment's modules load for these commands only, not for every other one
     from agent.environment.spec import EnvironmentFileError, load_environment_file
     from agent.settings.layers import SettingsError, placed_runs_dir, user_setting
     from agent.settings.runs_dir import DEFAULT_RUNS_DIR
@@ -65,6 +66,7 @@ def _inputs(repo: Path, environment: Path | None, base: str) -> _Inputs:
 
 
 def _default_log(inputs: _Inputs, command: str) -> Path:
+    # lazy: as _inputs'
     from agent.safety.private_dirs import private_dir
 
     return private_dir(inputs.runs) / f"{command}-{inputs.target.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
@@ -79,6 +81,7 @@ def build(
     log: Annotated[Path | None, typer.Option(help="Build log [default: runs/env-build-<repo>-<time>.log]")] = None,
 ) -> None:
     """Build REPO's environment image now (or find it already built), and check its tests collect."""
+    # lazy: docker-py and the build load for this command only
     from agent.environment.stage import prepare_environment
 
     inputs = _inputs(repo, environment, base)
@@ -155,6 +158,7 @@ def bundle_environment(
 @env_app.command("list")
 def list_images() -> None:
     """The environment images on this machine, newest first."""
+    # lazy: docker-py loads for this command only
     from agent.environment.build import ENV_LABEL, environment_images
     from sandbox import SandboxError, docker_client
 
@@ -177,6 +181,7 @@ def prune(
     all_images: Annotated[bool, typer.Option("--all", help="Remove every environment image.")] = False,
 ) -> None:
     """Remove environment images: all but the newest of each repository, or --all."""
+    # lazy: docker-py loads for this command only
     import docker.errors
 
     from agent.environment.build import ENV_LABEL, environment_images

@@ -33,7 +33,8 @@ def resolve_budget(options: PackOptions) -> Budget:
         return Budget(tokens=options.budget_tokens, source="given")
     if options.server_url is None:
         return Budget(tokens=None, source="unlimited (no server to size the window)")
-    from agent.server.api import LlamaServerAPI, ServerError  # the HTTP client loads only when a server is used
+    # lazy: the HTTP client (httpx) loads only when a server sizes the budget: `pack` is timed per task
+    from agent.server.api import LlamaServerAPI, ServerError
 
     try:
         with LlamaServerAPI(options.server_url) as api:

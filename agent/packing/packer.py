@@ -357,7 +357,7 @@ class _Packer:
                 ranked = rankings.get(key)
             if ranked is not None:
                 return ranked
-            # numpy and the graph load only for a repository that does not fit and was not ranked for this task.
+            # lazy: numpy and the graph load only for a repository that does not fit and was not ranked for this task
             from agent.packing.graph import reference_graph
             from agent.packing.rank import rank_files
 

@@ -114,7 +114,8 @@ class Rankings:
 
 
 def _outline_of(context: tuple[Path, list[TextFile]], index: int) -> str:
-    from agent.packing.outline import extract_outline  # tree-sitter loads only when something is parsed
+    # lazy: tree-sitter loads only when something is parsed
+    from agent.packing.outline import extract_outline
 
     repo_dir, files = context
     text_file = files[index]

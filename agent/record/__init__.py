@@ -3,6 +3,7 @@ morning, and the view of a person watching.
 
 - journal.py: runs/<run-id>/: transcript.jsonl, summary.json, config, patch.diff, one flushed line per step;
 - progress.py: what a stopped run had done, read back from its transcript (finished tasks, the one in flight);
+- metrics.py: a task's and the run's speculation, prompt-cache and latency metrics;
 - report.py: report.md and report.html, what the person at breakfast opens first;
 - live.py: the live panel on a terminal, plain lines in a log or cron mail;
 - fallback_stream.py: a standard stream that carries on in output.log once its reader has gone.

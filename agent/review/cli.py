@@ -26,6 +26,7 @@ from agent.protocol.config import RunConfig
 from agent.protocol.records import TaskSummary
 from agent.review.change import TaskChange, read_change
 from agent.review.pager import TerminalPager
+from agent.review.pull_request import pull_request, pull_request_markdown
 from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
 from agent.review.repository import UserRepository, user_repository
 from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
@@ -193,8 +194,6 @@ def pr(
     as_json: JsonOption = False,
 ) -> None:
     """A pull-request description in Markdown: what changed and why, test evidence, files, risks, how it was made."""
-    from agent.review.pull_request import pull_request, pull_request_markdown
-
     with _one_line_errors():
         change = _change(_runs_dir(context, runs_dir), target, repo)
     config = change.ref.run.config()
@@ -253,6 +252,7 @@ def rebase(
     environment as the new base needs it: clean, conflicts (files) or regressed per branch, and which branches
     conflict with each other. Moves nothing without --apply, and only refactor-agent/* branches verified on the
     new base (their commits then carry the new verdict and counts)."""
+    # lazy: docker-py and the gate's machinery load for this command only
     from agent.review.rebase import Rebaser
     from sandbox import docker_client
 

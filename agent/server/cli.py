@@ -44,6 +44,7 @@ def start(
     wait: Annotated[float, typer.Option(help="seconds to wait for /health")] = DEFAULT_READY_TIMEOUT_S,
 ) -> None:
     """Start llama-server with a preset; arguments after `--` go to llama-server unchanged."""
+    # lazy: the launcher and httpx load for the server commands only
     from agent.server.binary import find_binary
     from agent.server.launcher import start_server
 
@@ -68,6 +69,7 @@ def start(
 @server_app.command()
 def stop(port: Annotated[int | None, typer.Option(help="which server; needed when several run")] = None) -> None:
     """Stop a llama-server that `server start` started."""
+    # lazy: as start's
     from agent.server.launcher import stop_server
 
     try:
@@ -79,6 +81,7 @@ def stop(port: Annotated[int | None, typer.Option(help="which server; needed whe
 @server_app.command()
 def status() -> None:
     """List the llama-servers `server start` started, with their health."""
+    # lazy: as start's
     from agent.server.launcher import read_states, server_status
 
     states = read_states()
@@ -103,6 +106,7 @@ def doctor(
     json_output: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
 ) -> None:
     """Check the llama-server, speculation, prompt cache, Docker and the repository's environment; exit 1 on failure."""
+    # lazy: the doctor's checks (httpx, docker-py, the environment) load for this command only
     from agent.server.doctor import DoctorOptions, failed, run_doctor
 
     options = DoctorOptions(

@@ -17,13 +17,20 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, Field
 
+from agent.environment.spec import EnvironmentFileError, load_environment_file
+from agent.environment.stage import describe_environment
+from agent.gate.test_command import detect_test_command
 from agent.packing.budget import context_budget
 from agent.packing.tokens import DEFAULT_TOKENS_PER_BYTE
 from agent.protocol.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL
+from agent.safety.printable import printable
 from agent.server.api import LlamaServerAPI, ServerError, ServerUnreachable
 from agent.server.errors import SlotsUnsupported
 from agent.server.launcher import ServerState, find_state
 from agent.server.metrics import spec_counters_from_text, speculation_configured
+from agent.settings.layers import SettingsError, user_setting
+from agent.worktree.workspace import WorkspaceError, open_repository
+from sandbox import SandboxError, docker_client, require_image
 
 Status = Literal["ok", "warn", "fail", "skip"]
 
@@ -276,8 +283,6 @@ def check_slot_save(api: LlamaServerAPI, save_dir: Path | None) -> CheckResult:
 
 
 def check_docker(image: str) -> CheckResult:
-    from sandbox import SandboxError, docker_client, require_image  # docker loads only when checked
-
     try:
         client = docker_client(timeout_s=20)
         require_image(client, image)
@@ -293,13 +298,6 @@ def _note(line: str) -> None:
 def check_environment(repo: Path, image: str, environment: Path | None) -> CheckResult:
     """Which environment source wins for the repository, which were skipped and why, and whether its image is
     already built."""
-    from agent.environment.spec import EnvironmentFileError, load_environment_file
-    from agent.environment.stage import describe_environment
-    from agent.safety.printable import printable
-    from agent.settings.layers import SettingsError, user_setting
-    from agent.worktree.workspace import WorkspaceError, open_repository
-    from sandbox import SandboxError, docker_client
-
     try:
         spec = load_environment_file(environment) if environment is not None else None
         ready, message = describe_environment(
@@ -319,8 +317,6 @@ def check_environment(repo: Path, image: str, environment: Path | None) -> Check
 
 def check_test_command(repo: Path) -> CheckResult:
     """The command the gate would run the repository's tests with, and why that one."""
-    from agent.gate.test_command import detect_test_command
-
     chosen = detect_test_command(repo)
     if chosen is None:
         return CheckResult(

@@ -1,10 +1,14 @@
-"""A task's stages around the loop, in the order the runner (agent/run/run.py) runs them:
+"""One task as a pipeline of stages, in the order pipeline.py runs them: workspace, then in its sandbox the baseline
+(while the repository is packed), the loop, the gate and its repair rounds, then settle.
 
-- workspace (workspace.py): the task's worktree and branch, new or reopened from its last snapshot on resume;
-- baseline: the suite before any change, in the sandbox, while the repository is packed (agent/gate/);
-- loop: the model and its tools (agent/loop.py), which knows nothing of git, tests or files;
-- gate (gate.py): the finished work checked against the baseline, regressions sent back for repair rounds;
-- settle (settle.py): the verdict, the commit with its trailers, the patch in the run's records.
+- pipeline.py: the order of the stages and the one policy for what stops a task (timed_out, interrupted, failed);
+- task.py: the task's own state while it runs (TaskContext): its events, its wip snapshot after each tool result;
+- workspace.py: the task's worktree and branch, new or reopened from its last snapshot on resume;
+- sandbox.py: the task's sandbox, the tools' context in it and the gate;
+- baseline.py: the suite before any change, in the sandbox, while the host packs the repository;
+- loop.py: the agent loop (agent/loop.py, which knows nothing of git, tests or files) with the run's tools;
+- gate.py: the finished work checked against the baseline, regressions sent back for repair rounds;
+- settle.py: the verdict, the commit with its trailers, the patch in the run's records.
 
 Each is a module of plain functions over explicit arguments, so one can be replaced without touching the others.
 """
