@@ -8,11 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import git
 import pytest
 
+from agent.environment.committed import committed_tree
+from agent.environment.test_tooling import nox_requirements
 from agent.gate.runner_line import runner_command
 from agent.gate.test_command import SuiteCommand, choose_test_command, detect_test_command
+from agent.gate.test_command_sources import nox_command
+from agent.gate.tooling_files import MAX_NOXFILE_BYTES
 from agent.server.doctor import DoctorOptions, run_doctor
+
+from support.repos import make_repo
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:
@@ -276,3 +283,22 @@ def test_doctor_repo_names_the_test_command_and_why(tmp_path: Path) -> None:
         result for result in run_doctor(options.model_copy(update={"repo": empty})) if result.name == "test-command"
     ]
     assert nothing.status == "warn" and nothing.message.startswith("none found (tasks would be unverified)")
+
+
+def test_the_test_command_and_the_test_dependencies_read_one_noxfile_by_the_same_rules(tmp_path: Path) -> None:
+    """Both readers of a noxfile (which command runs the tests, what they need installed) take its sessions from
+    agent/gate/tooling_files.py: the same session for both, and neither reads one over the size cap."""
+    noxfile = (
+        'import nox\n\n\n@nox.session(name="tests")\ndef run_them(session):\n'
+        '    session.install("attrs")\n    session.run("pytest", "-q")\n'
+    )
+    repo = make_repo(tmp_path / "small", {"noxfile.py": noxfile})
+    with committed_tree(git.Repo(repo)) as tree:
+        assert nox_requirements(tree).lines == ["attrs"]
+    assert nox_command(repo) == ("python3 -m pytest -q", "noxfile.py session tests")
+
+    padded = noxfile + "#" * MAX_NOXFILE_BYTES + "\n"
+    repo = make_repo(tmp_path / "large", {"noxfile.py": padded})
+    with committed_tree(git.Repo(repo)) as tree:
+        assert nox_requirements(tree).lines == []
+    assert nox_command(repo) is None

@@ -2,9 +2,9 @@
 of its test sessions, and the `pip install` lines of CI workflows.
 
 Everything is parsed, never run (tox, nox and the workflows would fetch from the network and run the
-repository's code): tox.ini with configparser, noxfile.py with `ast`, workflows with `yaml.safe_load` under size
-caps, and each install line split with `shlex` into requirement specifiers, files (`-r`, `-c`) and the project's
-own extras (`-e .[test]`).
+repository's code): the files are read by agent/gate/tooling_files.py, which the test-command detection shares
+(configparser, tomllib, `ast`, `yaml.safe_load` under size caps), and each install line is split with `shlex` into
+requirement specifiers, files (`-r`, `-c`) and the project's own extras (`-e .[test]`).
 """
 
 from __future__ import annotations
@@ -17,21 +17,31 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
 from agent.environment.committed import CommittedFileError, CommittedTree
-from agent.environment.python_project import TEST_NAMES, strings, table, toml_file
+from agent.environment.python_project import TEST_NAMES, ProjectError, strings, table
 from agent.environment.requirements_files import UNNEEDED, inside_tree
-from agent.environment.setup_py import MAX_SETUP_PY_BYTES, called_name
+from agent.environment.setup_py import called_name
+from agent.gate.tooling_files import (
+    LEGACY_TOX_INI,
+    MAX_WORKFLOW_BYTES,
+    MAX_WORKFLOWS,
+    WORKFLOWS,
+    Read,
+    ToolingFileError,
+    nox_sessions,
+    tox_inis,
+    tox_tables,
+    workflow,
+)
 
 # tox environments and nox sessions that run the tests, by the names projects give them.
 TEST_ENVIRONMENTS = (*TEST_NAMES, "py", "py3", "unit", "unittests", "pytest")
-# A workflow is a few KB; a file or a document larger than these is not a workflow worth reading.
-MAX_WORKFLOW_BYTES = 256 * 1024
-MAX_WORKFLOWS = 32
+# nox sessions that run the tests: a name that holds one of these.
+TEST_SESSIONS = ("test", "unit", "pytest")
+# YAML anchors can make a small file a very wide tree: at most this many nodes of a workflow are visited.
 MAX_YAML_NODES = 20_000
-WORKFLOWS = re.compile(r"^(\.github/workflows/[^/]+\.ya?ml|\.gitlab-ci\.yml)$")
 _TOX_REFERENCE = re.compile(r"^\{\[([^\]]+)\]([\w-]+)\}$")
 MAX_TOX_SUBSTITUTIONS = 5
 _FACTOR = re.compile(r"^!?[\w.-]+(,!?[\w.-]+)*\s*:\s+\S")
@@ -109,25 +119,20 @@ def parse_install_words(declared: Declared, tree: CommittedTree, words: list[str
 # --- tox ---
 
 
-def _tox_ini(tree: CommittedTree) -> tuple[str, configparser.ConfigParser] | None:
-    """tox.ini, or the legacy ini inside pyproject.toml's [tool.tox], or setup.cfg's [tox:...] sections."""
-    if tree.regular("tox.ini"):
-        path, text = "tox.ini", tree.text("tox.ini")
-    elif tree.regular("setup.cfg") and "[tox:" in (text := tree.text("setup.cfg")):
-        path = "setup.cfg"
-    elif tree.regular("pyproject.toml"):
-        path, text = (
-            "pyproject.toml",
-            str(table(toml_file(tree, "pyproject.toml"), "tool", "tox").get("legacy_tox_ini", "")),
-        )
-    else:
-        return None
-    parser = configparser.ConfigParser(interpolation=None, strict=False)
-    try:
-        parser.read_string(text)
-    except configparser.Error:
-        return None
-    return path, parser
+def _committed(tree: CommittedTree, max_bytes: int | None = None) -> Read:
+    """The committed tree's files as the shared readers take them (agent/gate/tooling_files.py)."""
+
+    def read(path: str) -> str | None:
+        if not tree.regular(path):
+            return None
+        if max_bytes is None:
+            return tree.text(path)
+        try:
+            return tree.read(path, max_bytes=max_bytes).decode("utf-8", errors="replace")
+        except CommittedFileError:  # too large to be one
+            return None
+
+    return read
 
 
 def _tox_lines(parser: configparser.ConfigParser, section: str, key: str, depth: int = 0) -> list[str]:
@@ -159,8 +164,10 @@ def tox_requirements(tree: CommittedTree) -> Declared:
         "testenv",
         *(f"{prefix}{name}" for prefix in ("testenv:", "tox:testenv:") for name in TEST_ENVIRONMENTS),
     ]
-    if (ini := _tox_ini(tree)) is not None:
-        path, parser = ini
+    inis = tox_inis(_committed(tree))
+    if inis:
+        where, parser = inis[0]
+        path = "pyproject.toml" if where == LEGACY_TOX_INI else where
         for section in (section for section in sections if parser.has_section(section)):
             for line in _tox_lines(parser, section, "deps"):
                 parse_install_words(declared, tree, _tox_words(line))
@@ -171,9 +178,12 @@ def tox_requirements(tree: CommittedTree) -> Declared:
                 for line in _tox_lines(parser, section, "extras"):
                     declared.extras.update(name for name in re.split(r"[,\s]+", line) if name)
         declared.read.append(path)
-    path = "tox.toml" if tree.regular("tox.toml") else "pyproject.toml"
-    document = toml_file(tree, path) if tree.regular(path) else {}
-    tox = document if path == "tox.toml" else table(document, "tool", "tox")
+    try:
+        tables = tox_tables(_committed(tree))
+    except ToolingFileError as error:
+        raise ProjectError(str(error)) from None
+    where, tox = tables[0] if tables else ("", {})
+    path = where.split(" ", 1)[0]
     for env in [table(tox, "env_run_base"), *(table(tox, "env", name) for name in TEST_ENVIRONMENTS)]:
         for line in strings(env.get("deps")):
             parse_install_words(declared, tree, _tox_words(line))
@@ -186,21 +196,6 @@ def tox_requirements(tree: CommittedTree) -> Declared:
 # --- nox ---
 
 
-def _session_name(function: ast.FunctionDef) -> str | None:
-    """The nox session a function is (its name, or the decorator's `name=`), None when it is not one."""
-    for decorator in function.decorator_list:
-        target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if (isinstance(target, ast.Attribute) and target.attr == "session") or (
-            isinstance(target, ast.Name) and target.id == "session"
-        ):
-            if isinstance(decorator, ast.Call):
-                for keyword in decorator.keywords:
-                    if keyword.arg == "name" and isinstance(keyword.value, ast.Constant):
-                        return str(keyword.value.value)
-            return function.name
-    return None
-
-
 def _constant_words(node: ast.expr, lists: dict[str, list[str]]) -> list[str]:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return [node.value]
@@ -209,35 +204,14 @@ def _constant_words(node: ast.expr, lists: dict[str, list[str]]) -> list[str]:
     return []
 
 
-def nox_test_sessions(text: str) -> tuple[list[ast.FunctionDef], dict[str, list[str]]]:
-    """A noxfile's sessions named for tests, and its module-level lists of strings (often spread into
-    `session.install(*DEPS)`): parsed, never run."""
-    try:
-        module = ast.parse(text) if len(text) <= MAX_SETUP_PY_BYTES else ast.Module(body=[], type_ignores=[])
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return [], {}
-    lists = {
-        node.targets[0].id: [item.value for item in node.value.elts if isinstance(item, ast.Constant)]
-        for node in module.body
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.List)
-    }
-    sessions = [
-        function
-        for function in module.body
-        if isinstance(function, ast.FunctionDef)
-        and (name := _session_name(function)) is not None
-        and any(word in name.lower() for word in ("test", "unit", "pytest"))
-    ]
-    return sessions, lists
-
-
 def nox_requirements(tree: CommittedTree) -> Declared:
     declared = Declared(label="noxfile.py session.install")
     if not tree.regular("noxfile.py"):
         return declared
     declared.read.append("noxfile.py")
-    sessions, lists = nox_test_sessions(tree.text("noxfile.py"))
-    for function in sessions:
+    sessions, lists = nox_sessions(_committed(tree))
+    tests = [function for name, function in sessions.items() if any(word in name.lower() for word in TEST_SESSIONS)]
+    for function in tests:
         for call in ast.walk(function):
             if isinstance(call, ast.Call) and called_name(call) == "install" and isinstance(call.func, ast.Attribute):
                 words = [word for argument in call.args for word in _constant_words(argument, lists)]
@@ -275,23 +249,12 @@ def _install_commands(script: str) -> Iterator[str]:
                 yield match.group(1)
 
 
-def workflow_scripts(data: bytes) -> list[str]:
-    """The shell scripts of a CI workflow (GitHub Actions or GitLab CI); none for what is not YAML."""
-    try:
-        return list(_scripts(yaml.safe_load(data)))
-    except yaml.YAMLError:
-        return []
-
-
 def ci_requirements(tree: CommittedTree) -> Declared:
     declared = Declared(label="CI workflow pip install lines")
     paths = [path for path in tree.paths() if WORKFLOWS.match(path) and tree.regular(path)][:MAX_WORKFLOWS]
+    read = _committed(tree, MAX_WORKFLOW_BYTES)  # a workflow too large to be one: CI is only a last resort anyway
     for path in paths:
-        try:
-            scripts = workflow_scripts(tree.read(path, max_bytes=MAX_WORKFLOW_BYTES))
-        except CommittedFileError:
-            continue  # a workflow too large to be one: CI is only a last resort anyway
-        for script in scripts:
+        for script in _scripts(workflow(read(path))):
             for arguments in _install_commands(script):
                 try:
                     words = shlex.split(arguments, comments=True)

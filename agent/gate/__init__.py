@@ -15,5 +15,6 @@ fixed, which are flaky. Nothing here runs on the host: the suite runs in the tas
 - baseline.py: baselines kept per base commit, test command and image;
 - test_command.py: which command runs the repository's tests, and why;
 - test_command_sources.py: where the repository says how it runs its tests (tox, nox, Makefile, CI);
-- runner_line.py: one line of those instructions as a command the gate can run.
+- runner_line.py: one line of those instructions as a command the gate can run;
+- tooling_files.py: tox's, nox's and CI's files read as data, bounded, for this detection and the environment's.
 """

@@ -16,19 +16,23 @@ import posixpath
 import re
 import shlex
 import stat
-import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agent.gate.runner_line import PYTHON, in_directory, runner_command
+from agent.gate.tooling_files import (
+    MAX_WORKFLOW_BYTES,
+    MAX_WORKFLOWS,
+    Read,
+    nox_sessions,
+    tox_inis,
+    tox_tables,
+    workflow,
+)
 
 # Every build file worth reading here is far smaller; one that is not is read as far as this.
 MAX_READ_BYTES = 1024 * 1024
-MAX_YAML_BYTES = 256 * 1024
-MAX_WORKFLOWS = 30
 TOX_ENVIRONMENTS = ("py", "py3", "test", "tests", "unit", "unittests", "pytest")
 NOX_SESSIONS = ("tests", "test", "unit", "unit_tests", "pytest")
 SUBSTITUTION_PASSES = 5
@@ -169,22 +173,6 @@ def _tox_setenv(text: str, root: str, section: Callable[[str, str], str | None])
     return assignments
 
 
-def _ini(text: str) -> configparser.ConfigParser | None:
-    parser = configparser.ConfigParser(interpolation=None, strict=False)
-    try:
-        parser.read_string(text)
-    except configparser.Error:
-        return None
-    return parser
-
-
-def _toml(text: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return {}
-
-
 def _tox_toml_command(table: dict[str, Any], file: str) -> Found | None:
     """tox 4's native TOML: `env_run_base` (or a test env under `env`) with `commands` as lists of words."""
     environments = table.get("env") if isinstance(table.get("env"), dict) else {}
@@ -223,39 +211,22 @@ def _toml_command_words(words: Any, root: str) -> str | None:
     return shlex.join(kept)
 
 
+def _reader(root: Path) -> Read:
+    """The worktree's files as the shared readers take them (agent/gate/tooling_files.py)."""
+    return lambda path: read_regular(root / path) or None
+
+
 def tox_command(root: Path) -> Found | None:
     """The test environment's first runner line: tox.ini, setup.cfg's [tox:tox], pyproject.toml or tox.toml."""
-    for file in ("tox.ini", "setup.cfg"):
-        parser = _ini(read_regular(root / file))
-        if parser is not None and (file == "tox.ini" or parser.has_section("tox:tox")):
-            found = _tox_ini_command(parser, file)
-            if found is not None:
-                return found
-    tox_table = _toml(read_regular(root / "pyproject.toml")).get("tool", {}).get("tox", {})
-    if isinstance(tox_table, dict) and isinstance(tox_table.get("legacy_tox_ini"), str):
-        parser = _ini(tox_table["legacy_tox_ini"])
-        found = _tox_ini_command(parser, "pyproject.toml [tool.tox] legacy_tox_ini") if parser else None
+    read = _reader(root)
+    for file, parser in tox_inis(read):
+        found = _tox_ini_command(parser, file)
         if found is not None:
             return found
-    for file, table in (("tox.toml", _toml(read_regular(root / "tox.toml"))), ("pyproject.toml [tool.tox]", tox_table)):
-        found = _tox_toml_command(table, file) if isinstance(table, dict) else None
+    for file, table in tox_tables(read, skip_invalid=True):  # a file that is not TOML names no command
+        found = _tox_toml_command(table, file)
         if found is not None:
             return found
-    return None
-
-
-def _session_name(function: ast.FunctionDef) -> str | None:
-    """The nox session a function defines (`@nox.session`, `@session(name=...)`), None when it defines none."""
-    for decorator in function.decorator_list:
-        target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        name = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else ""
-        if name != "session":
-            continue
-        for keyword in decorator.keywords if isinstance(decorator, ast.Call) else []:
-            value = keyword.value.value if isinstance(keyword.value, ast.Constant) else None
-            if keyword.arg == "name" and isinstance(value, str):
-                return value
-        return function.name
     return None
 
 
@@ -276,15 +247,7 @@ def _session_runs(function: ast.FunctionDef) -> Iterator[tuple[str, str]]:
 
 def nox_command(root: Path) -> Found | None:
     """The first runner line of nox's test session (tests, test, unit, ...), read from noxfile.py's syntax."""
-    try:
-        module = ast.parse(read_regular(root / "noxfile.py"))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    sessions = {
-        name: node
-        for node in module.body
-        if isinstance(node, ast.FunctionDef) and (name := _session_name(node)) is not None
-    }
+    sessions, _lists = nox_sessions(_reader(root))
     chosen = [name for name in NOX_SESSIONS if name in sessions]
     chosen += [name for name in sessions if "test" in name and name not in chosen]
     for name in chosen:
@@ -343,13 +306,6 @@ def makefile_command(root: Path) -> Found | None:
     return None
 
 
-def _safe_yaml(text: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError, ValueError):
-        return None
-
-
 def _step_commands(script: Any, directory: Any) -> Iterator[str]:
     inside = _inside(directory) if isinstance(directory, str) and "${{" not in directory else "."
     scripts = script if isinstance(script, list) else [script]
@@ -404,8 +360,8 @@ def _workflow_files(root: Path) -> list[Path]:
 def ci_command(root: Path) -> Found | None:
     """The first runner line of a CI test step: GitHub workflows (jobs named for tests first), then GitLab CI."""
     for path in _workflow_files(root):
-        document = _safe_yaml(read_regular(path, MAX_YAML_BYTES, whole=True))
+        document = workflow(read_regular(path, MAX_WORKFLOW_BYTES, whole=True) or None)
         found = _github_command(document, f".github/workflows/{path.name}")
         if found is not None:
             return found
-    return _gitlab_command(_safe_yaml(read_regular(root / ".gitlab-ci.yml", MAX_YAML_BYTES, whole=True)))
+    return _gitlab_command(workflow(read_regular(root / ".gitlab-ci.yml", MAX_WORKFLOW_BYTES, whole=True) or None))
