@@ -262,7 +262,7 @@ def test_a_run_that_fails_before_its_tasks_says_failed_in_one_line(
     def disk_full(*_arguments: object, **_options: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("agent.run.run.prepare_environment", disk_full)
+    monkeypatch.setattr("agent.run.sandboxes.prepare_environment", disk_full)
     repo = make_repo(tmp_path / "repo")
     with ScriptedServer([Reply(tool_calls=[("finish", {"summary": "nothing"})])]) as server:
         result = CliRunner().invoke(
