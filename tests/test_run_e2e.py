@@ -617,3 +617,31 @@ def test_a_task_killed_after_three_tool_calls_in_the_docker_sandboxes_goes_on_wi
     (commit,) = git.Repo(repo).iter_commits(f"main..{task['branch']}")
     assert sorted(commit.stats.files) == ["pkg/one.py", "pkg/two.py", "three.txt"]
     assert wip_refs(repo) == [] and run_containers(run_dir.name) == []
+
+
+def test_two_tasks_in_parallel_on_the_slots_of_one_server_commit_in_their_own_docker_sandboxes(tmp_path: Path) -> None:
+    """tests/test_fleet_dispatch.py's tasks in parallel (there in sandboxes on this machine), here each in its own
+    container at once."""
+    repo = make_repo(tmp_path / "repo")
+    tasks = {"alpha": "Add the alpha module", "beta": "Add the beta module"}
+    scripts = {
+        text: [
+            Reply(tool_calls=[("create_file", {"path": f"pkg/{key}.py", "content": f"NAME = {key!r}\n"})]),
+            Reply(tool_calls=[("finish", {"summary": f"Add pkg/{key}.py"})]),
+        ]
+        for key, text in tasks.items()
+    }
+    runs = tmp_path / "runs"
+    options = [*(part for text in tasks.values() for part in ("--task", text)), "--parallel", "2"]
+    with ScriptedServer(scripts=scripts, slots=2) as server:
+        result = CliRunner().invoke(app, ["run", str(repo), *options, "--server", server.url, "--runs-dir", str(runs)])
+    assert result.exit_code == 0, result.output
+    _, summary, transcript = read_run(runs)
+    assert [(task["status"], task["verdict"]) for task in summary["tasks"]] == [("committed", "verified")] * 2
+    assert sorted(event["slot"] for event in transcript if event["type"] == "task_server") == [0, 1]
+    for task, key in zip(summary["tasks"], tasks, strict=True):
+        assert (
+            git.Repo(repo).commit(task["branch"]).tree[f"pkg/{key}.py"].data_stream.read()
+            == f"NAME = {key!r}\n".encode()
+        )
+    assert run_containers(summary["run_id"]) == []
