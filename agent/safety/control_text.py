@@ -9,7 +9,7 @@ so an edit or a command meant for that text still finds it. The mark is a pure f
 message stays byte-identical across the tasks of one commit.
 
 The texts are those of the models the product serves (checked against the served SmolLM2's own tokenizer in
-tests/test_control_text.py): ChatML-style `<|name|>` tokens (SmolLM2, Qwen, Llama 3), DeepSeek V3/V4's tokens
+tests/safety/test_control_text.py): ChatML-style `<|name|>` tokens (SmolLM2, Qwen, Llama 3), DeepSeek V3/V4's tokens
 written with the full-width bar (`<｜User｜>`, `｜DSML｜`) and their `<think>` tags, and SmolLM2's StarCoder-style
 `<file_sep>`-like tokens.
 """

@@ -12,7 +12,7 @@ import pytest
 
 from support.repos import make_repo
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "environments.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "environments.py"
 
 
 @pytest.fixture(scope="module")

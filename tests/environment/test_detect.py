@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from test_environment_sources import commands, plan_of
+from test_sources import commands, plan_of
 
 from agent.environment.plan import EnvironmentPlan
 from agent.environment.poetry import constraint

@@ -13,7 +13,7 @@ from agent.cli import app
 from agent.eval.score import EvalReport, TaskResult, compare, wilson_interval
 from agent.eval.suite import SuiteError, load_suite
 
-SUITE = Path(__file__).resolve().parent.parent / "bench" / "refactor-suite"
+SUITE = Path(__file__).resolve().parents[2] / "bench" / "refactor-suite"
 DEAD_SERVER = "http://127.0.0.1:9/v1"  # never reached: bad input is refused first, scripted models need none
 TINY_MAPPING = (
     "file_mapping = {'../tests/tiny_refactor/test_rename.py': "

@@ -1,5 +1,5 @@
 """The runner's stages with the in-process scripted model, sandboxes on this machine (tests/support/local_sandbox.py)
-and real git: the gate's verdicts. The real Docker sandbox runs the same stages in tests/test_run_e2e.py."""
+and real git: the gate's verdicts. The real Docker sandbox runs the same stages in tests/run/test_run_e2e.py."""
 
 from __future__ import annotations
 

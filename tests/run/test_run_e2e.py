@@ -601,7 +601,7 @@ def test_a_later_run_on_the_same_commit_restores_the_saved_prefix(tmp_path: Path
 
 
 def test_a_task_killed_after_three_tool_calls_in_the_docker_sandboxes_goes_on_with_them(tmp_path: Path) -> None:
-    """tests/test_resume.py's kill -9 (there in sandboxes on this machine) with the real CLI and Docker sandbox."""
+    """tests/run/test_resume.py's kill -9 (there in sandboxes on this machine) with the real CLI and Docker sandbox."""
     repo, run_dir, before_kill = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two and three", cli=AGENT)
     assert wip_refs(repo)  # the files after each tool call, in the user's repository
     assert run_containers(run_dir.name), "the killed run's container is still there"
@@ -620,7 +620,7 @@ def test_a_task_killed_after_three_tool_calls_in_the_docker_sandboxes_goes_on_wi
 
 
 def test_two_tasks_in_parallel_on_the_slots_of_one_server_commit_in_their_own_docker_sandboxes(tmp_path: Path) -> None:
-    """tests/test_fleet_dispatch.py's tasks in parallel (there in sandboxes on this machine), here each in its own
+    """tests/dispatch/test_fleet.py's tasks in parallel (there in sandboxes on this machine), here each in its own
     container at once."""
     repo = make_repo(tmp_path / "repo")
     tasks = {"alpha": "Add the alpha module", "beta": "Add the beta module"}

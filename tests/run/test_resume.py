@@ -1,7 +1,7 @@
 """kill -9 at any point, then `refactor-agent resume`: no task lost, none done twice, the task in flight goes on
 from its last completed step with its conversation rebuilt (the real CLI as a process and real git, a scripted
 server, sandboxes on this machine: support/local_cli.py; the same kill in the real Docker sandbox is
-tests/test_run_e2e.py::test_a_task_killed_after_three_tool_calls_in_the_docker_sandboxes_goes_on_with_them)."""
+tests/run/test_run_e2e.py::test_a_task_killed_after_three_tool_calls_in_the_docker_sandboxes_goes_on_with_them)."""
 
 from __future__ import annotations
 
