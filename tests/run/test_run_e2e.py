@@ -151,7 +151,7 @@ def test_a_run_from_inside_the_repository_reads_none_of_its_config_and_keeps_its
     before = checkout_fingerprint(repo)
     mine = tmp_path / "mine.toml"
     mine.write_text(f'on_finish = "touch {mine_ran}"\n')
-    source_root = str(Path(__file__).resolve().parents[1])
+    source_root = str(Path(__file__).resolve().parents[2])
     environment = {
         **os.environ, "PYTHONPATH": source_root, "XDG_STATE_HOME": str(tmp_path / "state"),
         "XDG_CONFIG_HOME": str(tmp_path / "no-config"), "TMPDIR": str(tmp_path),

@@ -118,7 +118,7 @@ def test_a_build_killed_with_sigkill_leaves_scratch_that_the_next_sweep_removes(
     }
     repo = make_repo(tmp_path / "killed-build", files)
     log = tmp_path / "build.log"
-    environment = {**os.environ, "TMPDIR": str(root), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    environment = {**os.environ, "TMPDIR": str(root), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     environment.pop("PIP_FIND_LINKS", None)
     environment["PIP_CONFIG_FILE"] = os.devnull  # a remote index: the RUN steps get the forwarder's container
     build = subprocess.Popen(
