@@ -111,6 +111,10 @@ class RunConfig(BaseModel):
     ledger: bool = Field(True, description="the state ledger and plan tools (--ledger on|off)")
     task_timeout_s: float | None = Field(None, gt=0, description="wall time of one task; then it is timed_out")
     max_tokens_per_task: int | None = Field(None, ge=1, description="prompt tokens processed plus tokens generated")
+    author: str = Field(
+        "refactor-agent ({model}) <refactor-agent@localhost>",
+        description="the commits' author, `Name <email>`; {model} is the model the server runs (the user commits)",
+    )
 
 
 class NightConfig(BaseModel):

@@ -43,6 +43,8 @@ class RunStart(_Event):
     type: Literal["run_start"] = "run_start"
     run_id: str
     tasks: int
+    deadline_at: float | None = None  # epoch seconds of the night's `until`: the live view's time left
+    served_model: str | None = None  # the model the server says it runs (/props), beside the requested name
 
 
 class RunEnd(_Event):
@@ -124,6 +126,14 @@ class PrefillProgress(_Event):
     cached: int = 0
 
 
+class GenerationProgress(_Event):
+    """Tokens of the reply streamed so far (content, reasoning and tool-call chunks), at most once a second."""
+
+    type: Literal["generation_progress"] = "generation_progress"
+    tokens: int
+    elapsed_s: float  # since the reply's first token
+
+
 class PrefixCacheEvent(_Event):
     """A saved KV cache of the task's prefix restored into the slot, or saved from it (agent.server.kv_cache)."""
 
@@ -140,6 +150,14 @@ class Baseline(_Event):
     cached: bool
     result: str
     duration_s: float = 0.0
+
+
+class GateStart(_Event):
+    """The gate starts a run of the suite: the baseline, a check after the change, or a rerun of the regressed."""
+
+    type: Literal["gate_start"] = "gate_start"
+    kind: Literal["baseline", "check", "rerun"]
+    tests: int | None = None  # baseline/check: the tests collected; rerun: the regressed count
 
 
 class GateEvent(_Event):
@@ -170,10 +188,12 @@ Event = Annotated[
     | ToolResultEvent
     | Retry
     | PrefillProgress
+    | GenerationProgress
     | EnvironmentProgress
     | EnvironmentReady
     | PrefixCacheEvent
     | Baseline
+    | GateStart
     | GateEvent
     | Repair,
     Field(discriminator="type"),

@@ -53,6 +53,8 @@ class GateEvidence(BaseModel):
     repair_rounds: int = 0
     unimportable: list[str] = []  # test modules that imported at baseline and do not now
     renamed: dict[str, str] = {}  # baseline ids whose parameters changed between runs (the time): old -> new
+    failures: dict[str, str] = {}  # each regressed test -> the first lines of its failure, as the gate gave them
+    rounds: list[int] = []  # the regressed count of each gate check, in order: the repair history
 
 
 EnvironmentStatus = Literal["built", "reused", "as_is", "failed"]
@@ -108,6 +110,11 @@ class TaskSummary(BaseModel):
     warnings: list[str] = []
     # Files the commit left out (too large, new or tracked and grown; a nested repository): why.
     uncommitted_files: dict[str, str] = {}
+    rejected_calls: dict[str, int] = {}  # tool name -> its results that were errors: why a failed task failed
+    last_error: str = ""  # the first line of the last rejected call's result
+    lost: Literal["server", "sandbox"] | None = None  # infrastructure the task lost: failed, never no_changes
+    capped: int | None = None  # tokens of a reply cut at its cap with no tool call
+    model: str | None = None  # the model the task's server says it runs (a fleet's servers may differ)
 
     @property
     def shown_verdict(self) -> str:
@@ -119,7 +126,8 @@ class RunSummary(BaseModel):
     run_id: str
     repo: str  # the first repository; `repos` lists all of a night's
     repos: list[str] = []
-    model: str
+    model: str  # the requested name
+    served_model: str | None = None  # the model the server says it runs (/props)
     server_url: str
     speculation_configured: bool = False
     started_at: str = Field(default_factory=now_iso)
