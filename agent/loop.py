@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent.protocol.events import Event, Request, Response, ToolCallEvent, ToolResultEvent
-from agent.protocol.model import AssistantTurn, ChatModel, LLMError, ToolCall
+from agent.protocol.model import AssistantTurn, ChatModel, LLMError, ServerLost, ToolCall
 from agent.protocol.stats import RequestStats
 from agent.safety.control_text import neutralised_message
 from tools.base import FinishRequested, ToolContext
@@ -19,15 +19,18 @@ from tools.registry import ToolRegistry
 
 Emit = Callable[[Event], None]
 LoopOutcome = Literal["finished", "stopped", "max_turns", "error"]
+# The first line of the last rejected call's result, as a failed task's reason quotes it.
+LAST_ERROR_CHARS = 200
 
 
 class LoopEnd(Exception):
     outcome: LoopOutcome = "error"
 
-    def __init__(self, reason: str, summary: str = "") -> None:
+    def __init__(self, reason: str, summary: str = "", *, capped: int | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.summary = summary
+        self.capped = capped  # a reply cut at its cap with no tool call: its tokens
 
 
 class Finished(LoopEnd):
@@ -47,6 +50,11 @@ class TurnLimitReached(LoopEnd):
 class ModelFailed(LoopEnd):
     outcome = "error"
 
+    def __init__(self, error: LLMError) -> None:
+        super().__init__(str(error))
+        # The server stopped answering (not a refusal of this request): the task was lost, it did not end.
+        self.lost: Literal["server"] | None = "server" if isinstance(error, ServerLost) else None
+
 
 @dataclass
 class LoopResult:
@@ -55,6 +63,10 @@ class LoopResult:
     summary: str
     turns: int
     requests: list[RequestStats] = field(default_factory=list)
+    rejected: dict[str, int] = field(default_factory=dict)  # tool name -> its calls whose result was an error
+    last_error: str = ""  # the first line of the last rejected call's result
+    lost: Literal["server"] | None = None
+    capped: int | None = None  # tokens of a reply cut at its cap with no tool call
 
 
 # A reply cut by max_tokens ends inside its last call, whatever its arguments happen to parse to: none is run.
@@ -105,6 +117,8 @@ class AgentLoop:
         self.requests: list[RequestStats] = []
         self.turn = 0
         self._recorded = 0
+        self.rejected: dict[str, int] = {}
+        self.last_error = ""
 
     def run(self, system_prompt: str, task_prompt: str) -> LoopResult:
         self.messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": task_prompt}]
@@ -133,7 +147,17 @@ class AgentLoop:
             while True:
                 self.step()
         except LoopEnd as end:
-            return LoopResult(end.outcome, end.reason, end.summary, self.turn, self.requests)
+            return LoopResult(
+                end.outcome,
+                end.reason,
+                end.summary,
+                self.turn,
+                self.requests,
+                rejected=dict(self.rejected),
+                last_error=self.last_error,
+                lost=end.lost if isinstance(end, ModelFailed) else None,
+                capped=end.capped,
+            )
 
     def step(self) -> None:
         if self.turn >= self.max_turns:
@@ -148,12 +172,13 @@ class AgentLoop:
         try:
             reply = self.model.complete(self.messages, self.tool_schemas)
         except LLMError as error:
-            raise ModelFailed(str(error)) from error
+            raise ModelFailed(error) from error
         self.requests.append(reply.stats)
         self.messages.append(reply.to_message())
         self.emit(Response(turn=self.turn, message=self.messages[-1], stats=reply.stats))
         if not reply.tool_calls:
-            raise Stopped(_why_no_call(reply), summary=reply.content)
+            capped = reply.stats.completion_tokens if reply.finish_reason == "length" else None
+            raise Stopped(_why_no_call(reply), summary=reply.content, capped=capped)
         if reply.finish_reason == "length":
             for call in reply.tool_calls:
                 self._answer_unrun(call, CUT_CALL_RESULT)
@@ -188,5 +213,8 @@ class AgentLoop:
     def _append_tool_result(self, call: ToolCall, text: str, *, is_error: bool) -> None:
         text = neutralised_message(text)  # what the repository and its commands wrote never reads as a turn
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        if is_error:
+            self.rejected[call.name] = self.rejected.get(call.name, 0) + 1
+            self.last_error = next((line.strip() for line in text.splitlines() if line.strip()), "")[:LAST_ERROR_CHARS]
         self.checkpoint()
         self.emit(ToolResultEvent(turn=self.turn, id=call.id, name=call.name, is_error=is_error, text=text))

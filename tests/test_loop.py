@@ -183,3 +183,34 @@ def test_continue_from_sends_the_rebuilt_conversation_then_one_message(tmp_path:
     assert model.requests[0] == [*earlier, {"role": "user", "content": "restarted"}]
     (request,) = [event for event in events if event.type == "request"]
     assert request.new_messages == [{"role": "user", "content": "restarted"}] and request.tools is None
+
+
+def test_rejected_tool_calls_are_counted_by_tool_with_the_last_error(tmp_path: Path) -> None:
+    """A failed task says why: how many calls of each tool came back as errors, and the last error's first line."""
+    missing = {"path": "pkg/geometry.py", "old": "no such text", "new": "x"}
+    script = [
+        Reply(tool_calls=[("str_replace", missing)]),
+        Reply(tool_calls=[("view_file", {"path": "../outside.py"})]),
+        Reply(tool_calls=[("view_file", {"path": "pkg/geometry.py"})]),
+        Reply(tool_calls=[("str_replace", missing)]),
+    ]
+    result, events, _ = run_loop(tmp_path, script, max_turns=4)
+    assert result.outcome == "max_turns"
+    assert result.rejected == {"str_replace": 2, "view_file": 1}
+    last = next(e.text for e in reversed(events) if e.type == "tool_result" and e.is_error)
+    assert result.last_error == last.splitlines()[0] and "\n" not in result.last_error
+
+
+def test_a_capped_reply_without_a_tool_call_stops_with_its_token_count(tmp_path: Path) -> None:
+    result, _, _ = run_loop(tmp_path, [Reply(content="I will now rename " * 8, finish_reason="length")])
+    assert result.outcome == "stopped" and result.capped == result.requests[-1].completion_tokens > 0
+    answered, _, _ = run_loop(tmp_path / "answered", [Reply(content="Nothing to do.")])
+    assert answered.capped is None
+
+
+def test_a_server_that_stops_answering_is_lost_not_an_answer(tmp_path: Path) -> None:
+    fail = Fail(500, {"error": {"message": "boom", "type": "server_error"}})
+    result, _, _ = run_loop(tmp_path, [fail] * 3)
+    assert result.outcome == "error" and result.lost == "server"
+    overflow, _, _ = run_loop(tmp_path / "overflow", [], n_ctx=100)  # the server answered: the prompt is too long
+    assert overflow.outcome == "error" and overflow.lost is None

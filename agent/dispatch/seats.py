@@ -23,14 +23,14 @@ from typing import Any
 
 from agent.protocol.config import LLMConfig
 from agent.protocol.events import Event, Retry, TaskServer
-from agent.protocol.model import AssistantTurn, ModelUnavailable, RetriesExhausted
+from agent.protocol.model import AssistantTurn, RetriesExhausted, ServerLost
 from agent.run.interrupt import Interrupted
 from agent.run.time_limit import WAKE_S
 from agent.server.chat import OpenAIChatModel
 from agent.server.kv_cache import PrefixCache, prefix_cached
 
 
-class NoServerLeft(ModelUnavailable):
+class NoServerLeft(ServerLost):
     """Every server of the fleet was taken out of rotation; str() names each with its last failure."""
 
 

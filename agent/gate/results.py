@@ -28,6 +28,8 @@ WHOLE_SUITE = "(whole suite)"
 PYTEST_DID_NOT_RUN = {2: "interrupted (collection errors?)", 3: "internal error", 4: "usage error", 5: "no tests"}
 MAX_DETAIL_CHARS = 3000
 MAX_ERROR_LINE_CHARS = 300
+# What the record keeps of a regressed test's failure (the report and review show it; the repair message had it all).
+FAILURE_LINES = 3
 # How many unimportable modules describe() names; the rest are counted.
 NAMED_IMPORT_ERRORS = 3
 
@@ -99,6 +101,12 @@ def first_error_line(text: str) -> str:
     marked = [line[1:].strip() for line in text.splitlines() if line.startswith("E ") and line[1:].strip()]
     lines = marked or [line.strip() for line in text.splitlines() if line.strip()]
     return one_line(lines[-1])[:MAX_ERROR_LINE_CHARS] if lines else "no error text"
+
+
+def failure_lines(text: str) -> str:
+    """The first lines of a test's failure (pytest's message comes first: `assert 7 == 10`), printable, bounded."""
+    lines = [one_line(line.strip()) for line in text.splitlines() if line.strip()][:FAILURE_LINES]
+    return "\n".join(lines)[:MAX_ERROR_LINE_CHARS]
 
 
 class RunnerReport(BaseModel):

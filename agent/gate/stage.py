@@ -7,7 +7,7 @@ file before and after; the runner decides what to do with a regression (ask for 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agent.gate.baseline import BaselineCache
 from agent.gate.compare import compare, settle_flaky
@@ -25,11 +25,13 @@ ReadFile = Callable[[str, str], bytes | None]
 
 @dataclass
 class GateRecord:
-    """What the gate saw of one task: the baseline, the last check, and how many repair rounds it asked for."""
+    """What the gate saw of one task: the baseline, the last check, how many repair rounds it asked for, and the
+    regressed count of each check in order (the repair history)."""
 
     baseline: SuiteRun | None = None
     check: GateCheck | None = None
     repair_rounds: int = 0
+    rounds: list[int] = field(default_factory=list)
 
 
 class Gate:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from agent.gate.compare import Comparison
 from agent.gate.results import SuiteRun
 from agent.protocol.records import marked
-from agent.safety.printable import printable
+from agent.safety.printable import counted, printable
 
 Verdict = Literal["verified", "unverified", "regressed"]
 # How many regressed tests the repair message names with their output; the rest are listed by id only.
@@ -59,14 +59,17 @@ def _judge(
     baseline: SuiteRun | None, final: SuiteRun | None, comparison: Comparison | None, syntax_errors: list[str]
 ) -> GateCheck:
     facts = {"final": final, "comparison": comparison, "syntax_errors": syntax_errors}
-    broken = f"; {len(syntax_errors)} changed file(s) no longer parse" if syntax_errors else ""
+    parse = "no longer parses" if len(syntax_errors) == 1 else "no longer parse"
+    broken = f"; {counted(len(syntax_errors), 'changed file')} {parse}" if syntax_errors else ""
     if baseline is None or not baseline.ran or comparison is None:
         why = "no test command found" if baseline is None else f"the suite did not run at baseline: {baseline.reason}"
         if syntax_errors:
             return GateCheck(verdict="regressed", reason=f"{why}{broken}", **facts)
         return GateCheck(verdict="unverified", reason=why, **facts)
     if comparison.regressed or syntax_errors:
-        tests = f"{len(comparison.regressed)} test(s) regressed" if comparison.regressed else "no test regressed"
+        tests = (
+            f"{counted(len(comparison.regressed), 'test')} regressed" if comparison.regressed else "no test regressed"
+        )
         return GateCheck(verdict="regressed", reason=f"{tests}{broken}", **facts)
     if final is not None and not final.per_test:
         # An exit code and a count are no evidence that the tests that passed before pass now.
@@ -94,7 +97,7 @@ def repair_message(check: GateCheck) -> str:
         lines += [f"- {error}" for error in check.syntax_errors]
     comparison, final = check.comparison, check.final
     if comparison is not None and comparison.regressed:
-        lines += ["", f"{len(comparison.regressed)} test(s) passed before your change and do not now:"]
+        lines += ["", f"{counted(len(comparison.regressed), 'test')} passed before your change and do not now:"]
         lines += [f"- {test}{_regression_note(comparison, test)}" for test in comparison.regressed[:LISTED_TESTS]]
         if len(comparison.regressed) > LISTED_TESTS:
             lines.append(f"- ... and {len(comparison.regressed) - LISTED_TESTS} more")

@@ -27,7 +27,12 @@ class MalformedOutput(LLMError):
     pass
 
 
-class RetriesExhausted(ModelUnavailable):
+class ServerLost(ModelUnavailable):
+    """The model server is gone for this task (it stopped answering, or a fleet has none left): the task is failed
+    as lost, never taken for the model's answer."""
+
+
+class RetriesExhausted(ServerLost):
     """The server kept failing transiently (connection errors, 5xx, idle timeouts) past the retry policy: a fleet
     takes such a server out of rotation (agent/dispatch/seats.py)."""
 

@@ -5,6 +5,7 @@ morning, and the view of a person watching.
 - progress.py: what a stopped run had done, read back from its transcript (finished tasks, the one in flight);
 - metrics.py: a task's and the run's speculation, prompt-cache and latency metrics;
 - report.py: report.md and report.html, what the person at breakfast opens first;
+- reasons.py: why a task ended as it did, in one line (every view of a task that is not verified says it);
 - live.py: the live panel on a terminal, plain lines in a log or cron mail;
 - fallback_stream.py: a standard stream that carries on in output.log once its reader has gone.
 """

@@ -30,3 +30,8 @@ def printable(text: str, *, one_line: bool = False) -> str:
 def rich_text(text: str, style: str = "") -> Text:
     """For a rich table cell or title: printable, and never parsed as markup (a `[/]` in it is just text)."""
     return Text(printable(text), style=style)
+
+
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """`1 test`, `2 tests`: every count the product shows, never `test(s)`."""
+    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"

@@ -273,7 +273,7 @@ def test_verdicts_trailer_and_repair_message() -> None:
     baseline = _suite({"t::ok": "passed", "t::old": "failed"})
     after = _suite({"t::ok": "failed", "t::old": "failed"}).model_copy(update={"details": {"t::ok": "assert 1 == 2"}})
     check = judge(baseline, after, compare(baseline, after), [])
-    assert check.verdict == "regressed" and check.reason == "1 test(s) regressed"
+    assert check.verdict == "regressed" and check.reason == "1 test regressed"
     message = repair_message(check)
     assert "- t::ok" in message and "assert 1 == 2" in message and "t::old" not in message
     assert evidence_trailer(baseline, after) == "2 failed (baseline 1 passed, 1 failed)"

@@ -23,8 +23,10 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.protocol.config import LLMConfig, SamplingConfig
+from agent.protocol.records import TaskSummary
 from agent.record.journal import run_directories
 from agent.record.metrics import percentile
+from agent.record.reasons import reason_line
 from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState
 from sandbox import DEFAULT_IMAGE
@@ -356,6 +358,8 @@ def test_a_sandbox_that_cannot_be_replaced_fails_the_task_naming_it(tmp_path: Pa
         r"sandbox refactor-agent-\S+: the sandbox container was removed or stopped from outside", task["reason"]
     )
     assert "pkg/extra.py" in (run_dir / "patch.diff").read_text(), "the work so far is kept for the morning"
+    assert task["lost"] == "sandbox", "infrastructure lost, said so: never the model's failure"
+    assert reason_line(TaskSummary.model_validate(task)).startswith("lost the sandbox: sandbox refactor-agent-")
 
 
 def test_context_overflow_fails_the_task_with_that_reason(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ from pathlib import Path
 import git
 
 from agent.protocol.config import RunConfig
+from agent.protocol.model import RetriesExhausted
 from agent.protocol.records import RunSummary
+from agent.record.reasons import reason_line
 
 from support.local_sandbox import LocalSandboxes
 from support.repos import BREAK, REPAIR, SAMPLE_FILES, make_repo
@@ -117,3 +119,36 @@ def test_tasks_on_one_commit_run_the_baseline_once(tmp_path: Path) -> None:
     baselines = [event for event in events if event.type == "baseline"]
     assert [event.cached for event in baselines] == [False, True, True]
     assert {event.result for event in baselines} == {"2 passed, 1 failed"}
+
+
+def test_a_regressed_task_keeps_each_failure_and_every_rounds_count(tmp_path: Path) -> None:
+    repo = sample_repo(tmp_path)
+    summary, _, _ = run(tmp_path, repo, [BREAK, finish("Add perimeter"), finish("done"), finish("really done")])
+    (task,) = summary.tasks
+    assert task.verdict == "regressed" and task.tests is not None
+    assert task.tests.rounds == [2, 2, 2], "the first check and one per repair round"
+    assert set(task.tests.failures) == set(AREA_TESTS)
+    assert all("assert " in text.splitlines()[0] for text in task.tests.failures.values()), task.tests.failures
+    assert reason_line(task).startswith(f"{AREA_TESTS[0]}: assert ")
+    assert reason_line(task).endswith("round 1: 2 regressed → round 2: 2 → round 3: 2")
+
+
+def test_a_server_lost_mid_task_is_failed_as_lost_never_no_changes(tmp_path: Path) -> None:
+    repo = sample_repo(tmp_path)
+    gone = RetriesExhausted("model server failed 2 times, last: APIConnectionError: Connection error.")
+    summary, _, _ = run(tmp_path, repo, [BREAK, gone])
+    (task,) = summary.tasks
+    assert (task.status, task.verdict, task.lost) == ("failed", "failed", "server")
+    assert reason_line(task) == f"lost the model server: {gone}"
+    assert summary.exit_code == 1
+
+
+def test_rejected_calls_reach_the_record_of_a_failed_task(tmp_path: Path) -> None:
+    repo = sample_repo(tmp_path)
+    missing = Reply(tool_calls=[("str_replace", {"path": "pkg/geometry.py", "old": "no such text", "new": "x"})])
+    model = ScriptedModel([missing] * 3)
+    config = RunConfig(repo=repo, tasks=["Add perimeter"], runs_dir=tmp_path / "runs", max_turns=3)
+    summary = run_in_process(config, model, sandboxes=LocalSandboxes(tmp_path))
+    (task,) = summary.tasks
+    assert task.verdict == "failed" and task.rejected_calls == {"str_replace": 3}
+    assert reason_line(task).startswith("reached --max-turns 3 without finish; 3 rejected tool calls (str_replace 3)")

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import partial
 
 from agent.gate.infrastructure import IGNORED_PATHSPECS
+from agent.gate.results import failure_lines
 from agent.gate.stage import Gate, GateRecord
 from agent.gate.syntax import MAX_CHECKED_BYTES
 from agent.gate.verdict import GateCheck, repair_message
@@ -32,6 +33,8 @@ def gate_with_repairs(
         unstaged = [*workspace.uncommitted_files, *workspace.ignored_files(IGNORED_PATHSPECS)]
         read = partial(workspace.file_at, limit=MAX_CHECKED_BYTES)
         record.check = gate.check(changed, read, unstaged=unstaged) if changed else None
+        if record.check is not None and record.check.comparison is not None:
+            record.rounds.append(len(record.check.comparison.regressed))
         finished = result.outcome in ("finished", "stopped")
         if record.check is None or record.check.verdict != "regressed" or not finished:
             break
@@ -47,7 +50,11 @@ def evidence(record: GateRecord, check: GateCheck) -> GateEvidence:
     """What the report, the trailers and `review` show of the gate's work."""
     comparison = check.comparison
     lists = comparison.model_dump() if comparison is not None else {}
+    details = check.final.details if check.final is not None else {}
+    failures = {test: failure_lines(details[test]) for test in lists.get("regressed", []) if details.get(test)}
     return GateEvidence(
+        failures=failures,
+        rounds=record.rounds,
         baseline=record.baseline.describe() if record.baseline else None,
         final=check.final.describe() if check.final else None,
         syntax_errors=check.syntax_errors,

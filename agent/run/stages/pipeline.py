@@ -83,8 +83,10 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
         _settle_unfinished(run, context, workspace, outcome, "interrupted", f"interrupted by {stop.signal_name}")
     except Exception as error:  # the next task still deserves its chance
         # A sandbox that vanished and could not be replaced names itself; anything else is our fault.
-        lost = isinstance(error, SandboxLost)
-        outcome.reason = str(error) if lost else f"internal error: {error.__class__.__name__}: {error}"
+        if isinstance(error, SandboxLost):
+            outcome.lost, outcome.reason = "sandbox", str(error)
+        else:
+            outcome.reason = f"internal error: {error.__class__.__name__}: {error}"
         with contextlib.suppress(Exception):  # keep what the model did so far for the morning
             save_patch(run.journal, workspace, outcome)
     finally:

@@ -45,6 +45,8 @@ def settle(
     outcome.turns = result.turns
     outcome.summary = result.summary
     outcome.reason = result.reason
+    outcome.rejected_calls, outcome.last_error = result.rejected, result.last_error
+    outcome.lost, outcome.capped = result.lost, result.capped
     check = record.check
     failed = result.outcome in ("max_turns", "error") and check is None
     if not failed:
