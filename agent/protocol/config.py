@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from agent.protocol.effort import Effort  # re-exported: agent.protocol.effort owns it
 from agent.protocol.environment import EnvironmentSpec
@@ -18,6 +26,16 @@ Switch = Literal["on", "off"]  # a feature's command-line switch, e.g. --ledger 
 
 DEFAULT_SERVER_URL = "http://127.0.0.1:8080/v1"
 RETRY_BACKOFF_CAP_S = 60.0  # the longest wait between two retries of a failing server
+# Large models at long contexts save gigabytes per prefix (SmolLM2-135M: ~23 KB per token).
+DEFAULT_PREFIX_CACHE_BYTES = 64 * 2**30
+# A night's name shares the branch namespace refactor-agent/<name>/ with runs: it must not look like a run id.
+RUN_ID_PATTERN = r"^\d{8}-\d{6}-[0-9a-f]{4}$"
+# The night file's words for a task, checked where the file gives them and again in TaskSpec.
+TaskId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+TaskKind = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9 _-]{0,31}$")]
+ShardBy = Literal["directory", "codeowners"]
+ShardDepth = Annotated[int, Field(ge=1, le=8)]
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
 
 def http_url(url: str) -> str:
@@ -88,6 +106,56 @@ class LLMConfig(BaseModel):
         return self.servers or [self.server_url]
 
 
+class ContainsRule(BaseModel):
+    """`if_contains = { glob = "*.py", pattern = "datetime.utcnow" }`: some file the glob names holds the literal
+    pattern (literal: no regex engine runs on a repository's text)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    glob: ShortText
+    pattern: ShortText
+
+
+class RepoSelect(BaseModel):
+    """A [[repo]]'s predicates, read from the default branch's git objects: a repository that does not match is
+    skipped with the reason."""
+
+    if_path_exists: str | None = Field(None, min_length=1, max_length=1000)
+    if_contains: ContainsRule | None = None
+
+
+class ShardRule(BaseModel):
+    """`shard_by` and its details: one task becomes one task per directory (or per CODEOWNERS owner set)."""
+
+    by: ShardBy
+    depth: ShardDepth = 1
+    paths: ShortText = Field("*", description="a glob: without a / it matches at any depth")
+    contains: ShortText | None = Field(None, description="literal text the files hold")
+
+
+class TaskSpec(BaseModel):
+    """One task as the night file gives it: its identity across nights (`id`, else its words), its kind, whether
+    it repeats on a new base once merged, and its shards. NightConfig.specs holds one per tasks() entry."""
+
+    text: str = Field(min_length=1)
+    id: TaskId | None = None
+    kind: TaskKind | None = None
+    repeat: bool = False
+    shard: ShardRule | None = None
+    max_open: int | None = Field(None, ge=1, description="a sharded task's shards waiting for review at once")
+
+
+class RetentionConfig(BaseModel):
+    """The bounds of what grows every night (`refactor-agent gc`, and a night's end when after_night)."""
+
+    keep_runs: int = Field(30, ge=1, description="finished run directories per runs directory")
+    keep_history: int = Field(7, ge=1, description="history refs per task, and the nights its record keeps")
+    keep_baselines_s: float = Field(14 * 86400.0, gt=0, description="baselines older than this are removed")
+    keep_images: int = Field(3, ge=1, description="environment images per repository")
+    prefix_cache_bytes: int = Field(DEFAULT_PREFIX_CACHE_BYTES, ge=1, description="saved prefixes, least recent out")
+    after_night: bool = Field(True, description="a night applies the bounds at its end (gc = on|off)")
+
+
 class RunConfig(BaseModel):
     repo: Path
     tasks: list[str] = Field(min_length=1)
@@ -115,6 +183,9 @@ class RunConfig(BaseModel):
         "refactor-agent ({model}) <refactor-agent@localhost>",
         description="the commits' author, `Name <email>`; {model} is the model the server runs (the user commits)",
     )
+    before: list[str] = Field([], description="commands run in the sandbox before the model's work")
+    after: list[str] = Field([], description="commands run in the sandbox before each gate check")
+    select: RepoSelect | None = Field(None, description="the [[repo]]'s predicates (a night file's)")
 
 
 class NightConfig(BaseModel):
@@ -133,6 +204,17 @@ class NightConfig(BaseModel):
     executor: Executor = Field("local", description="where tasks run: this machine, or the nodes of a Ray cluster")
     parallel: int = Field(1, ge=1, description="tasks at once on each server, each pinned to a slot of its own")
     ray_address: str | None = Field(None, description="the Ray cluster to join (--address); None: ray's default")
+    name: str | None = Field(
+        None, description="a night file's name: its tasks keep their branches across nights; None: a one-off run"
+    )
+    specs: list[TaskSpec] = Field([], description="a night file's tasks as it gives them; one per tasks() entry")
+    retention: RetentionConfig = RetentionConfig()
+
+    @model_validator(mode="after")
+    def _specs_are_the_tasks(self) -> NightConfig:
+        if self.specs and [spec.text for spec in self.specs] != [task for _, task in self.tasks()]:
+            raise ValueError("specs: one per task, in the order of tasks()")
+        return self
 
     def tasks(self) -> list[tuple[RunConfig, str]]:
         """(settings, task) pairs in order; the task index is the position + 1."""

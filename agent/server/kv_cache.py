@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
+from agent.protocol.config import DEFAULT_PREFIX_CACHE_BYTES
 from agent.protocol.events import PrefixCacheEvent
 from agent.protocol.model import AssistantTurn, ChatModel
 from agent.server.api import LlamaServerAPI, ServerError
@@ -53,8 +54,6 @@ Digest = Annotated[str, StringConstraints(pattern=f"^{DIGEST_PATTERN}$")]
 _METADATA_NAME = re.compile(rf"({DIGEST_PATTERN})\.json")
 # Metadata is 32 bytes per 4 KB of system text: this is a system text of gigabytes.
 MAX_METADATA_BYTES = 32 * 2**20
-# Large models at long contexts save gigabytes per prefix (SmolLM2-135M: ~23 KB per token).
-DEFAULT_CAP_BYTES = 64 * 2**30
 
 Notify = Callable[[PrefixCacheEvent], None]
 
@@ -111,7 +110,7 @@ class KVCacheStore:
     """The save directory: `<digest>.bin` written by llama-server, `<digest>.json` by us. Files are opened without
     following links and only as regular files: a link planted there never leads a read or a deletion elsewhere."""
 
-    def __init__(self, directory: Path, *, cap_bytes: int = DEFAULT_CAP_BYTES) -> None:
+    def __init__(self, directory: Path, *, cap_bytes: int = DEFAULT_PREFIX_CACHE_BYTES) -> None:
         self.directory = directory
         self.cap_bytes = cap_bytes
 

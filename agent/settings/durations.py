@@ -1,12 +1,12 @@
-"""Durations (`45s`, `90m`, `5h`) and end times (`06:30`, or a date and time) as the user writes them."""
+"""Durations (`45s`, `90m`, `5h`, `14d`) and end times (`06:30`, or a date and time) as the user writes them."""
 
 from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str | float) -> float:
@@ -17,7 +17,7 @@ def parse_duration(text: str | float) -> float:
         return float(text)
     match = _DURATION.match(text)
     if match is None or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a duration such as 45s, 90m or 5h")
+        raise ValueError(f"{text!r} is not a duration such as 45s, 90m, 5h or 14d")
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 

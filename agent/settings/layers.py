@@ -23,9 +23,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.protocol.config import NightConfig, RunConfig
+from agent.protocol.config import NightConfig, RunConfig, TaskSpec
 from agent.settings.durations import parse_duration, parse_until
-from agent.settings.options import NIGHT_FIELDS, RUN_FIELDS, Options
+from agent.settings.options import BY_NAME, NIGHT_FIELDS, RUN_FIELDS, Options
 from agent.settings.runs_dir import user_runs_dir
 
 CONFIG_FILE_NAME = "refactor-agent.toml"
@@ -279,18 +279,21 @@ def night_config(
     layers: list[Layer],
     *,
     night_file: Path | None = None,
+    name: str | None = None,
+    specs: list[TaskSpec] | None = None,
     now: datetime | None = None,
     directory: Path | None = None,
     log: Callable[[str], None] = _ignore,
 ) -> NightConfig:
     """The night: one RunConfig per entry from that entry's layers (all of them, lowest first); the night-wide
-    settings (end time, run directory ...) from `layers`. `directory`: where the command runs (None: the current
-    one), which a relative runs directory is in; `log` gets the line that says the runs directory moved."""
+    settings (end time, run directory ...) from `layers`; a night file's `name` and its tasks' `specs` (one per task,
+    in order). `directory`: where the command runs (None: the current one), which a relative runs directory is in;
+    `log` gets the line that says the runs directory moved."""
     values, sources = merged(layers)
-    fields: dict[str, Any] = {"night_file": night_file}
+    fields: dict[str, Any] = {"night_file": night_file, "name": name, "specs": specs or []}
     for option, (field, convert) in NIGHT_FIELDS.items():
         if values.get(option) is not None:
-            fields[field] = convert(values[option])
+            _set(fields, tuple(field.split(".")), convert(values[option]))
     fields["deadline_at"] = deadline_at(values, now)
     fields["repos"] = [run_config(repo, tasks, own) for repo, tasks, own in entries]
     night = NightConfig.model_validate(fields)
@@ -328,7 +331,7 @@ def describe_settings(defaults: dict[str, Any], layers: list[Layer]) -> list[str
         else:
             value, where = defaults.get(option), "default"
             if value is None and option in NIGHT_FIELDS:
-                value = NightConfig.model_fields[NIGHT_FIELDS[option][0]].default
+                value = BY_NAME[option].model_default()
         shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)  # a fleet's servers
         rows.append((option, "-" if value is None else shown, where))
     width = [max(len(row[column]) for row in rows) for column in range(2)]

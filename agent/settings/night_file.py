@@ -1,13 +1,20 @@
 """The night file: every task of every repository for one night, checked completely before anything starts.
 
+    name = "nightly"      # its tasks' branches: refactor-agent/nightly/<task> (default: the file's name)
     [defaults]            # any option of `run`: server, model, max_turns, test_cmd, until, deadline ...
     until = "06:30"
     [[repo]]
     path = "/srv/repos/billing"
     test_cmd = "pytest -q"
+    if_path_exists = "setup.cfg"   # or if_contains = { glob = "*.py", pattern = "utcnow" }
     tasks = ["Replace the deprecated datetime.utcnow() calls"]
     [[repo.task]]         # a task with settings of its own
     text = "Move the date helpers into dates.py"
+    id = "date-helpers"   # its identity across nights (default: its words), so that the words may change
+    kind = "move"         # for the merge rate per kind (default: guessed from the words)
+    repeat = false        # true: runs again on the new base after its branch was merged
+    shard_by = "directory"  # one branch per directory (shard_depth, shard_paths, shard_contains), or "codeowners"
+    max_open = 2          # at most this many of its shards wait for review at once
     max_turns = 60
 
 Settings of the whole night (server, model, until, runs_dir ...) belong in [defaults]; a repository or a task
@@ -16,13 +23,26 @@ sets only what can differ per task.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
-from agent.protocol.config import NightConfig
+from agent.protocol.config import (
+    RUN_ID_PATTERN,
+    ContainsRule,
+    NightConfig,
+    RepoSelect,
+    ShardBy,
+    ShardDepth,
+    ShardRule,
+    ShortText,
+    TaskId,
+    TaskKind,
+    TaskSpec,
+)
 from agent.settings.layers import (
     ConfigFiles,
     Layer,
@@ -33,6 +53,9 @@ from agent.settings.layers import (
     read_toml,
 )
 from agent.settings.options import NIGHT_WIDE, Options
+from agent.worktree.workspace import task_slug
+
+_SHARD_DETAILS = ("shard_depth", "shard_paths", "shard_contains", "max_open")
 
 
 def _per_task_only(values: dict[str, Any]) -> dict[str, Any]:
@@ -44,17 +67,43 @@ def _per_task_only(values: dict[str, Any]) -> dict[str, Any]:
 
 class TaskEntry(Options):
     text: str = Field(min_length=1)
+    id: TaskId | None = None
+    kind: TaskKind | None = None
+    repeat: bool = False
+    shard_by: ShardBy | None = None
+    shard_depth: ShardDepth | None = None
+    shard_paths: ShortText | None = None
+    shard_contains: ShortText | None = None
+    max_open: PositiveInt | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _local(cls, values: Any) -> Any:
         return _per_task_only(values) if isinstance(values, dict) else values
 
+    @model_validator(mode="after")
+    def _shard_details_need_shard_by(self) -> TaskEntry:
+        given = next((name for name in _SHARD_DETAILS if getattr(self, name) is not None), None)
+        if given is not None and self.shard_by is None:
+            raise ValueError(f'{given} is a detail of shard_by: give shard_by = "directory" or "codeowners"')
+        return self
+
+    def spec(self) -> TaskSpec:
+        shard = None
+        if self.shard_by is not None:
+            details = {"depth": self.shard_depth, "paths": self.shard_paths, "contains": self.shard_contains}
+            shard = ShardRule(by=self.shard_by, **{key: value for key, value in details.items() if value is not None})
+        return TaskSpec(
+            text=self.text.strip(), id=self.id, kind=self.kind, repeat=self.repeat, shard=shard, max_open=self.max_open
+        )
+
 
 class RepoEntry(Options):
     path: Path
     tasks: list[str] = Field(default_factory=list)
     task: list[TaskEntry] = Field(default_factory=list)
+    if_path_exists: ShortText | None = None
+    if_contains: ContainsRule | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -67,10 +116,16 @@ class RepoEntry(Options):
             raise ValueError("no tasks: give tasks = [...] or [[repo.task]] tables")
         return self
 
+    def select(self) -> RepoSelect | None:
+        if self.if_path_exists is None and self.if_contains is None:
+            return None
+        return RepoSelect(if_path_exists=self.if_path_exists, if_contains=self.if_contains)
+
 
 class NightFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    name: ShortText | None = None
     defaults: Options = Options()
     repo: list[RepoEntry] = Field(min_length=1)
 
@@ -88,6 +143,18 @@ def _read(path: Path) -> NightFile:
 
 def _defaults(path: Path, night: NightFile) -> Layer:
     return Layer(Source(f"{path} [defaults]", path, ("defaults",)), _option_values(night.defaults))
+
+
+def _night_name(path: Path, night: NightFile) -> str:
+    """The night's name: `name`, else the file's, as a branch name's part (`[a-z0-9-]`)."""
+    name = task_slug(night.name or path.stem)
+    if re.match(RUN_ID_PATTERN, name):
+        where = Source(str(path), path, ("name",) if night.name else ()).where()
+        raise SettingsError(
+            f"{where}: name: {name!r} looks like a run id, whose branches are refactor-agent/<run-id>/...: "
+            'set name = "..." to another name'
+        )
+    return name
 
 
 def night_defaults(path: Path) -> Layer:
@@ -115,17 +182,26 @@ def load_night(
     # The config files after the repositories: a directory's file inside one of them is not the user's.
     base = config_files.layers(repositories, log)
     night_layers = [*base, defaults, command_line]
-    entries = []
+    name = _night_name(path, night)
+    entries, specs = [], []
     for number, (repo, repo_path) in enumerate(zip(night.repo, repositories, strict=True)):
         repo_layer = Layer(Source(f"{path} [[repo]] {number}", path, ("repo", number)), _option_values(repo))
         plain = [text.strip() for text in repo.tasks if text.strip()]
         if plain:
             entries.append((repo_path, plain, [*base, defaults, repo_layer, command_line]))
+            specs += [TaskSpec(text=text) for text in plain]
         for index, task in enumerate(repo.task):
             task_source = Source(f"{path} [[repo.task]] {number}.{index}", path, ("repo", number, "task", index))
             task_layer = Layer(task_source, _option_values(task))
             entries.append((repo_path, [task.text.strip()], [*base, defaults, repo_layer, task_layer, command_line]))
-    return night_config(entries, night_layers, night_file=path, directory=config_files.directory, log=log)
+            specs.append(task.spec())
+    config = night_config(
+        entries, night_layers, night_file=path, name=name, specs=specs, directory=config_files.directory, log=log
+    )
+    selects = {repo_path: repo.select() for repo, repo_path in zip(night.repo, repositories, strict=True)}
+    return config.model_copy(
+        update={"repos": [entry.model_copy(update={"select": selects[entry.repo]}) for entry in config.repos]}
+    )
 
 
 def _repository_path(night_file: Path, given: Path) -> Path:

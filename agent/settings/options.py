@@ -24,12 +24,14 @@ from agent.settings.durations import parse_duration, parse_until
 from sandbox.models import DEFAULT_IMAGE
 
 MIB = 1024**2
-Command = Literal["run", "night", "resume", "eval"]
+GIB = 1024**3
+Command = Literal["run", "night", "resume", "eval", "gc"]
 RUN: frozenset[Command] = frozenset({"run"})
 EVERY_RUN: frozenset[Command] = frozenset({"run", "eval"})  # eval runs each task of its suite as `run` would
 NIGHTS: frozenset[Command] = frozenset({"run", "night"})
 ENDS: frozenset[Command] = frozenset({"run", "night", "resume"})
 FILES_ONLY: frozenset[Command] = frozenset()
+RETENTION: frozenset[Command] = frozenset({"night", "gc"})  # what grows every night: bounded by a night and by gc
 # A run's settings and a night's, at their defaults: where the table reads each option's default.
 _DEFAULT_RUN = RunConfig(repo=Path("."), tasks=["-"])
 _DEFAULT_NIGHT = NightConfig(repos=[_DEFAULT_RUN])
@@ -51,7 +53,7 @@ class Option:
     scope: Literal["night", "task"]  # night: one value for the whole night ([defaults] of a night file only)
     commands: frozenset[Command]
     run: tuple[str, ...] | None = None  # where it lands in RunConfig (a path of fields)
-    night: str | None = None  # where it lands in NightConfig
+    night: str | None = None  # where it lands in NightConfig: a field, or a dotted path (retention.keep_runs)
     convert: Callable[[Any], Any] = _identity  # the value as the settings models take it
     back: Callable[[Any], Any] = _identity  # the models' default as the command line shows it
     shown_default: bool = False  # the command line's default is the models' (else None: unset, files may set it)
@@ -60,22 +62,41 @@ class Option:
     example: Any = None  # a valid value, for the table's tests
 
     @property
+    def night_path(self) -> tuple[str, ...]:
+        return tuple((self.night or self.name).split("."))
+
+    def model_default(self) -> Any:
+        """The settings models' own default, as they hold it."""
+        value: Any = _DEFAULT_RUN if self.run is not None else _DEFAULT_NIGHT
+        for part in self.run or self.night_path:
+            value = getattr(value, part)
+        return value
+
+    @property
     def default(self) -> Any:
         """The command line's default: the settings models' own, as the command line writes it, or None."""
-        if not self.shown_default:
-            return None
-        if self.run is not None:
-            value: Any = _DEFAULT_RUN
-            for part in self.run:
-                value = getattr(value, part)
-        else:
-            value = getattr(_DEFAULT_NIGHT, self.night or self.name)
-        return self.back(value)
+        return self.back(self.model_default()) if self.shown_default else None
 
     def parameter(self) -> inspect.Parameter:
         """The option as a parameter of a command's signature (typer reads it)."""
         annotation = Annotated[self.type, typer.Option(help=self.help, **self.click)]
         return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=self.default, annotation=annotation)
+
+
+def _count_bound(name: str, help: str, *, example: int) -> Option:
+    """A retention bound that counts what is kept (runs, history refs, images): at least one."""
+    return Option(
+        name,
+        int,
+        help,
+        "night",
+        RETENTION,
+        night=f"retention.{name}",
+        shown_default=True,
+        layer=Annotated[int, Field(ge=1)],
+        click={"min": 1},
+        example=example,
+    )
 
 
 def _options() -> tuple[Option, ...]:
@@ -332,6 +353,24 @@ def _options() -> tuple[Option, ...]:
             example="90m",
         ),
         Option(
+            "before",
+            list[str] | None,
+            "A command run in the sandbox before the model's work (a codemod); repeatable; its changes are gated.",
+            "task",
+            NIGHTS,
+            run=("before",),
+            example=["python -m black ."],
+        ),
+        Option(
+            "after",
+            list[str] | None,
+            "A command run in the sandbox before each test of the work (a formatter); repeatable.",
+            "task",
+            NIGHTS,
+            run=("after",),
+            example=["ruff check --fix ."],
+        ),
+        Option(
             "max_tokens_per_task",
             int | None,
             "Tokens one task may spend (prompt processed + generated).",
@@ -377,6 +416,46 @@ def _options() -> tuple[Option, ...]:
             NIGHTS,
             night="on_finish",
             example="true",
+        ),
+        _count_bound("keep_runs", "Finished run records kept in the runs directory (refactor-agent gc).", example=10),
+        _count_bound("keep_history", "Earlier results kept per night task, as private history refs.", example=3),
+        Option(
+            "keep_baselines",
+            str | None,
+            "Cached test baselines older than this are removed (default: 14d).",
+            "night",
+            RETENTION,
+            night="retention.keep_baselines_s",
+            convert=parse_duration,
+            layer=str | float,
+            example="7d",
+        ),
+        _count_bound("keep_images", "Environment images kept per repository.", example=2),
+        Option(
+            "prefix_cache_gib",
+            int,
+            "GiB of saved prompt prefixes kept, least recently used removed first.",
+            "night",
+            RETENTION,
+            night="retention.prefix_cache_bytes",
+            convert=lambda gib: gib * GIB,
+            back=lambda size: size // GIB,
+            shown_default=True,
+            layer=Annotated[int, Field(ge=1)],
+            click={"min": 1},
+            example=16,
+        ),
+        Option(
+            "gc",
+            Switch,
+            "Apply the bounds above at the end of the night.",
+            "night",
+            frozenset({"night"}),
+            night="retention.after_night",
+            convert=lambda switch: switch == "on",
+            back=_switch,
+            shown_default=True,
+            example="off",
         ),
         Option(
             "allow_dirty",
@@ -429,7 +508,7 @@ class _Checks(BaseModel):
             raise ValueError("give at least one URL")
         return servers
 
-    @field_validator("task_timeout", "deadline", "min_task_time", mode="before", check_fields=False)
+    @field_validator("task_timeout", "deadline", "min_task_time", "keep_baselines", mode="before", check_fields=False)
     @classmethod
     def _duration(cls, value: str | float | None) -> str | float | None:
         if value is not None:

@@ -10,10 +10,14 @@ from pathlib import Path
 
 import git
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from agent.cli import app
+from agent.protocol.config import ContainsRule, NightConfig, RepoSelect, RetentionConfig, ShardRule, TaskSpec
 from agent.record.journal import run_directories
+from agent.settings.layers import ConfigFiles, Layer, Source, night_config
+from agent.settings.night_file import load_night
 
 from support.cli_runs import start_cli
 from support.repos import checkout_fingerprint, make_repo
@@ -60,9 +64,30 @@ def refused(tmp_path: Path, night: str, *options: str) -> str:
         ),
         (
             '[defaults]\ndeadline = "soon"\n[[repo]]\npath = "{repo}"\ntasks = ["x"]\n',
-            "2: defaults.deadline: 'soon' is not a duration such as 45s, 90m or 5h",
+            "2: defaults.deadline: 'soon' is not a duration such as 45s, 90m, 5h or 14d",
         ),
         ("[[repo]\n", "not valid TOML: "),
+        (
+            'name = "20261202-010000-ab12"\n[[repo]]\npath = "{repo}"\ntasks = ["x"]\n',
+            "1: name: '20261202-010000-ab12' looks like a run id, whose branches are refactor-agent/<run-id>/...: "
+            'set name = "..." to another name',
+        ),
+        (
+            '[[repo]]\npath = "{repo}"\n[[repo.task]]\ntext = "x"\nshard_depth = 2\n',
+            '3: repo.0.task.0: shard_depth is a detail of shard_by: give shard_by = "directory" or "codeowners"',
+        ),
+        (
+            '[[repo]]\npath = "{repo}"\n[[repo.task]]\ntext = "x"\nid = "two words"\n',
+            "5: repo.0.task.0.id: string should match pattern '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'",
+        ),
+        (
+            '[[repo]]\npath = "{repo}"\nif_contains = { glob = "*.py" }\ntasks = ["x"]\n',
+            "3: repo.0.if_contains.pattern: field required",
+        ),
+        (
+            '[defaults]\nkeep_baselines = "a fortnight"\n[[repo]]\npath = "{repo}"\ntasks = ["x"]\n',
+            "2: defaults.keep_baselines: 'a fortnight' is not a duration such as 45s, 90m, 5h or 14d",
+        ),
     ],
 )
 def test_a_bad_night_file_is_one_line_naming_file_line_and_key(tmp_path: Path, night: str, line: str) -> None:
@@ -74,6 +99,57 @@ def test_a_bad_night_file_is_one_line_naming_file_line_and_key(tmp_path: Path, n
         assert stderr == f"error: {night_file}:{expected}\n"
     else:
         assert stderr.startswith(f"error: {night_file}") and expected in stderr and stderr.count("\n") == 1
+
+
+def _loaded(tmp_path: Path, name: str, night: str) -> NightConfig:
+    night_file = tmp_path / name
+    night_file.write_text(night)
+    return load_night(night_file, ConfigFiles(directory=tmp_path), Layer(Source("command line"), {}), log=print)
+
+
+def test_a_night_file_gives_its_name_its_tasks_identity_and_its_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
+    repo = make_repo(tmp_path / "repo")
+    night = _loaded(
+        tmp_path,
+        "night.toml",
+        f'name = "Billing Nightly"\n[defaults]\nruns_dir = "{tmp_path / "runs"}"\nkeep_runs = 5\n'
+        'keep_baselines = "7d"\ngc = "off"\n'
+        f'[[repo]]\npath = "{repo}"\nif_contains = {{ glob = "*.py", pattern = "utcnow" }}\ntasks = ["Plain one"]\n'
+        '[[repo.task]]\ntext = "  Move the helpers  "\nid = "helpers"\nkind = "move"\nrepeat = true\n'
+        'shard_by = "directory"\nshard_depth = 2\nmax_open = 2\nbefore = ["python -m black ."]\n',
+    )
+    assert night.name == "billing-nightly"
+    assert [task for _, task in night.tasks()] == ["Plain one", "Move the helpers"]
+    assert night.specs == [
+        TaskSpec(text="Plain one"),
+        TaskSpec(
+            text="Move the helpers",
+            id="helpers",
+            kind="move",
+            repeat=True,
+            shard=ShardRule(by="directory", depth=2),
+            max_open=2,
+        ),
+    ]
+    assert [config.select for config in night.repos] == [
+        RepoSelect(if_contains=ContainsRule(glob="*.py", pattern="utcnow"))
+    ] * 2
+    assert [config.before for config in night.repos] == [[], ["python -m black ."]]
+    assert night.retention == RetentionConfig(keep_runs=5, keep_baselines_s=7 * 86400, after_night=False)
+
+
+def test_a_night_is_named_after_its_file_and_a_run_has_no_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
+    repo = make_repo(tmp_path / "repo")
+    night = _loaded(tmp_path, "Weekly Jobs.toml", f'[[repo]]\npath = "{repo}"\ntasks = ["x"]\n')
+    assert (night.name, night.specs) == ("weekly-jobs", [TaskSpec(text="x")])
+    run = night_config([(repo, ["x"], [])], [])
+    assert (run.name, run.specs, run.retention) == (None, [], RetentionConfig())
+    with pytest.raises(ValidationError, match="specs: one per task"):
+        NightConfig(repos=run.repos, specs=[TaskSpec(text="y")])
 
 
 def test_a_missing_night_file_is_one_line(tmp_path: Path) -> None:

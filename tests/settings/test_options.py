@@ -63,7 +63,7 @@ def test_every_option_lands_in_the_settings_models() -> None:
         if option.run is not None:
             _field(RunConfig, option.run)
         if option.night is not None:
-            _field(NightConfig, (option.night,))
+            _field(NightConfig, option.night_path)
     assert list(Options.model_fields) == [option.name for option in OPTIONS]
     assert len({option.name for option in OPTIONS}) == len(OPTIONS)
 
@@ -73,11 +73,8 @@ def test_the_cli_default_is_the_models_default(tmp_path: Path) -> None:
         if not option.shown_default:
             assert option.default is None, option.name
             continue
-        model_default = (
-            _field(RunConfig, option.run).default
-            if option.run is not None
-            else NightConfig.model_fields[option.night or option.name].default
-        )
+        field = _field(RunConfig, option.run) if option.run is not None else _field(NightConfig, option.night_path)
+        model_default = field.default
         if isinstance(model_default, BaseModel):
             model_default = model_default.model_dump()
         assert option.convert(option.default) == model_default, option.name
