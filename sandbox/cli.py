@@ -4,13 +4,13 @@ from typing import Annotated
 
 import typer
 
+from agent.commands import CommandGroup
+from agent.safety.printable import counted
 from sandbox.errors import SandboxError
 from sandbox.models import DEFAULT_IMAGE
 from sandbox.suites import DEFAULT_SUITE, PYTHON_OF_SUITE, image_for_suite
 
-sandbox_app = typer.Typer(
-    help="Build and maintain the Docker sandbox the agent runs commands in.", no_args_is_help=True
-)
+sandbox_app = CommandGroup("Build and maintain the Docker sandbox the agent runs commands in.")
 
 
 def _fail(error: SandboxError) -> typer.Exit:
@@ -63,7 +63,7 @@ def sweep() -> None:
         removed = sweep_leftovers(docker_client())
     except SandboxError as error:
         raise _fail(error) from error
-    typer.echo(f"removed {removed} leftover sandbox container(s)")
-    typer.echo(f"removed the worktrees and scratch directories of {sweep_run_scratch()} unfinished run(s)")
+    typer.echo(f"removed {counted(removed, 'leftover sandbox container')}")
+    typer.echo(f"removed the worktrees and scratch directories of {counted(sweep_run_scratch(), 'unfinished run')}")
     builds = sweep_run_scratch(prefix=BUILD_SCRATCH_PREFIX)
-    typer.echo(f"removed the scratch directories of {builds} unfinished environment build(s)")
+    typer.echo(f"removed the scratch directories of {counted(builds, 'unfinished environment build')}")

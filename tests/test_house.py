@@ -242,3 +242,16 @@ def test_the_loop_knows_nothing_of_git_tests_or_files() -> None:
     imported = [name for name, _names, _where, _line in _statements(tree, "agent.loop", False)]
     forbidden = ("agent.worktree", "agent.gate", "agent.run", "git", "subprocess", "pathlib", "shutil")
     assert [name for name in imported if name.split(".")[0] in forbidden or name.startswith(forbidden)] == []
+
+
+# `1 test(s)`, `2 branch(es)`: the product says `1 test` and `2 branches` (agent.safety.printable.counted).
+_PARENTHESISED_PLURAL = re.compile(r"\b(?!http\()[a-z]+\(e?s\)")
+
+
+def test_no_parenthesised_plurals_in_the_products_text() -> None:
+    found = []
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _PARENTHESISED_PLURAL.search(node.value):
+                found.append(f"{module}:{node.lineno}: {node.value.strip()[:60]}")
+    assert not found, found

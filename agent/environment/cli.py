@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from agent.commands import failure
-from agent.safety.printable import printable
+from agent.commands import CommandGroup, failure
+from agent.safety.printable import counted, printable
 from sandbox.models import DEFAULT_IMAGE
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from agent.protocol.environment import EnvironmentSpec
 
-env_app = typer.Typer(help="Build, list and prune the repositories' environment images.", no_args_is_help=True)
+env_app = CommandGroup("Build, list and prune the repositories' environment images.")
 
 
 def _usage(message: str) -> typer.Exit:
@@ -103,7 +103,9 @@ def build(
         _say(f"error: {record.error}" + (f" (log: {record.log})" if record.log else ""), err=True)
         raise typer.Exit(1)
     collected = (
-        f"{record.tests_collected} tests collected" if record.tests_collected is not None else "tests not counted"
+        f"{counted(record.tests_collected, 'test')} collected"
+        if record.tests_collected is not None
+        else "tests not counted"
     )
     note = f" ({record.collect_note})" if record.collect_note else ""
     where = f"; log: {record.log}" if record.log else ""
@@ -205,4 +207,4 @@ def prune(
                 removed += 1
             except docker.errors.APIError as error:
                 typer.echo(f"kept {tag}: {' '.join(str(error).split())}", err=True)
-    typer.echo(f"removed {removed} environment image tag(s)")
+    typer.echo(f"removed {counted(removed, 'environment image tag')}")

@@ -14,6 +14,7 @@ from agent.environment.devcontainer import DevcontainerError, devcontainer_parts
 from agent.environment.indexes import IndexConfig, host_index_config, with_table
 from agent.environment.plan import WHEELHOUSE_DIR, EnvironmentPlan, SetupStep
 from agent.protocol.environment import EnvironmentSpec
+from agent.safety.printable import counted
 from sandbox.models import DEFAULT_IMAGE
 from sandbox.suites import DEFAULT_SUITE, PYTHON_OF_SUITE, image_for_suite, suite_for
 
@@ -65,7 +66,7 @@ def _from_devcontainer(tree: CommittedTree, path: str, bases: BaseImages, host_i
         used.append("detection: PYTHONPATH only")
     return EnvironmentPlan(
         source="devcontainer",
-        description=f"{path}: {base}, {len(steps)} lifecycle command(s)",
+        description=f"{path}: {base}, {counted(len(steps), 'lifecycle command')}",
         base_image=image,
         dockerfile=dockerfile,
         files={path: tree.read(path)},
@@ -146,8 +147,8 @@ def _from_table(
     found = ", ".join(detected.ecosystems) or "nothing detected"
     return EnvironmentPlan(
         source="environment-file",
-        description=f"[environment] table: base {base}, {found}, {len(spec.packages)} package(s), "
-        f"{len(spec.setup)} setup command(s), packages from {index.describe()}{why}",
+        description=f"[environment] table: base {base}, {found}, {counted(len(spec.packages), 'package')}, "
+        f"{counted(len(spec.setup), 'setup command')}, packages from {index.describe()}{why}",
         base_image=base,
         files=detected.files,
         tree_files=detected.tree_files,

@@ -18,6 +18,7 @@ from agent.protocol.model import ChatModel
 from agent.record.journal import new_run_id
 from agent.run.interrupt import Interrupted, stop_signals
 from agent.run.sandboxes import docker_sandboxes
+from agent.safety.printable import counted
 from agent.safety.private_dirs import PRIVATE_MODE, private_dir
 from agent.server.api import ServerError
 from agent.server.chat import OpenAIChatModel
@@ -80,7 +81,7 @@ def execute_eval(
         ledger=template.ledger,
         symbol_tools=template.symbol_tools,
     )
-    _log(f"eval {eval_id}: {len(tasks)} tasks of {suite} ({variant}), records in {directory}")
+    _log(f"eval {eval_id}: {counted(len(tasks), 'task')} of {suite} ({variant}), records in {directory}")
     with stop_signals():
         try:
             run_eval(
@@ -94,7 +95,7 @@ def execute_eval(
                 log=_log,
             )
         except Interrupted as stop:
-            _log(f"eval stopped by {stop.signal_name}: {len(report.results)} tasks scored, in {directory}")
+            _log(f"eval stopped by {stop.signal_name}: {counted(len(report.results), 'task')} scored, in {directory}")
             return stop.exit_code
     _log(totals_line(report))
     if other is not None:

@@ -19,9 +19,8 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 from rich.syntax import Syntax
-from typer.core import TyperGroup
 
-from agent.commands import EXIT_FAILED, failure, one_line_errors
+from agent.commands import EXIT_FAILED, CommandGroup, Commands, failure, one_line_errors
 from agent.protocol.config import RunConfig
 from agent.protocol.records import TaskSummary
 from agent.review.change import TaskChange, read_change
@@ -30,7 +29,7 @@ from agent.review.pull_request import pull_request, pull_request_markdown
 from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
 from agent.review.repository import UserRepository, user_repository
 from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
-from agent.safety.printable import printable
+from agent.safety.printable import counted, printable
 from agent.settings.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read
 from agent.worktree.safe_git import GitError
 from agent.worktree.workspace import WorkspaceError
@@ -42,7 +41,7 @@ RECENT_RUNS = 20
 PIPED_TABLE_WIDTH = 240
 
 
-class ReviewGroup(TyperGroup):
+class ReviewGroup(Commands):
     """`review RUN` is `review tasks RUN`: a first word that is no subcommand is a run id."""
 
     def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
@@ -51,9 +50,10 @@ class ReviewGroup(TyperGroup):
         return super().resolve_command(ctx, args)
 
 
-review_app = typer.Typer(
+review_app = CommandGroup(
     cls=ReviewGroup,
     invoke_without_command=True,
+    no_args_is_help=False,
     help=(
         "Review the night's runs: `review` lists runs, `review RUN` shows a run's tasks. BRANCH_OR_TASK is a task "
         "branch, RUN/N (task N of RUN) or N (task N of the latest run). Never touches your working tree, index or "
@@ -308,12 +308,11 @@ def discard(
         with _repository(record, repo) as repository:
             present = {task.branch: tip for task in chosen if task.branch and (tip := repository.tip(task.branch))}
             if present and not yes:
+                branches = counted(len(present), "branch", "branches")
                 if not sys.stdin.isatty():
-                    raise ReviewError(
-                        f"would delete {len(present)} branch(es) of run {run}: pass --yes (no terminal to ask on)"
-                    )
+                    raise ReviewError(f"would delete {branches} of run {run}: pass --yes (no terminal to ask on)")
                 _say("\n".join(present), err=True)
-                typer.confirm(f"Delete these {len(present)} branch(es)?", abort=True, err=True)
+                typer.confirm(f"Delete these {branches}?", abort=True, err=True)
             for branch, tip in present.items():
                 try:
                     repository.delete(branch, tip)
@@ -325,7 +324,10 @@ def discard(
     if _as_json(context, as_json):
         _print_json({"deleted": deleted, "kept": kept})
         return
-    _say(f"deleted {len(deleted)} branch(es) of run {run}" + "".join(f"\n  {branch}" for branch in deleted))
+    _say(
+        f"deleted {counted(len(deleted), 'branch', 'branches')} of run {run}"
+        + "".join(f"\n  {branch}" for branch in deleted)
+    )
     for branch, why in kept.items():
         _say(f"kept {branch}: {why}", err=True)
     if kept:

@@ -20,6 +20,7 @@ from agent.run.lock import LockHeld, RepoLock
 from agent.run.preflight import PreflightError, Prepared, preflight
 from agent.run.run import TaskDispatch
 from agent.run.sandboxes import docker_sandboxes
+from agent.safety.printable import counted
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 
 ON_FINISH_TIMEOUT_S = 600
@@ -57,13 +58,15 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None) -> int:
 def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunView, resume: bool) -> int:
     swept = prepared.sandboxes.sweep() if prepared.sandboxes is not None else 0
     if swept:
-        view.log(f"removed {swept} sandbox container(s) left behind by earlier runs that did not finish")
+        view.log(f"removed {counted(swept, 'sandbox container')} left behind by earlier runs that did not finish")
     swept = sweep_run_scratch()
     if swept:
-        view.log(f"removed the worktrees of {swept} earlier run(s) that did not finish (their branches are kept)")
+        view.log(
+            f"removed the worktrees of {counted(swept, 'earlier run')} that did not finish (their branches are kept)"
+        )
     swept = sweep_run_scratch(prefix=BUILD_SCRATCH_PREFIX)
     if swept:
-        view.log(f"removed the scratch directories of {swept} environment build(s) that did not finish")
+        view.log(f"removed the scratch directories of {counted(swept, 'environment build')} that did not finish")
     servers: dict[str, object] = {"server_url": prepared.server_url}
     if prepared.fleet is not None:  # the servers that answered; the run's record names only those
         servers["servers"] = prepared.fleet
@@ -75,7 +78,7 @@ def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunVie
     if resume:
         progress = read_progress(journal.directory / "transcript.jsonl")
         previous = RunSummary.model_validate_json((journal.directory / "summary.json").read_bytes())
-        view.log(f"resuming run {run_id}: {len(progress.finished)} task(s) finished earlier are not redone")
+        view.log(f"resuming run {run_id}: {counted(len(progress.finished), 'task')} finished earlier, not redone")
     else:
         journal.write_config(night.repos[0])
         journal.write_json(NIGHT_RECORD, night)

@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from agent.commands import one_line_errors
+from agent.commands import CommandGroup, one_line_errors
 from agent.safety.private_dirs import private_dir
 from agent.settings.layers import ConfigFiles, Layer, SettingsError, Source
 from agent.settings.night_file import load_night
@@ -31,7 +31,7 @@ MARKER = "# refactor-agent night "
 UNIT_PREFIX = "refactor-agent-night-"
 LOG_NAME = "schedule.log"
 
-schedule_app = typer.Typer(no_args_is_help=True, help="Run a night file every night (cron or a systemd timer).")
+schedule_app = CommandGroup("Run a night file every night (cron or a systemd timer).")
 
 
 class ScheduleError(Exception):

@@ -8,19 +8,20 @@ from typing import Annotated
 
 import typer
 
-from agent.commands import EXIT_FAILED, failure
+from agent.commands import EXIT_FAILED, CommandGroup, failure
 from agent.protocol.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL
 from agent.server.errors import ServerError
 from agent.server.presets import DEFAULT_READY_TIMEOUT_S, PresetName, PresetRequest, build_preset
 
 # The launcher, doctor and httpx load inside the commands: every other command imports this module too.
 
-server_app = typer.Typer(help="Start, stop and inspect the local llama-server.", no_args_is_help=True)
+server_app = CommandGroup("Start, stop and inspect the local llama-server.")
 
 STATUS_MARK = {"ok": "[ok]", "warn": "[warn]", "fail": "[FAIL]", "skip": "[skip]"}
 
 
-@server_app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+# Unknown options are a usage error; what follows `--` is llama-server's (click hands it over as extra arguments).
+@server_app.command(context_settings={"allow_extra_args": True})
 def start(
     context: typer.Context,
     preset: Annotated[PresetName, typer.Option(help="dspark: DeepSeek V4 Flash + DSpark; embedded: SmolLM2 on CPU")] = (

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from agent.commands import UsageProblem, one_line_errors
+from agent.commands import CommandGroup, UsageProblem, one_line_errors
 from agent.environment.spec import EnvironmentFileError
 from agent.settings.layers import ConfigFiles, SettingsError, describe_settings, merged, placed_runs_dir
 from agent.settings.night_file import night_defaults, night_repositories
@@ -19,11 +19,12 @@ ConfigOption = Annotated[
     Path | None,
     typer.Option(
         "--config",
+        metavar="FILE",
         help="A config file of yours, over ~/.config/refactor-agent/config.toml and ./refactor-agent.toml.",
     ),
 ]
 
-config_app = typer.Typer(no_args_is_help=True, help="The settings that apply, and where each comes from.")
+config_app = CommandGroup("The settings that apply, and where each comes from.")
 
 
 @config_app.command("show")

@@ -60,6 +60,7 @@ class Option:
     layer: Any = None  # what a settings file may give, when more than the command line takes (e.g. a number)
     click: Mapping[str, Any] = field(default_factory=dict)  # more of typer.Option (min=1)
     example: Any = None  # a valid value, for the table's tests
+    metavar: str | None = None  # help's word for the value when its type says too little (URL, HH:MM)
 
     @property
     def night_path(self) -> tuple[str, ...]:
@@ -79,7 +80,8 @@ class Option:
 
     def parameter(self) -> inspect.Parameter:
         """The option as a parameter of a command's signature (typer reads it)."""
-        annotation = Annotated[self.type, typer.Option(help=self.help, **self.click)]
+        metavar = {"metavar": self.metavar} if self.metavar else {}
+        annotation = Annotated[self.type, typer.Option(help=self.help, **metavar, **self.click)]
         return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=self.default, annotation=annotation)
 
 
@@ -110,6 +112,7 @@ def _options() -> tuple[Option, ...]:
             frozenset({"run", "night", "eval"}),
             run=("llm", "servers"),
             example=["http://127.0.0.1:8080/v1"],
+            metavar="URL",
         ),
         Option(
             "executor",
@@ -128,6 +131,7 @@ def _options() -> tuple[Option, ...]:
             NIGHTS,
             night="ray_address",
             example="127.0.0.1:6379",
+            metavar="HOST:PORT",
         ),
         Option(
             "parallel",
@@ -236,6 +240,7 @@ def _options() -> tuple[Option, ...]:
             task_settings,
             run=("image",),
             example="python:3.12-slim",
+            metavar="IMAGE",
         ),
         Option(
             "environment",
@@ -245,6 +250,7 @@ def _options() -> tuple[Option, ...]:
             task_settings,
             run=("environment",),
             convert=load_environment_file,
+            metavar="FILE",
         ),
         Option(
             "allowed_base_images",
@@ -265,6 +271,7 @@ def _options() -> tuple[Option, ...]:
             night="runs_dir",
             shown_default=True,
             example="records",
+            metavar="DIR",
         ),
         Option(
             "max_turns",
@@ -284,6 +291,7 @@ def _options() -> tuple[Option, ...]:
             task_settings,
             run=("test_cmd",),
             example="python -m pytest -q",
+            metavar="COMMAND",
         ),
         Option(
             "command_timeout",
@@ -316,6 +324,7 @@ def _options() -> tuple[Option, ...]:
             back=lambda size: size // MIB,
             shown_default=True,
             example=3,
+            metavar="MIB",
         ),
         Option(
             "symbol_tools",
@@ -351,6 +360,7 @@ def _options() -> tuple[Option, ...]:
             convert=parse_duration,
             layer=str | float,
             example="90m",
+            metavar="DURATION",
         ),
         Option(
             "before",
@@ -387,6 +397,7 @@ def _options() -> tuple[Option, ...]:
             "night",
             ENDS,
             example="06:30",
+            metavar="HH:MM",
         ),
         Option(
             "deadline",
@@ -396,6 +407,7 @@ def _options() -> tuple[Option, ...]:
             ENDS,
             layer=str | float,
             example="5h",
+            metavar="DURATION",
         ),
         Option(
             "min_task_time",
@@ -407,6 +419,7 @@ def _options() -> tuple[Option, ...]:
             convert=parse_duration,
             layer=str | float,
             example="10m",
+            metavar="DURATION",
         ),
         Option(
             "on_finish",
@@ -416,6 +429,7 @@ def _options() -> tuple[Option, ...]:
             NIGHTS,
             night="on_finish",
             example="true",
+            metavar="COMMAND",
         ),
         _count_bound("keep_runs", "Finished run records kept in the runs directory (refactor-agent gc).", example=10),
         _count_bound("keep_history", "Earlier results kept per night task, as private history refs.", example=3),

@@ -119,7 +119,7 @@ def test_totals_leave_invalid_tasks_out_and_compare_names_changed_outcomes() -> 
         (["--oracle", "--noop"], "error: --oracle and --noop: choose one"),
         (["--only", "geo_refactor/nope"], "error: --only geo_refactor/nope: no such task in --variant base"),
         (["--max-turns", "0"], "error: --max-turns 0: input should be greater than or equal to 1"),
-        (["--ledger", "maybe"], "Invalid value for '--ledger'"),
+        (["--ledger", "maybe"], "error: --ledger: 'maybe' is not one of on, off"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, arguments: list[str], line: str) -> None:

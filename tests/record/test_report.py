@@ -43,7 +43,7 @@ def _run_with_two_tasks(tmp_path: Path) -> tuple[RunJournal, RunSummary, str]:
             task="Rename compute_area | to area <now>",
             status="committed",
             verdict="regressed",
-            reason="the model called finish; gate: 1 test(s) regressed",
+            reason="the model called finish; gate: 1 test regressed",
             tests=GateEvidence(baseline="3 passed", final="2 passed, 1 failed", regressed=["tests/t.py::test_<x>"]),
             branch="refactor-agent/r/1-rename",
             commit="0123456789abcdef",

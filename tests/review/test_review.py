@@ -405,10 +405,10 @@ def test_rebase_reports_conflicts_with_the_new_base_and_moves_nothing(copy: Nigh
 def test_discard_deletes_the_chosen_branches_and_asks_first(copy: Night) -> None:
     before = checkout_fingerprint(copy.repo)
     refused = copy.review("discard", NIGHT, "--only", "regressed", code=2)
-    assert refused.strip() == f"error: would delete 1 branch(es) of run {NIGHT}: pass --yes (no terminal to ask on)"
+    assert refused.strip() == f"error: would delete 1 branch of run {NIGHT}: pass --yes (no terminal to ask on)"
     assert copy.tip(BRANCH_3) is not None
     said = copy.review("discard", NIGHT, "--only", "regressed", "--yes")
-    assert said.splitlines() == [f"deleted 1 branch(es) of run {NIGHT}", f"  {BRANCH_3}"]
+    assert said.splitlines() == [f"deleted 1 branch of run {NIGHT}", f"  {BRANCH_3}"]
     assert copy.tip(BRANCH_3) is None and copy.tip(BRANCH_1) is not None
     rest = json.loads(copy.review("discard", NIGHT, "--yes", "--json"))
     assert rest == {"deleted": [BRANCH_1, BRANCH_2, BRANCH_4], "kept": {}}

@@ -34,7 +34,7 @@ SUMMARY = (
     "\x1b]52;c;ZXZpbA==\x07\x1b[2J"
 )
 TASK = "Rename [/] `x` <!-- y"
-REASON = "the model called finish; gate: 1 test(s) regressed <!-- ```"
+REASON = "the model called finish; gate: 1 test regressed <!-- ```"
 REGRESSED = "tests/test_g.py::test_`area`<!--"
 HOSTILE_FILE = "pkg/we`ird <b>|</b>.py"
 DELETED = "docs/gone <!--.md"

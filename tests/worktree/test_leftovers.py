@@ -89,7 +89,7 @@ def test_sandbox_sweep_removes_the_worktrees_of_killed_runs(tmp_path: Path, monk
     result = CliRunner().invoke(app, ["sandbox", "sweep"])
 
     assert result.exit_code == 0, result.output
-    assert "scratch directories of 1 unfinished run(s)" in result.output
+    assert "scratch directories of 1 unfinished run" in result.output
     assert not dead.exists() and listed_worktrees(repo) == [str(repo)]
     git(repo, "branch", "-D", DEAD_BRANCH)
 
