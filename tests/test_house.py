@@ -252,6 +252,10 @@ def test_no_parenthesised_plurals_in_the_products_text() -> None:
     found = []
     for module, path in _modules().items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _PARENTHESISED_PLURAL.search(node.value):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and _PARENTHESISED_PLURAL.search(node.value)
+            ):
                 found.append(f"{module}:{node.lineno}: {node.value.strip()[:60]}")
     assert not found, found

@@ -33,5 +33,5 @@ def rich_text(text: str, style: str = "") -> Text:
 
 
 def counted(number: int, noun: str, plural: str | None = None) -> str:
-    """`1 test`, `2 tests`: every count the product shows, never `test(s)`."""
+    """`1 test`, `2 tests`: every count the product shows, its noun agreeing (`plural` when not noun + s)."""
     return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
