@@ -29,6 +29,8 @@ PYTEST_VALUED |= {"--junit-xml", "--maxfail", "--junit-prefix"}
 PYTEST_FLAGS_DROPPED = {"-x", "--exitfirst", "--sw", "--stepwise", "--sw-skip", "--stepwise-skip", "--lf"}
 PYTEST_FLAGS_DROPPED |= {"--last-failed", "--pdb", "--trace", "-f", "--looponfail"}
 SHELL_OPERATORS = {"&&", "||", ";", "|", "&"}
+# A script's own arguments (`pytest ${@}` in scripts/test.sh): the gate passes none, so they expand to nothing.
+SCRIPT_ARGUMENTS = {"$@", "${@}", "$*", "${*}"}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _INTERPRETER = re.compile(r"^(?:.*/)?python(?:\d+(?:\.\d+)?)?$")
 # A substitution left unresolved (tox's `{posargs}`, a template's `{{ python }}`): not a command as it stands.
@@ -42,8 +44,9 @@ def _split(line: str) -> list[str] | None:
         return None
     for position, word in enumerate(words):  # only the first command of a list or a pipeline
         if word in SHELL_OPERATORS or word.startswith((">", "<", "2>")):
-            return words[:position]
-    return words
+            words = words[:position]
+            break
+    return [word for word in words if word not in SCRIPT_ARGUMENTS]
 
 
 def _drop_options(words: list[str], valued: set[str], stop: str = "") -> list[str]:

@@ -1,6 +1,8 @@
 """Where a repository says how it runs its tests: tox's test environment, nox's test session, a Makefile `test`
 target, a CI workflow's test step. Each reader gives the first line there that runs a test runner, as the gate runs
-it (agent/gate/runner_line.py), and where it found it.
+it (agent/gate/runner_line.py), and where it found it. A Makefile or CI line that runs a shell script of the
+repository (`bash scripts/test.sh`) is followed into the script, one level deep, for its runner line and the
+variables it exports.
 
 These files come from the repository and are read on the host before the model runs, so they are hostile input:
 a link is never followed, only regular files are read and only their first bytes, YAML is read with the safe loader
@@ -41,6 +43,10 @@ _BRACED = re.compile(r"\{([^{}]*)\}")
 _FACTORS = re.compile(r"^\s*!?[\w.-]+(?:\s*,\s*!?[\w.-]+)*\s*:\s+")
 _MAKE_VARIABLE = re.compile(r"\$[({](\w+)[)}]")
 _MAKE_ASSIGNMENT = re.compile(r"^(\w+)\s*(?:\?|:|::)?=\s*(.*?)\s*$")
+SHELLS = ("bash", "sh")
+# A test script is a few lines; one far larger is not read past this.
+MAX_SCRIPT_BYTES = 64 * 1024
+_EXPORT = re.compile(r"^export\s+([A-Za-z_]\w*)=(.*)$")
 
 Found = tuple[str, str]  # (command, where it was found)
 
@@ -291,6 +297,61 @@ def make_test_recipe(text: str) -> list[str] | None:
     return None
 
 
+def _script_of(line: str) -> str | None:
+    """The shell script a line runs (`bash scripts/test.sh "$@"`, `./scripts/test.sh`), as the line names it."""
+    try:
+        words = shlex.split(line, comments=True)
+    except ValueError:
+        return None
+    if words[:1] and words[0] in SHELLS:
+        words = words[1:]
+    return words[0] if words and words[0].endswith(".sh") else None
+
+
+def _no_link_on_the_way(root: Path, relative: str) -> bool:
+    """No folder on the way to `relative` (inside `root`) is a link: a link would lead the read out of it."""
+    parts = Path(relative).parts
+    return not any(os.path.islink(root.joinpath(*parts[:depth])) for depth in range(1, len(parts)))
+
+
+def _script_command(root: Path, directory: str, line: str) -> Found | None:
+    """The runner line of the repository's script that `line` runs from `directory`, the script's exports of
+    literal values in front; None for a line that runs no such script, or a script that changes directory first
+    (its runner line would not run where the script says)."""
+    script = _script_of(line)
+    relative = _inside(posixpath.join(directory, script)) if script is not None else None
+    if relative is None or not _no_link_on_the_way(root, relative):
+        return None
+    exports: list[str] = []
+    for text in _lines(read_regular(root / relative, MAX_SCRIPT_BYTES)):
+        export = _EXPORT.match(text)
+        if export is not None:
+            value = export.group(2)
+            # A value made from the shell's own variables or commands cannot be known here: left out.
+            if not any(character in value for character in "$`"):
+                exports.append(f"{export.group(1)}={value}")
+            continue
+        if text.split()[0] in ("cd", "pushd"):
+            return None
+        command = runner_command(" ".join([*exports, text]))
+        if command is not None:
+            return command, relative
+    return None
+
+
+def _line_command(root: Path, directory: str, line: str) -> Found | None:
+    """(command, script) for a line that runs a test runner itself (script "") or through a script of the
+    repository, as run from `directory`."""
+    command = runner_command(line)
+    if command is not None:
+        return command, ""
+    return _script_command(root, directory, line)
+
+
+def _with_script(where: str, script: str) -> str:
+    return f"{where} ({script})" if script else where
+
+
 def makefile_command(root: Path) -> Found | None:
     """The first runner line of the Makefile's `test` recipe, its simple variables expanded."""
     text = read_regular(root / "Makefile")
@@ -300,25 +361,26 @@ def makefile_command(root: Path) -> Found | None:
     variables = _make_variables(text)
     for line in recipe:
         expanded = _expand_make(line, variables)
-        command = runner_command(expanded) if expanded is not None else None
-        if command is not None:
-            return command, "Makefile target test"
+        found = _line_command(root, ".", expanded) if expanded is not None else None
+        if found is not None:
+            return found[0], _with_script("Makefile target test", found[1])
     return None
 
 
-def _step_commands(script: Any, directory: Any) -> Iterator[str]:
+def _step_commands(root: Path, script: Any, directory: Any) -> Iterator[Found]:
+    """(command, script followed) for each runner line of a CI step's or job's script."""
     inside = _inside(directory) if isinstance(directory, str) and "${{" not in directory else "."
     scripts = script if isinstance(script, list) else [script]
     for text in scripts:
         if not isinstance(text, str) or inside is None:
             continue
         for line in _lines(text):
-            command = runner_command(line) if "${{" not in line else None
-            if command is not None:
-                yield in_directory(inside, command)
+            found = _line_command(root, inside, line) if "${{" not in line else None
+            if found is not None:
+                yield in_directory(inside, found[0]), found[1]
 
 
-def _github_command(document: Any, file: str) -> Found | None:
+def _github_command(root: Path, document: Any, file: str) -> Found | None:
     jobs = document.get("jobs") if isinstance(document, dict) else None
     if not isinstance(jobs, dict):
         return None
@@ -332,19 +394,19 @@ def _github_command(document: Any, file: str) -> Found | None:
             if not isinstance(step, dict) or "run" not in step:
                 continue
             directory = step.get("working-directory", defaults.get("working-directory", "."))
-            for command in _step_commands(step["run"], directory):
+            for command, followed in _step_commands(root, step["run"], directory):
                 label = f" step {step['name']!r}" if isinstance(step.get("name"), str) else ""
-                return command, f"{file} job {key}{label}"
+                return command, _with_script(f"{file} job {key}{label}", followed)
     return None
 
 
-def _gitlab_command(document: Any) -> Found | None:
+def _gitlab_command(root: Path, document: Any) -> Found | None:
     if not isinstance(document, dict):
         return None
     jobs = [(str(key), job) for key, job in document.items() if isinstance(job, dict) and "script" in job]
     for key, job in sorted(jobs, key=lambda item: "test" not in item[0].lower()):
-        for command in _step_commands(job["script"], "."):
-            return command, f".gitlab-ci.yml job {key}"
+        for command, followed in _step_commands(root, job["script"], "."):
+            return command, _with_script(f".gitlab-ci.yml job {key}", followed)
     return None
 
 
@@ -361,7 +423,8 @@ def ci_command(root: Path) -> Found | None:
     """The first runner line of a CI test step: GitHub workflows (jobs named for tests first), then GitLab CI."""
     for path in _workflow_files(root):
         document = workflow(read_regular(path, MAX_WORKFLOW_BYTES, whole=True) or None)
-        found = _github_command(document, f".github/workflows/{path.name}")
+        found = _github_command(root, document, f".github/workflows/{path.name}")
         if found is not None:
             return found
-    return _gitlab_command(workflow(read_regular(root / ".gitlab-ci.yml", MAX_WORKFLOW_BYTES, whole=True) or None))
+    gitlab = workflow(read_regular(root / ".gitlab-ci.yml", MAX_WORKFLOW_BYTES, whole=True) or None)
+    return _gitlab_command(root, gitlab)

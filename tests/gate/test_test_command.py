@@ -191,6 +191,85 @@ def test_ci_workflow_test_step(tmp_path: Path) -> None:
     )
 
 
+# typer's shape: the CI step runs a script of the repository, which exports what the tests need and runs pytest.
+TEST_SCRIPT = """#!/usr/bin/env bash
+
+set -e
+set -x
+
+# For tests, a large terminal width
+export TERMINAL_WIDTH=3000
+export _FORCE_DISABLE_TERMINAL=1
+export FROM_HOST="$HOME"
+pytest --cov --cov-report=term-missing -o console_output_style=progress --numprocesses=auto ${@}
+"""
+
+
+def test_a_ci_step_running_a_script_of_the_repository_gives_the_script_runner_line_and_exports(
+    tmp_path: Path,
+) -> None:
+    workflow = (
+        "jobs:\n  test:\n    steps:\n      - name: Lint\n        run: bash scripts/lint.sh\n"
+        "      - name: Test\n        run: bash scripts/test.sh\n"
+    )
+    _write(
+        tmp_path,
+        {
+            ".github/workflows/test.yml": workflow,
+            "scripts/lint.sh": "set -e\nmypy pkg\nruff check pkg\n",
+            "scripts/test.sh": TEST_SCRIPT,
+            "tests/test_x.py": "",
+        },
+    )
+    # The exports with literal values go in front (one that reads the shell's variables cannot be known here);
+    # the script's own arguments ("$@") and coverage's options are left out.
+    assert detect_test_command(tmp_path) == SuiteCommand(
+        command="TERMINAL_WIDTH=3000 _FORCE_DISABLE_TERMINAL=1 python3 -m pytest -o console_output_style=progress "
+        "--numprocesses=auto",
+        source=".github/workflows/test.yml job test step 'Test' (scripts/test.sh)",
+    )
+    # A Makefile's recipe running the script is followed the same way.
+    _write(tmp_path, {"Makefile": "test:\n\t./scripts/test.sh -v\n"})
+    assert detect_test_command(tmp_path).source == "Makefile target test (scripts/test.sh)"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "bash ../outside/test.sh",  # out of the repository
+        "bash OUTSIDE/test.sh",  # an absolute path
+        "bash linked/test.sh",  # through a folder that is a link
+        "bash scripts/link.sh",  # a link itself
+        "bash scripts/nested.sh",  # a script that runs a script: one level only
+        "bash scripts/cd.sh",  # a script that changes directory before its runner line
+    ],
+)
+def test_a_script_is_followed_only_inside_the_repository_and_never_through_a_link(
+    tmp_path: Path, step: str
+) -> None:
+    repository = tmp_path / "repository"
+    outside = tmp_path / "outside"
+    _write(outside, {"test.sh": "pytest outside\n"})
+    _write(
+        repository,
+        {
+            ".github/workflows/test.yml": "jobs:\n  test:\n    steps:\n      - run: "
+            + step.replace("OUTSIDE", str(outside))
+            + "\n",
+            "scripts/nested.sh": "bash scripts/inner.sh\n",
+            "scripts/inner.sh": "pytest inner\n",
+            "scripts/cd.sh": "cd tests\npytest here\n",
+            "tests/test_x.py": "",
+            "pytest.ini": "[pytest]\n",
+        },
+    )
+    (repository / "linked").symlink_to(outside)
+    (repository / "scripts" / "link.sh").symlink_to(outside / "test.sh")
+    assert detect_test_command(repository) == SuiteCommand(
+        command="python3 -m pytest -q", source="pytest configured in pytest.ini"
+    )
+
+
 def test_hostile_workflows_are_capped_and_read_safely(tmp_path: Path) -> None:
     aliases = "a: &a [x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + level)}: &{chr(98 + level)} [{', '.join([f'*{chr(97 + level)}'] * 8)}]\n" for level in range(8)
