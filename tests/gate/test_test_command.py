@@ -244,9 +244,7 @@ def test_a_ci_step_running_a_script_of_the_repository_gives_the_script_runner_li
         "bash scripts/cd.sh",  # a script that changes directory before its runner line
     ],
 )
-def test_a_script_is_followed_only_inside_the_repository_and_never_through_a_link(
-    tmp_path: Path, step: str
-) -> None:
+def test_a_script_is_followed_only_inside_the_repository_and_never_through_a_link(tmp_path: Path, step: str) -> None:
     repository = tmp_path / "repository"
     outside = tmp_path / "outside"
     _write(outside, {"test.sh": "pytest outside\n"})
