@@ -31,7 +31,9 @@ from tools.base import Executor
 REPORT_DIR = "/tmp/.refactor-agent"
 JUNIT_PATH = f"{REPORT_DIR}/junit.xml"
 # Python reads compiled modules from here, emptied before each run, instead of the worktree's __pycache__: a .pyc
-# the model planted there with the header of a broken source would otherwise run in its place.
+# the model planted there with the header of a broken source would otherwise run in its place. The suite writes
+# there too (the sandbox's PYTHONDONTWRITEBYTECODE, which keeps the worktree clean, is lifted for it): a suite whose
+# tests start Python processes would compile every module each of them imports again (typer: 4 s a test, not 0.7).
 PYCACHE_DIR = f"{REPORT_DIR}/pycache"
 OUTPUT_LOG = f"{REPORT_DIR}/output.log"
 # A JUnit report of tens of thousands of tests is megabytes; one larger than this is judged by its counts.
@@ -65,7 +67,8 @@ def verbose_runner(test_command: str) -> str | None:
 def instrumented(test_command: str) -> str:
     """The command as the gate runs it: a JUnit report for pytest, JSON events for go test, unittest's verbose
     lines kept whole in OUTPUT_LOG (pipefail: the runner's exit code, not tee's); Python with no user
-    site-packages (HOME is the sandbox's /tmp, where the model can write a .pth) and no bytecode of the model's."""
+    site-packages (HOME is the sandbox's /tmp, where the model can write a .pth) and no bytecode of the model's:
+    only what this run compiled, in PYCACHE_DIR."""
     command = _GO_TEST.sub(r"\1 -json", test_command, count=1)
     verbose = verbose_runner(command)
     if verbose is not None:
@@ -73,7 +76,7 @@ def instrumented(test_command: str) -> str:
     junit = f"--junitxml={JUNIT_PATH} -o junit_family=xunit1 --continue-on-collection-errors"
     return (
         f"mkdir -p {REPORT_DIR} && rm -rf {JUNIT_PATH} {OUTPUT_LOG} {PYCACHE_DIR} && "
-        f"export PYTHONNOUSERSITE=1 PYTHONPYCACHEPREFIX={PYCACHE_DIR} && "
+        f"export PYTHONNOUSERSITE=1 PYTHONPYCACHEPREFIX={PYCACHE_DIR} && unset PYTHONDONTWRITEBYTECODE && "
         f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:-}} {junit}" && {command}'
     )
 
