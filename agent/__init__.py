@@ -18,6 +18,7 @@ the types every concern reads are at the bottom (protocol/), and run/compose.py 
 - environment/: the repository's own environment in the sandbox;
 - gate/: the verification gate, and which command runs the repository's tests;
 - review/: the night's runs and branches for the person at breakfast;
+- retention/: the bounds of what grows every night, and `gc`, which applies them;
 - eval/: a suite of refactoring tasks run and scored;
 - bundle/: everything an install needs behind an air gap.
 """

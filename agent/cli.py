@@ -13,6 +13,7 @@ from agent.commands import CommandGroup
 from agent.environment.cli import env_app
 from agent.eval.cli import evaluate
 from agent.packing.cli import pack
+from agent.retention.cli import gc
 from agent.review.cli import review_app
 from agent.run.cli import night, resume_run, run
 from agent.run.schedule import schedule_app
@@ -52,4 +53,5 @@ app.add_typer(schedule_app, name="schedule")
 app.add_typer(config_app, name="config")
 app.add_typer(sandbox_app, name="sandbox")
 app.command("eval")(evaluate)
+app.command("gc")(gc)
 app.command("bundle")(bundle)

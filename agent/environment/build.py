@@ -520,3 +520,28 @@ def _cut(responses: list[Any]) -> None:
 
 def environment_images(client: docker.DockerClient) -> list[Any]:
     return client.images.list(name=ENV_REPOSITORY, filters={"label": ENV_LABEL})
+
+
+def prune_images(
+    client: docker.DockerClient, keep: int, *, repositories: set[str] | None = None, dry_run: bool = False
+) -> tuple[list[str], dict[str, str]]:
+    """Remove the environment images beyond the newest `keep` of each repository (0: all of them), of `repositories`
+    only when given (by name, as ENV_LABEL holds it); the tags removed, and those kept with why (Docker refuses to
+    remove one a container uses)."""
+    images = sorted(environment_images(client), key=lambda image: image.attrs.get("Created", ""), reverse=True)
+    seen: dict[str, int] = {}
+    removed: list[str] = []
+    kept: dict[str, str] = {}
+    for image in images:
+        repository = image.labels.get(ENV_LABEL, "")
+        seen[repository] = seen.get(repository, 0) + 1
+        if seen[repository] <= keep or (repositories is not None and repository not in repositories):
+            continue
+        for tag in image.tags:
+            try:
+                if not dry_run:
+                    client.images.remove(tag)
+                removed.append(tag)
+            except docker.errors.APIError as error:
+                kept[tag] = " ".join(str(error).split())
+    return removed, kept

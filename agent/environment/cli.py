@@ -184,27 +184,13 @@ def prune(
 ) -> None:
     """Remove environment images: all but the newest of each repository, or --all."""
     # lazy: docker-py loads for this command only
-    import docker.errors
-
-    from agent.environment.build import ENV_LABEL, environment_images
+    from agent.environment.build import prune_images
     from sandbox import SandboxError, docker_client
 
     try:
-        client = docker_client()
-        images = sorted(environment_images(client), key=lambda image: image.attrs.get("Created", ""), reverse=True)
+        removed, kept = prune_images(docker_client(), 0 if all_images else 1)
     except SandboxError as error:
         raise _usage(str(error)) from None
-    kept: set[str] = set()
-    removed = 0
-    for image in images:
-        repository = image.labels.get(ENV_LABEL, "")
-        if not all_images and repository not in kept:
-            kept.add(repository)
-            continue
-        for tag in image.tags:
-            try:
-                client.images.remove(tag)
-                removed += 1
-            except docker.errors.APIError as error:
-                typer.echo(f"kept {tag}: {' '.join(str(error).split())}", err=True)
-    typer.echo(f"removed {counted(removed, 'environment image tag')}")
+    for tag, why in kept.items():
+        typer.echo(f"kept {tag}: {why}", err=True)
+    typer.echo(f"removed {counted(len(removed), 'environment image tag')}")

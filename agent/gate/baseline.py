@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
+import time
 from pathlib import Path
 
 import docker
@@ -54,3 +56,28 @@ class BaselineCache:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             file.write(suite.model_dump_json())
         os.replace(partial, self._path(key))
+
+    def prune(self, older_than_s: float, *, dry_run: bool = False) -> list[tuple[Path, int]]:
+        """Remove the baselines (and partial files a killed run left) last written more than `older_than_s` ago;
+        (path, bytes) of each. Only regular files are looked at (lstat): a link planted here is neither followed
+        nor removed."""
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError:
+            return []
+        cutoff = time.time() - older_than_s
+        removed = []
+        for name in names:
+            if not name.endswith((".json", ".partial")):
+                continue
+            path = self.directory / name
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(info.st_mode) or info.st_mtime >= cutoff:
+                continue
+            if not dry_run:
+                path.unlink(missing_ok=True)
+            removed.append((path, info.st_size))
+        return removed

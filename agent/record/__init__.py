@@ -3,6 +3,7 @@ morning, and the view of a person watching.
 
 - journal.py: runs/<run-id>/: transcript.jsonl, summary.json, config, patch.diff, one flushed line per step;
 - progress.py: what a stopped run had done, read back from its transcript (finished tasks, the one in flight);
+- prune.py: which run records `gc` may remove, and their removal;
 - metrics.py: a task's and the run's speculation, prompt-cache and latency metrics;
 - report.py: report.md and report.html, what the person at breakfast opens first;
 - reasons.py: why a task ended as it did, in one line (every view of a task that is not verified says it);

@@ -88,6 +88,21 @@ class UserRepository:
         """Delete a task branch, only if it still points where we saw it."""
         self.git.run("update-ref", "-d", self._ours(branch), expected)
 
+    def task_branches(self) -> dict[str, str]:
+        """Every refactor-agent/* branch and the commit it points at."""
+        listing = self.git.run(
+            "for-each-ref", "--format=%(refname:lstrip=2) %(objectname)", f"refs/heads/{BRANCH_PREFIX}"
+        )
+        return dict(line.rsplit(" ", 1) for line in listing.decode("utf-8", errors="replace").splitlines())
+
+    def wip_runs(self) -> dict[str, list[str]]:
+        """The runs that kept work-in-progress refs for resume, and those refs (refs/refactor-agent/wip/<run>/*)."""
+        listing = self.git.run("for-each-ref", "--format=%(refname)", WIP_REF_PREFIX)
+        runs: dict[str, list[str]] = {}
+        for ref in listing.decode("utf-8", errors="replace").split():
+            runs.setdefault(ref.removeprefix(WIP_REF_PREFIX).partition("/")[0], []).append(ref)
+        return runs
+
     def drop_wip(self, run_id: str) -> list[str]:
         """Delete the work-in-progress refs an unfinished run kept for resume (refs/refactor-agent/wip/<run>/*)."""
         prefix = f"{WIP_REF_PREFIX}{run_id}/"

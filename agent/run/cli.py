@@ -16,9 +16,9 @@ from agent.environment.spec import EnvironmentFileError
 from agent.protocol.config import NightConfig, RunConfig
 from agent.record.progress import ResumeError, load_run_night, unfinished_run
 from agent.settings.cli import ConfigOption
+from agent.settings.cli import given_options as _given
 from agent.settings.layers import (
     ConfigFiles,
-    Layer,
     SettingsError,
     Source,
     check_dispatch,
@@ -28,7 +28,7 @@ from agent.settings.layers import (
     run_config,
 )
 from agent.settings.night_file import load_night
-from agent.settings.options import BY_NAME, Options, takes_options
+from agent.settings.options import BY_NAME, takes_options
 from agent.settings.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read, user_runs_dir
 
 ResumeOption = Annotated[bool, typer.Option(help="Continue the unfinished run of the same tasks if there is one.")]
@@ -64,17 +64,6 @@ def _check_runs_dir(runs_dir: Path) -> None:
             pass
     except OSError as error:
         raise UsageProblem(f"--runs-dir {runs_dir}: cannot write in {existing}: {error.strerror}") from None
-
-
-def _given(context: typer.Context) -> Layer:
-    """The options given on the command line (not those left at their defaults): the top layer."""
-    given = {
-        name: value
-        for name, value in context.params.items()
-        # By the source's name: typer vendors click, whose ParameterSource enum is not public there.
-        if name in Options.model_fields and getattr(context.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
-    }
-    return options_from(given, Source("command line"))
 
 
 def usage_errors() -> contextlib.AbstractContextManager[None]:

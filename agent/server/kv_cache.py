@@ -189,17 +189,23 @@ class KVCacheStore:
 
     def evict(self, keep: str) -> list[str]:
         """Least recently used first until the saved files fit the cap; `keep` (the one just saved) stays."""
+        return [entry.key.digest for entry in self.evict_to(self.cap_bytes, keep=keep)]
+
+    def evict_to(self, cap_bytes: int, *, keep: str | None = None, dry_run: bool = False) -> list[CacheEntry]:
+        """Least recently used first until the saved files fit `cap_bytes` (`keep` stays); with dry_run only which
+        ones would go. Only entries whose metadata and file are both ours (entries()) are ever deleted."""
         entries = sorted(self.entries(), key=lambda entry: entry.last_used)
         total = sum(entry.bytes for entry in entries)
         evicted = []
         for entry in entries:
-            if total <= self.cap_bytes:
+            if total <= cap_bytes:
                 break
             if entry.key.digest == keep:
                 continue
-            self.forget(entry.key.digest)
+            if not dry_run:
+                self.forget(entry.key.digest)
             total -= entry.bytes
-            evicted.append(entry.key.digest)
+            evicted.append(entry)
         return evicted
 
 

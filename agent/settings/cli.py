@@ -10,9 +10,18 @@ import typer
 
 from agent.commands import CommandGroup, UsageProblem, one_line_errors
 from agent.environment.spec import EnvironmentFileError
-from agent.settings.layers import ConfigFiles, SettingsError, describe_settings, merged, placed_runs_dir
+from agent.settings.layers import (
+    ConfigFiles,
+    Layer,
+    SettingsError,
+    Source,
+    describe_settings,
+    merged,
+    options_from,
+    placed_runs_dir,
+)
 from agent.settings.night_file import night_defaults, night_repositories
-from agent.settings.options import OPTIONS
+from agent.settings.options import OPTIONS, Options
 from agent.settings.runs_dir import DEFAULT_RUNS_DIR
 
 ConfigOption = Annotated[
@@ -23,6 +32,18 @@ ConfigOption = Annotated[
         help="A config file of yours, over ~/.config/refactor-agent/config.toml and ./refactor-agent.toml.",
     ),
 ]
+
+
+def given_options(context: typer.Context) -> Layer:
+    """The options given on the command line (not those left at their defaults): the top layer."""
+    given = {
+        name: value
+        for name, value in context.params.items()
+        # By the source's name: typer vendors click, whose ParameterSource enum is not public there.
+        if name in Options.model_fields and getattr(context.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    }
+    return options_from(given, Source("command line"))
+
 
 config_app = CommandGroup("The settings that apply, and where each comes from.")
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.protocol.config import NightConfig, RunConfig, TaskSpec
+from agent.protocol.config import NightConfig, RetentionConfig, RunConfig, TaskSpec
 from agent.settings.durations import parse_duration, parse_until
 from agent.settings.options import BY_NAME, NIGHT_FIELDS, RUN_FIELDS, Options
 from agent.settings.runs_dir import user_runs_dir
@@ -274,6 +274,20 @@ def placed_runs_dir(
     return moved
 
 
+def _night_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """NightConfig's fields (nested: retention.keep_runs) from the merged options that land there."""
+    fields: dict[str, Any] = {}
+    for option, (field, convert) in NIGHT_FIELDS.items():
+        if values.get(option) is not None:
+            _set(fields, tuple(field.split(".")), convert(values[option]))
+    return fields
+
+
+def retention_config(layers: list[Layer]) -> RetentionConfig:
+    """The bounds `refactor-agent gc` applies, from the layers; a night has them as its NightConfig.retention."""
+    return RetentionConfig.model_validate(_night_fields(merged(layers)[0]).get("retention", {}))
+
+
 def night_config(
     entries: list[tuple[Path, list[str], list[Layer]]],
     layers: list[Layer],
@@ -290,10 +304,7 @@ def night_config(
     in order). `directory`: where the command runs (None: the current one), which a relative runs directory is in;
     `log` gets the line that says the runs directory moved."""
     values, sources = merged(layers)
-    fields: dict[str, Any] = {"night_file": night_file, "name": name, "specs": specs or []}
-    for option, (field, convert) in NIGHT_FIELDS.items():
-        if values.get(option) is not None:
-            _set(fields, tuple(field.split(".")), convert(values[option]))
+    fields: dict[str, Any] = {"night_file": night_file, "name": name, "specs": specs or [], **_night_fields(values)}
     fields["deadline_at"] = deadline_at(values, now)
     fields["repos"] = [run_config(repo, tasks, own) for repo, tasks, own in entries]
     night = NightConfig.model_validate(fields)

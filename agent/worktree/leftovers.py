@@ -125,14 +125,20 @@ def _owner_record(directory: Path) -> ScratchOwner | None:
         return None
 
 
+def stale_scratch(*, root: Path | None = None, prefix: str = SCRATCH_PREFIX) -> list[tuple[Path, ScratchOwner]]:
+    """The scratch directories (with BUILD_SCRATCH_PREFIX: of environment builds) whose process has ended."""
+    stale = []
+    for directory in sorted(Path(root or tempfile.gettempdir()).glob(f"{prefix}*")):
+        record = _owner_record(directory)
+        if record is not None and owner_is_gone(record.owner):
+            stale.append((directory, record))
+    return stale
+
+
 def sweep_run_scratch(*, root: Path | None = None, prefix: str = SCRATCH_PREFIX) -> int:
     """Remove the scratch directories (and worktrees) of runs whose process has ended, or with BUILD_SCRATCH_PREFIX
     those of environment builds; returns how many."""
-    removed = 0
-    for directory in Path(root or tempfile.gettempdir()).glob(f"{prefix}*"):
-        record = _owner_record(directory)
-        if record is None or not owner_is_gone(record.owner):
-            continue
+    stale = stale_scratch(root=root, prefix=prefix)
+    for directory, record in stale:
         remove_run_scratch(directory, record.git_dir)
-        removed += 1
-    return removed
+    return len(stale)
