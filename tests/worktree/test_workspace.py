@@ -32,8 +32,8 @@ ALL = 1024**3  # a diff cap no test diff reaches
 USER_HOOKS = ("post-checkout", "prepare-commit-msg", "post-commit", "reference-transaction", "post-index-change")
 
 
-def create(repo_path: Path, task: str, **options: Path) -> Workspace:
-    return Workspace.create(open_repository(repo_path), run_id="r", task=task, max_file_bytes=MAX_FILE_BYTES, **options)
+def create(repo_path: Path, task: str, max_file_bytes: int = MAX_FILE_BYTES, **options: Path) -> Workspace:
+    return Workspace.create(open_repository(repo_path), run_id="r", task=task, max_file_bytes=max_file_bytes, **options)
 
 
 def committed_files(repo_path: Path, commit: str) -> list[str]:
@@ -291,23 +291,27 @@ def test_only_task_branches_are_ever_committed_onto(tmp_path: Path) -> None:
 def test_oversized_files_new_or_grown_are_listed_and_not_committed(tmp_path: Path) -> None:
     repo_path = make_repo(tmp_path / "repo")
     base_report = (repo_path / "pkg/report.py").read_text()
-    workspace = create(repo_path, "big")
+    # A limit of 1 MiB and files 30 times it (as 300 MB are to the default 10 MiB): a tracked file grown past the
+    # limit is hashed whole at each staging (its index entry, reset to the base, has no size), 3 s per 300 MB.
+    limit = 1024**2
+    size = 30 * limit
+    workspace = create(repo_path, "big", max_file_bytes=limit)
     try:
         (workspace.path / "data").mkdir()
-        subprocess.run(["truncate", "-s", "300M", str(workspace.path / "data/big.bin")], check=True)
+        subprocess.run(["truncate", "-s", str(size), str(workspace.path / "data/big.bin")], check=True)
         (workspace.path / "small.bin").write_bytes(b"\1" * 1000)
         (workspace.path / "link").symlink_to(workspace.path / "data/big.bin")
         # A tracked file edited first (and staged so, by a diff), then grown: neither version may be committed.
         (workspace.path / "pkg/report.py").write_text("# edited\n")
         workspace.diff(max_bytes=ALL)
-        subprocess.run(["truncate", "-s", "300M", str(workspace.path / "pkg/report.py")], check=True)
+        subprocess.run(["truncate", "-s", str(size), str(workspace.path / "pkg/report.py")], check=True)
         (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
         diff = workspace.diff(max_bytes=ALL)
         commit = workspace.commit("Change", {})
         wip = workspace.snapshot(wip_ref("r", 1))
         assert workspace.uncommitted_files == {
-            "data/big.bin": f"{300 * 1024**2} bytes, above the limit of {MAX_FILE_BYTES}",
-            "pkg/report.py": f"{300 * 1024**2} bytes, above the limit of {MAX_FILE_BYTES}: its base version is kept",
+            "data/big.bin": f"{size} bytes, above the limit of {limit}",
+            "pkg/report.py": f"{size} bytes, above the limit of {limit}: its base version is kept",
         }
     finally:
         workspace.remove()
@@ -315,7 +319,7 @@ def test_oversized_files_new_or_grown_are_listed_and_not_committed(tmp_path: Pat
     assert commit is not None and committed_files(repo_path, commit) == ["link", "pkg/geometry.py", "small.bin"]
     assert all(run_git(repo_path, "show", f"{kept}:pkg/report.py") == base_report for kept in (commit, wip))
     git_bytes = sum(file.stat().st_size for file in (repo_path / ".git").rglob("*") if file.is_file())
-    assert git_bytes < MAX_FILE_BYTES
+    assert git_bytes < limit
 
 
 def test_a_summary_with_nul_control_characters_and_180_kb_still_commits(tmp_path: Path) -> None:
