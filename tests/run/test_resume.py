@@ -1,6 +1,7 @@
 """kill -9 at any point, then `refactor-agent resume`: no task lost, none done twice, the task in flight goes on
-from its last completed step with its conversation rebuilt (the real CLI as a process and real git, a scripted
-server, sandboxes on this machine: support/local_cli.py; the same kill in the real Docker sandbox is
+from its last completed step with its conversation rebuilt (the real CLI as a process for each kill, the resume in
+this process; real git, a scripted server, sandboxes on this machine: support/local_cli.py; the same kill in the
+real Docker sandbox is
 tests/run/test_run_e2e.py::test_a_task_killed_after_three_tool_calls_in_the_docker_sandboxes_goes_on_with_them)."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from agent.record.progress import CUT_OFF_RESULT, RESTARTED_MESSAGE, read_progre
 from agent.worktree.workspace import WIP_REF_PREFIX
 
 from support.cli_runs import LOCAL_AGENT, cli_command, start_cli, transcript_of, wait_for
-from support.killed_runs import FINISH, THREE_STEPS, killed_run, resume, resume_command, wip_refs
+from support.killed_runs import FINISH, THREE_STEPS, killed_run, local_cli_here, resume, resume_command, wip_refs
 from support.repos import BREAK, REPAIR, make_repo
 from support.scripted_server import Hold, Reply, ScriptedServer
 
@@ -139,8 +140,8 @@ def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(t
 def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     with ScriptedServer([FINISH]) as server:
-        process = start_cli(cli_command(repo, server, tmp_path / "runs", "x", cli=LOCAL_AGENT), tmp_path / "scratch")
-        assert process.wait(timeout=600) == 0
+        done = local_cli_here(cli_command(repo, server, tmp_path / "runs", "x", cli=LOCAL_AGENT), tmp_path / "scratch")
+        assert done.returncode == 0, done.stdout
     (run_dir,) = run_directories(tmp_path / "runs")
     done, _ = resume(tmp_path, run_dir, [])
     assert (done.returncode, done.stdout) == (2, f"error: run {run_dir.name} is completed: nothing to resume\n")
@@ -150,10 +151,9 @@ def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(tmp_path:
     repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
     with ScriptedServer([FINISH]) as server:
         command = [*cli_command(repo, server, run_dir.parent, "Add one", cli=LOCAL_AGENT), "--resume"]
-        process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        output, _ = process.communicate(timeout=600)
-    assert process.returncode == 0, output.decode()
-    assert f"resuming run {run_dir.name}" in output.decode()
+        done = local_cli_here(command, tmp_path / "scratch")
+    assert done.returncode == 0, done.stdout
+    assert f"resuming run {run_dir.name}" in done.stdout
     assert run_directories(run_dir.parent) == [run_dir]  # the same run, no new one
     (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
     assert task["status"] == "committed"

@@ -4,14 +4,20 @@ and as their one twin in the Docker tier does (the real CLI and sandbox)."""
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from pathlib import Path
+from unittest import mock
 
 import git
+from typer.testing import CliRunner
 
+import agent.run.command
+from agent.cli import app
 from agent.record.journal import run_directories
 from agent.worktree.workspace import WIP_REF_PREFIX
 
 from support.cli_runs import LOCAL_AGENT, cli_command, kill_processes_under, processes_under, start_cli, wait_for
+from support.local_sandbox import LocalSandboxes
 from support.repos import SAMPLE_FILES, make_repo
 from support.scripted_server import Reply, ScriptedServer
 
@@ -57,11 +63,28 @@ def resume_command(run_dir: Path, server: ScriptedServer, cli: tuple[str, ...] =
     return [*cli, "resume", run_dir.name, *runs, "--server", server.url]
 
 
+def local_cli_here(command: list[str], scratch: Path) -> subprocess.CompletedProcess:
+    """A LOCAL_AGENT command line run in this process, as support/local_cli.py runs it, with its scratch directories
+    under `scratch` (start_cli's TMPDIR): for the runs that are not killed, whose process is not what is tested and
+    whose start-up (imports) would be most of their time."""
+    assert tuple(command[: len(LOCAL_AGENT)]) == LOCAL_AGENT
+    scratch.mkdir(exist_ok=True)
+    with (
+        mock.patch.object(agent.run.command, "docker_sandboxes", LocalSandboxes),
+        mock.patch.object(tempfile, "tempdir", str(scratch)),
+    ):
+        result = CliRunner().invoke(app, command[len(LOCAL_AGENT) :], catch_exceptions=False)
+    return subprocess.CompletedProcess(command, result.exit_code, result.output)
+
+
 def resume(
     tmp_path: Path, run_dir: Path, script: list, cli: tuple[str, ...] = LOCAL_AGENT
 ) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """`resume` of a killed run: the real CLI's process (`cli`), or LOCAL_AGENT's command in this process."""
     with ScriptedServer(script) as server:
         command = resume_command(run_dir, server, cli)
+        if cli == LOCAL_AGENT:
+            return local_cli_here(command, tmp_path / "scratch"), list(server.requests)
         process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         output, _ = process.communicate(timeout=600)
         return subprocess.CompletedProcess(command, process.returncode, output.decode()), list(server.requests)
