@@ -5,6 +5,7 @@ package saying its concern and listing its modules, tests mirroring the packages
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ def _statements(tree: ast.Module, module: str, is_package: bool):
     yield from walk(tree.body, "top")
 
 
+@functools.cache  # one parse of the tree for the tests that read its imports (a second each); nobody changes it
 def _imports() -> tuple[dict[str, Path], list[Import]]:
     """Every product import between product modules, module level and in functions (type-only ones left out).
     `from pkg import Name` goes to the module defining Name when pkg re-exports it (plainly or PEP 562)."""
@@ -145,6 +147,11 @@ def test_no_import_cycle_among_the_products_modules() -> None:
     assert not cycles, f"{len(cycles)} modules on an import cycle, e.g. " + " -> ".join(min(cycles, key=len))
 
 
+@functools.cache
+def _runs_of_imports(path: Path) -> dict[int, int]:
+    return _first_of_its_run(ast.parse(path.read_text(encoding="utf-8")))
+
+
 def _first_of_its_run(tree: ast.Module) -> dict[int, int]:
     """For each import statement's line: the line of the first import of the run of imports it is in."""
     first: dict[int, int] = {}
@@ -173,7 +180,7 @@ def test_every_function_level_import_says_why_it_is_lazy() -> None:
             continue
         source = modules[each.source].read_text(encoding="utf-8")
         lines = source.splitlines()
-        above = _first_of_its_run(ast.parse(source))[each.line] - 2
+        above = _runs_of_imports(modules[each.source])[each.line] - 2
         comment = []  # the comment block right above the run of imports
         while above >= 0 and lines[above].strip().startswith("#"):
             comment.insert(0, lines[above].strip())
