@@ -29,6 +29,10 @@ PYTEST_VALUED |= {"--junit-xml", "--maxfail", "--junit-prefix"}
 PYTEST_FLAGS_DROPPED = {"-x", "--exitfirst", "--sw", "--stepwise", "--sw-skip", "--stepwise-skip", "--lf"}
 PYTEST_FLAGS_DROPPED |= {"--last-failed", "--pdb", "--trace", "-f", "--looponfail"}
 SHELL_OPERATORS = {"&&", "||", ";", "|", "&"}
+# Where bytecode goes is the gate's (agent/gate/suite.py: its own cache, never the worktree), so a project's
+# word on it is left out: Django's tox sets PYTHONDONTWRITEBYTECODE=1, which made every manage.py its tests start
+# compile Django again from source.
+GATE_OWNED_VARIABLES = {"PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"}
 # A script's own arguments (`pytest ${@}` in scripts/test.sh): the gate passes none, so they expand to nothing.
 SCRIPT_ARGUMENTS = {"$@", "${@}", "$*", "${*}"}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -126,7 +130,8 @@ def runner_command(line: str) -> str | None:
     runner = _runner(words) if words else None
     if runner is None:
         return None
-    return shlex.join([*assignments, *runner])
+    kept = [assignment for assignment in assignments if assignment.partition("=")[0] not in GATE_OWNED_VARIABLES]
+    return shlex.join([*kept, *runner])
 
 
 def in_directory(directory: str, command: str) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agent.gate.runner_line import PYTHON, in_directory, runner_command
+from agent.gate.runner_line import GATE_OWNED_VARIABLES, PYTHON, in_directory, runner_command
 from agent.gate.tooling_files import (
     MAX_WORKFLOW_BYTES,
     MAX_WORKFLOWS,
@@ -170,7 +170,7 @@ def _tox_setenv(text: str, root: str, section: Callable[[str, str], str | None])
     assignments = []
     for line in _lines(text):
         name, equals, value = _FACTORS.sub("", line, count=1).partition("=")
-        if not equals or not re.fullmatch(r"[A-Za-z_]\w*", name.strip()):
+        if not equals or not re.fullmatch(r"[A-Za-z_]\w*", name.strip()) or name.strip() in GATE_OWNED_VARIABLES:
             continue
         try:
             assignments.append(f"{name.strip()}={shlex.quote(_tox_substitute(value.strip(), root, section))}")
