@@ -7,7 +7,7 @@
 Each repository of bench/corpus.toml is expected at DIR/<name>, checked out at the manifest's commit, and run
 with no configuration at all, the way `refactor-agent run` treats it: the environment stage (the repository's
 own sources, packages from the host's index configuration through the egress proxy, the collection check), then
-the gate's baseline in a sandbox with no network on a worktree of that commit, capped at the product's command
+the gate's baseline in a sandbox with no network on a worktree of that commit, capped at the product's suite
 timeout, then (unless --no-check) the gate's check of the same unchanged tree: the verdict a task that changed
 nothing would get, which is "verified" only when the suite's evidence can be trusted. One repository failing,
 whatever the reason, is one row saying why; the next one still runs. Results go to bench/out/environments.json
@@ -53,7 +53,7 @@ OUT = ROOT / "bench" / "out"
 RESULTS = OUT / "environments.json"
 # The Done-when of issue 19: the suite runs and at least this share of its collected tests pass.
 PASS_SHARE = 0.9
-SUITE_TIMEOUT_S = RunConfig.model_fields["command_timeout_s"].default
+SUITE_TIMEOUT_S = RunConfig.model_fields["suite_timeout_s"].default
 MAX_FILE_BYTES = RunConfig.model_fields["max_file_bytes"].default
 
 

@@ -170,6 +170,12 @@ class RunConfig(BaseModel):
     max_turns: int = Field(100, ge=1)
     test_cmd: str | None = None
     command_timeout_s: float = Field(600.0, gt=0)
+    suite_timeout_s: float = Field(
+        3600.0,
+        gt=0,
+        description="the gate's run of the whole suite (baseline, check, re-runs): a real project's suite takes "
+        "longer than any one command of the model's (Django's and typer's, on 2 shared cores, more than 600 s)",
+    )
     repair_rounds: int = Field(2, ge=0, description="times the gate may send regressions back to the model")
     max_file_bytes: int = Field(
         10 * 1024**2, ge=1, description="files above this are not committed (a tracked one keeps its base version)"

@@ -131,7 +131,7 @@ class Rebaser:
                 gate = Gate(
                     sandbox,
                     test_command,
-                    timeout_s=self.config.command_timeout_s,
+                    timeout_s=self.config.suite_timeout_s,
                     cache=self.cache,
                     cache_key=baseline_key(onto, test_command or "", image_identity(self.client, image)),
                     emit=partial(self._gate_event, branch),

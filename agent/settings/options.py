@@ -304,6 +304,16 @@ def _options() -> tuple[Option, ...]:
             example=60.0,
         ),
         Option(
+            "suite_timeout",
+            float,
+            "Seconds before the gate's run of the test suite is killed (baseline, check, re-runs).",
+            "task",
+            task_settings,
+            run=("suite_timeout_s",),
+            shown_default=True,
+            example=1800.0,
+        ),
+        Option(
             "repair_rounds",
             int,
             "Times the gate sends regressed tests back to the model.",

@@ -31,10 +31,12 @@ def sample_repo(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
 
 
 def run(
-    tmp_path: Path, repo: Path, script: list, tasks: list[str] | None = None
+    tmp_path: Path, repo: Path, script: list, tasks: list[str] | None = None, **settings: float
 ) -> tuple[RunSummary, list, ScriptedModel]:
     model = ScriptedModel(script)
-    config = RunConfig(repo=repo, tasks=tasks or ["Add perimeter"], runs_dir=tmp_path / "runs", max_turns=10)
+    config = RunConfig(
+        repo=repo, tasks=tasks or ["Add perimeter"], runs_dir=tmp_path / "runs", max_turns=10, **settings
+    )
     events: list = []
     summary = run_in_process(config, model, observe=events.append, sandboxes=LocalSandboxes(tmp_path))
     return summary, events, model
@@ -119,6 +121,23 @@ def test_tasks_on_one_commit_run_the_baseline_once(tmp_path: Path) -> None:
     baselines = [event for event in events if event.type == "baseline"]
     assert [event.cached for event in baselines] == [False, True, True]
     assert {event.result for event in baselines} == {"2 passed, 1 failed"}
+
+
+def test_the_suite_has_its_own_timeout_not_the_models_command_timeout(tmp_path: Path) -> None:
+    """Issue 19: the gate ran the suite under the model's command timeout (600 s), so suites that take longer
+    (Django's, typer's on a shared 2-core machine) never ran and every task was unverified."""
+    repo = sample_repo(tmp_path, {"tests/conftest.py": "import time\n\ntime.sleep(1.5)\n"})
+    summary, events, _ = run(
+        tmp_path, repo, [BREAK, finish("Add perimeter")] + [finish("done")] * 2, command_timeout_s=0.5
+    )
+    (baseline,) = [event for event in events if event.type == "baseline"]
+    assert baseline.result == "2 passed, 1 failed"
+    assert summary.tasks[0].verdict == "regressed"
+    short = tmp_path / "short"
+    slow = sample_repo(short, {"tests/conftest.py": "import time\n\ntime.sleep(1.5)\n"})
+    _, events, _ = run(short, slow, [finish("nothing to do")], suite_timeout_s=0.5)
+    (baseline,) = [event for event in events if event.type == "baseline"]
+    assert baseline.result.endswith("timed out after 0.5s")
 
 
 def test_a_regressed_task_keeps_each_failure_and_every_rounds_count(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def task_sandbox(
         gate = Gate(
             executor,
             test_command,
-            timeout_s=config.command_timeout_s,
+            timeout_s=config.suite_timeout_s,
             cache=baselines,
             cache_key=baseline_key(workspace.base_commit, test_command or "", sandboxes.identity(image)),
             emit=context.emit,
