@@ -71,9 +71,7 @@ class FleetDispatch:
                 continue
             for seat in self.pool.seats():
                 if seat.url == url:
-                    caches[(url, seat.slot)] = server.for_slot(
-                        seat.slot, check=self.pool.check_stop, prefill_first=self.pool.slots_per_server > 1
-                    )
+                    caches[(url, seat.slot)] = server.for_slot(seat.slot, check=self.pool.check_stop)
         return caches
 
     def _one(self, run: Run, index: int, config: RunConfig, task: str) -> TaskSummary:

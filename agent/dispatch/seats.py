@@ -178,9 +178,7 @@ class FleetModel:
             return frozenset()
         system = str(messages[0]["content"])
         one_per_server = {url: cache for (url, _slot), cache in self._caches.items()}  # a server's slots share it
-        return frozenset(
-            url for url, cache in one_per_server.items() if cache.store.has(cache.key(system, tools).digest)
-        )
+        return frozenset(url for url, cache in one_per_server.items() if cache.has_saved(system, tools))
 
     def _bind(self, digest: str, moved_from: str | None, saved_on: frozenset[str]) -> None:
         seat, why = self._pool.acquire(digest, saved_on)

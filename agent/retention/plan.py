@@ -21,7 +21,7 @@ from agent.record.prune import RunRecordFate, remove_run_record, run_record_fate
 from agent.review.records import ReviewError
 from agent.review.repository import UserRepository, user_repository
 from agent.safety.printable import counted
-from agent.server.kv_cache import KVCacheStore
+from agent.server.kv_store import KVCacheStore
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, SCRATCH_PREFIX, remove_run_scratch, stale_scratch
 from agent.worktree.safe_git import GitError
 
@@ -152,7 +152,7 @@ def _prefixes(collection: Collection, directory: Path, cap_bytes: int) -> None:
     gib = cap_bytes / 2**30
     for entry in KVCacheStore(directory).evict_to(cap_bytes, dry_run=collection.dry_run):
         why = f"least recently used, to stay under {gib:g} GiB"
-        collection.removed.append(Removal("saved prefix", entry.key.digest, entry.bytes, why))
+        collection.removed.append(Removal("saved prefix", entry.digest, entry.bytes, why))
 
 
 def _images(collection: Collection, keep: int, repositories: set[str]) -> None:

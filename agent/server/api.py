@@ -1,4 +1,5 @@
-"""llama-server's own (non-OpenAI) endpoints: /health, /props, /slots (and their save/restore), /tokenize, /metrics.
+"""llama-server's own (non-OpenAI) endpoints: /health, /props, /slots (and their save/restore), /tokenize,
+/apply-template, /metrics.
 
 The OpenAI-compatible chat endpoint lives in agent.server.chat; this module is the thin HTTP layer for the
 introspection endpoints that the packer, the launcher and `doctor` share.
@@ -75,9 +76,18 @@ class LlamaServerAPI:
         return response.text
 
     def tokenize(self, content: str, *, add_special: bool = False) -> list[int]:
+        """The text's tokens; special-token text (`<｜User｜>`) is read as the special token, as the server does."""
         response = self._request("POST", "/tokenize", json={"content": content, "add_special": add_special})
         response.raise_for_status()
         return response.json()["tokens"]
+
+    def apply_template(self, body: dict[str, Any]) -> str:
+        """The prompt text a chat request with these fields renders to (`POST /apply-template`: the chat
+        endpoint's own parsing, without running anything). The BOS text is left out: tokenizing the prompt with
+        `add_special` puts it back, as the chat endpoint does."""
+        response = self._request("POST", "/apply-template", json=body)
+        response.raise_for_status()
+        return str(response.json()["prompt"])
 
     def slot_action(self, slot: int, action: str, filename: str | None = None) -> dict[str, Any]:
         """`POST /slots/{slot}?action=save|restore|erase`; the filename is relative to the server's

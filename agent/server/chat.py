@@ -107,6 +107,17 @@ def _holds_tool_markup(turn: AssistantTurn) -> bool:
     return TOOL_MARKUP.search(turn.content or turn.reasoning_content or "") is not None
 
 
+def chat_body(messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str) -> dict[str, Any]:
+    """The fields of a chat request that shape its rendered prompt, and only those: the request sends exactly
+    these and the saved prefixes render exactly these (agent/server/rendering.py), so both see the same tokens.
+    `tool_choice` and `parallel_tool_calls` do not change the rendering of DeepSeek V4's template."""
+    body: dict[str, Any] = {"messages": messages, "reasoning_effort": effort}
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = "auto"  # a string: llama-server reads the object form as "auto" anyway
+    return body
+
+
 def _is_context_overflow(error: openai.APIStatusError) -> bool:
     return error.status_code == 400 and "exceed_context_size" in _error_text(error)
 
@@ -135,51 +146,43 @@ class OpenAIChatModel:
             base_url=config.server_url, api_key="sk-no-key-required", max_retries=0, timeout=config.idle_timeout_s
         )
 
-    def _request_arguments(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int | None
-    ) -> dict[str, Any]:
-        sampling = self.config.sampling
-        # return_progress: llama-server streams prompt_progress chunks while it processes the prompt.
-        extra_body: dict[str, Any] = {"min_p": sampling.min_p, "return_progress": True}
+    def _streamed(self) -> dict[str, Any]:
+        """What every request of this client carries besides its prompt: the slot, streaming with usage and
+        prefill progress (return_progress: llama-server streams prompt_progress chunks while it processes the
+        prompt)."""
+        extra_body: dict[str, Any] = {"return_progress": True}
         if self.slot is not None:
             extra_body["id_slot"] = self.slot
-        arguments: dict[str, Any] = {
+        return {
             "model": self.config.model,
-            "messages": messages,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "reasoning_effort": self.config.effort,
             "stream": True,
             "stream_options": {"include_usage": True},
             "extra_body": extra_body,
         }
-        if tools:
-            arguments["tools"] = tools
-            arguments["tool_choice"] = "auto"  # a string: llama-server reads the object form as "auto" anyway
+
+    def _request_arguments(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        sampling = self.config.sampling
+        arguments: dict[str, Any] = {
+            **chat_body(messages, tools, self.config.effort),
+            **self._streamed(),
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+        }
+        arguments["extra_body"]["min_p"] = sampling.min_p
         if sampling.seed is not None:
             arguments["seed"] = sampling.seed
-        if (max_tokens or sampling.max_tokens) is not None:
-            arguments["max_tokens"] = max_tokens or sampling.max_tokens
+        if sampling.max_tokens is not None:
+            arguments["max_tokens"] = sampling.max_tokens
         return arguments
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
-        return self._complete(messages, tools, max_tokens=None)
-
-    def prefill(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
-        """Process `messages` into the slot's KV cache and generate a single token (the prefix, saved at once for
-        other slots, without waiting for a whole reply to be decoded); progress events as for `complete`."""
-        return self._complete(messages, tools, max_tokens=1)
-
-    def _complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int | None
-    ) -> AssistantTurn:
         resamples = 0
 
         def attempt() -> AssistantTurn:
             nonlocal resamples
             while True:
                 try:
-                    turn = self._stream_once(messages, tools, max_tokens)
+                    turn = self._stream_once(messages, tools)
                 except openai.APIError as error:
                     if not _is_format_mismatch(error):
                         raise
@@ -189,16 +192,27 @@ class OpenAIChatModel:
                     return turn
                 resamples = self._count_resample(resamples, LEFT_MARKUP_REASON)
 
+        turn, retries = self._call(attempt)
+        turn.stats.retries, turn.stats.resamples = retries, resamples
+        return turn
+
+    def prefill(self, tokens: list[int]) -> RequestStats:
+        """Process exactly `tokens` into the slot's KV cache (`/v1/completions` with a token array, one token
+        generated and never kept: the slot then holds the tokens and nothing more, to be saved as a prefix);
+        progress events, retries and timeouts as for `complete`."""
+        stats, retries = self._call(lambda: self._prefill_once(tokens))
+        stats.retries = retries
+        return stats
+
+    def _call(self, attempt: Callable[[], T]) -> tuple[T, int]:
         try:
-            turn, retries = self._retry.call(attempt, self._transient_reason)
+            return self._retry.call(attempt, self._transient_reason)
         except openai.APIStatusError as error:
             if _is_context_overflow(error):
                 raise ContextOverflow(f"prompt exceeds the server's context: {_error_text(error)}") from error
             raise ModelUnavailable(
                 f"server rejected the request ({error.status_code}): {_error_text(error)}"
             ) from error
-        turn.stats.retries, turn.stats.resamples = retries, resamples
-        return turn
 
     def _transient_reason(self, error: Exception) -> str | None:
         """Why a failed request is worth repeating, or None when it is not (the same request would fail again)."""
@@ -218,13 +232,20 @@ class OpenAIChatModel:
         self._on_retry(f"resample {resamples + 1}/{self.config.max_resamples}: {reason}")
         return resamples + 1
 
-    def _stream_once(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int | None
-    ) -> AssistantTurn:
-        started = time.monotonic()
-        deadline = started + self.config.request_timeout_s
-        stream = self._client.chat.completions.create(**self._request_arguments(messages, tools, max_tokens))
-        accumulator = _StreamAccumulator(started)
+    def _stream_once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
+        accumulator = _StreamAccumulator(time.monotonic())
+        self._follow(self._client.chat.completions.create(**self._request_arguments(messages, tools)), accumulator)
+        return accumulator.finish()
+
+    def _prefill_once(self, tokens: list[int]) -> RequestStats:
+        accumulator = _StreamAccumulator(time.monotonic())
+        # max_tokens 1: llama-server b11434 treats 0 alike (it still samples one token); 1 says what happens.
+        stream = self._client.completions.create(prompt=tokens, max_tokens=1, **self._streamed())
+        self._follow(stream, accumulator)
+        return accumulator.finish().stats
+
+    def _follow(self, stream: Any, accumulator: _StreamAccumulator) -> None:
+        deadline = accumulator.started + self.config.request_timeout_s
         progress = _PrefillProgress(self._on_progress)
         with stream:
             for chunk in stream:
@@ -234,7 +255,6 @@ class OpenAIChatModel:
                     raise ModelUnavailable(
                         f"request still running after {self.config.request_timeout_s:g}s (request_timeout_s)"
                     )
-        return accumulator.finish()
 
 
 class _PrefillProgress:
@@ -278,7 +298,9 @@ class _StreamAccumulator:
         if chunk.usage is not None:
             self.usage = chunk.usage
         for choice in chunk.choices:
-            delta = choice.delta
+            delta = getattr(choice, "delta", None)
+            if delta is None:  # a /v1/completions chunk (a prefill): its one token is not kept
+                continue
             reasoning = (delta.model_extra or {}).get("reasoning_content")
             if delta.content or reasoning or delta.tool_calls:
                 self.first_token_at = self.first_token_at or time.monotonic()

@@ -17,7 +17,7 @@ from agent.cli import app
 from agent.environment.build import ENV_LABEL
 from agent.environment.plan import ENV_REPOSITORY
 from agent.protocol.config import RunConfig
-from agent.server.kv_cache import CacheEntry, KVCacheStore, PrefixKey
+from agent.server.kv_store import KVCacheStore, SavedSlot, SlotLayout, packed
 from agent.worktree.workspace import WIP_REF_PREFIX
 from sandbox.models import DEFAULT_IMAGE
 
@@ -48,10 +48,12 @@ def _finished_run(tmp_path: Path, repo: Path, run_id: str, script: list) -> None
 
 def _prefix(store: KVCacheStore, name: str, last_used: float) -> str:
     """A saved prefix of 600 MiB as its metadata says (the file itself is small: eviction goes by the metadata)."""
-    key = PrefixKey.of("model", name, [], "", 4096)
-    (store.directory / store.filename(key.digest)).write_bytes(b"k")
-    store._write(CacheEntry(key=key, tokens=10, bytes=600 * 2**20, sha256="0" * 64, last_used=last_used))
-    return key.digest
+    layout = SlotLayout(slots=1, unified=False)
+    saved = SavedSlot.of("a" * 32, layout, "prefix", "b" * 32, packed([ord(character) for character in name]))
+    (store.directory / store.filename(saved.digest)).write_bytes(b"k")
+    entry = store.record(saved).model_copy(update={"bytes": 600 * 2**20, "last_used": last_used})
+    store._write(store._meta(saved.digest), entry.model_dump_json())
+    return saved.digest
 
 
 class Garbage:

@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from pathlib import Path
+from typing import Any, Literal, Self
+from urllib.parse import parse_qs, urlsplit
 
 
 @dataclass
@@ -117,6 +119,56 @@ class LoopbackServer:
         self._httpd.server_close()
 
 
+@dataclass
+class ScriptedSlots:
+    """llama-server's slots, for the saved-prefix tests: one token per character of the rendered prompt, what each
+    slot holds, `/slots/N?action=save|restore|erase` to files in `save_dir`, `/apply-template`, `/tokenize` and
+    `/v1/completions` (a prefill by tokens). How much of a restored slot the next request reuses (`after_restore`):
+    "cut" all the prompt shares with it (a cache that can be cut back, SmolLM2's), "extension" only what a prompt
+    extending it whole shares (DeepSeek V4's: a restore clears the context checkpoints a cut needs), "nothing"
+    not even that. A file saved with another slot count is refused, as llama-server refuses it ("n_stream
+    mismatch", HTTP 400)."""
+
+    save_dir: Path
+    after_restore: Literal["cut", "extension", "nothing"] = "cut"
+    held: dict[int, list[int]] = field(default_factory=dict)
+    actions: list[tuple[str, int]] = field(default_factory=list)  # (action, slot) in order, prefills as "prefill"
+    _restored: set[int] = field(default_factory=set)
+
+    @staticmethod
+    def tokens(text: str) -> list[int]:
+        return [ord(character) for character in text]
+
+    def process(self, slot: int, prompt: list[int], after: list[int]) -> int:
+        """The cached tokens of a request with `prompt` on `slot`, which then holds `prompt + after`."""
+        held = self.held.get(slot, [])
+        shared = common_prefix(held, prompt)
+        if slot in self._restored and (
+            self.after_restore == "nothing" or (self.after_restore == "extension" and shared < len(held))
+        ):
+            shared = 0
+        self._restored.discard(slot)
+        self.held[slot] = prompt + after
+        return min(shared, len(prompt) - 1)  # llama-server always evaluates a prompt's last token
+
+    def action(self, slot: int, action: str, filename: str, slots: int) -> tuple[int, dict[str, Any]]:
+        self.actions.append((action, slot))
+        path = self.save_dir / filename
+        if action == "erase":
+            self.held[slot] = []
+            return 200, {"id_slot": slot, "n_erased": 0}
+        if action == "save":
+            path.write_text(json.dumps({"slots": slots, "tokens": self.held.get(slot, [])}))
+            return 200, {"id_slot": slot, "n_saved": len(self.held.get(slot, [])), "timings": {"save_ms": 1.0}}
+        saved = json.loads(path.read_text())
+        if saved["slots"] != slots:
+            message = "Unable to restore slot: No available space in KV cache or invalid slot save file"
+            return 400, {"error": {"code": 400, "message": message, "type": "invalid_request_error"}}
+        self.held[slot] = saved["tokens"]
+        self._restored.add(slot)
+        return 200, {"id_slot": slot, "n_restored": len(saved["tokens"]), "timings": {"restore_ms": 1.0}}
+
+
 class ScriptedServer(LoopbackServer):
     def __init__(
         self,
@@ -128,18 +180,21 @@ class ScriptedServer(LoopbackServer):
         speculative: bool = False,
         scripts: dict[str, list[Step]] | None = None,
         slots: int = 1,
+        kv: ScriptedSlots | None = None,
     ) -> None:
         """loading_requests: answer that many requests, of any endpoint, with 503 "Loading model" first, as
         llama-server does while it loads. port: 0 picks a free one. speculative: /slots reports a drafter.
         scripts: a script per task, for tasks that run in parallel: a request plays the script whose key occurs
         in its first user message, else `script`. slots: what /props and /slots report (the server answers any
-        number of requests at once whatever it says)."""
+        number of requests at once whatever it says). kv: slots that hold, save and restore tokens (prompt and
+        cached tokens then count one per character of the rendered prompt)."""
         self.script: list[Step] = list(script or [])
         self.scripts = {key: list(steps) for key, steps in (scripts or {}).items()}
         self.n_ctx = n_ctx
         self.loading_requests = loading_requests
         self.speculative = speculative
         self.slots = slots
+        self.kv = kv
         self.held = threading.Event()
         self._release = threading.Event()
         self.requests: list[dict[str, Any]] = []
@@ -212,6 +267,7 @@ class ScriptedServer(LoopbackServer):
                     self._json(
                         200,
                         {
+                            "model_path": "scripted.gguf",
                             "default_generation_settings": {"n_ctx": server.n_ctx},
                             "total_slots": server.slots,
                             "build_info": "scripted",
@@ -235,14 +291,56 @@ class ScriptedServer(LoopbackServer):
                     self._json(503, LOADING)
                 elif self.path == "/tokenize":
                     server.tokenized.append(body.get("content", ""))
-                    self._json(200, {"tokens": list(range(tokens_of(body.get("content", ""))))})
+                    content = body.get("content", "")
+                    tokens = server.kv.tokens(content) if server.kv else list(range(tokens_of(content)))
+                    self._json(200, {"tokens": tokens})
                 elif self.path == "/v1/chat/completions":
                     self._chat(body)
+                elif server.kv is not None and self.path == "/apply-template":
+                    self._json(200, {"prompt": rendered_prompt(body)})
+                elif server.kv is not None and self.path.startswith("/slots/"):
+                    address = urlsplit(self.path)
+                    action = parse_qs(address.query)["action"][0]
+                    slot = int(address.path.rsplit("/", 1)[1])
+                    with server._lock:
+                        self._json(*server.kv.action(slot, action, body.get("filename", ""), server.slots))
+                elif server.kv is not None and self.path == "/v1/completions":
+                    self._prefill_tokens(body)
                 else:
                     self._json(404, {"error": {"code": 404, "message": "not found", "type": "not_found_error"}})
 
+            def _prefill_tokens(self, body: dict[str, Any]) -> None:
+                """A /v1/completions request with a token array and one token to generate, streamed."""
+                assert server.kv is not None
+                with server._lock:
+                    server.kv.actions.append(("prefill", int(body.get("id_slot", 0))))
+                    cache_n = server.kv.process(int(body.get("id_slot", 0)), list(body["prompt"]), [])
+                prompt_n = len(body["prompt"])
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                usage = {
+                    "prompt_tokens": prompt_n,
+                    "completion_tokens": 1,
+                    "total_tokens": prompt_n + 1,
+                    "prompt_tokens_details": {"cached_tokens": cache_n},
+                }
+                timings = {"cache_n": cache_n, "prompt_n": prompt_n - cache_n, "predicted_n": 1}
+                choice = {"index": 0, "text": "", "finish_reason": "length"}
+                chunk = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": "scripted"}
+                self._event({**chunk, "choices": [choice], "usage": usage, "timings": timings})
+                self._event("[DONE]")
+
             def _chat(self, body: dict[str, Any]) -> None:
                 step, prompt_n, cache_n = server.next_step(body)
+                if server.kv is not None:
+                    reply = step if isinstance(step, Reply) else Reply()
+                    prompt = server.kv.tokens(rendered_prompt(body))
+                    with server._lock:
+                        slot = int(body.get("id_slot", 0))
+                        cache_n = server.kv.process(slot, prompt, server.kv.tokens(reply.reasoning + reply.content))
+                    prompt_n = len(prompt)
                 if prompt_n > server.n_ctx:
                     error = {
                         "code": 400,
