@@ -25,6 +25,9 @@ READ_CHUNK_BYTES = 1024 * 1024
 RANK_BAND = 64
 # A file no commit of the walk touched (untracked, or changed in the work tree) sorts after every committed one.
 NEWEST = -1
+# The pack's tiers end after the files unchanged for at least this many commits: a saved prefix is kept at each
+# end (agent/server/kv_cache.py), so a later commit that changed only newer files re-prefills only its tail.
+TIER_AGES = (1000, 100, 10)
 
 
 def _log_command(repo_dir: Path, commit: str) -> list[str]:
@@ -115,3 +118,10 @@ def churn_key(ages: dict[str, int], bands: dict[str, int], path: str) -> tuple[i
     not fit; one that fits has no bands); then by path. Never-committed files last."""
     age = ages.get(path, NEWEST)
     return (-age if age != NEWEST else 1, bands.get(path, 0), path)
+
+
+def tier_ends(ages: dict[str, int], shown: list[str]) -> list[int]:
+    """How many of the `shown` files (in churn order: oldest last change first) each tier of TIER_AGES holds, from
+    the stablest; a tier that adds no file, or holds every file, ends nowhere."""
+    counts = [sum(1 for path in shown if ages.get(path, NEWEST) >= age) for age in TIER_AGES]
+    return sorted({count for count in counts if 0 < count < len(shown)})

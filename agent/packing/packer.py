@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from agent.packing.budget import resolve_budget
-from agent.packing.churn import ChurnOrder, churn_key, rank_bands
+from agent.packing.churn import ChurnOrder, churn_key, rank_bands, tier_ends
 from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_text
 from agent.packing.full_costs import FullCosts
 from agent.packing.inventory import take_inventory
@@ -77,8 +77,14 @@ class ShownFile:
     outline: str | None
 
 
+# A tier boundary is worth a saved prefix of its own only this far (a share of the pack's text) from the previous one
+# and from the end: two files of nearly the same prefix cost their disk twice for a few files' prefill.
+MIN_TIER_SHARE = 0.05
+
+
 class PackedRepository:
-    """The selection, rendered on demand: write() streams file by file, reading each from disk as it goes."""
+    """The selection, rendered on demand: write() streams file by file, reading each from disk as it goes.
+    `tier_ends`: after how many of the shown files a churn tier ends (see `boundaries`)."""
 
     def __init__(
         self,
@@ -89,6 +95,7 @@ class PackedRepository:
         shown: list[ShownFile],
         unshown: list[str],
         stats: PackStats,
+        tier_ends: list[int] | None = None,
     ) -> None:
         self._repo_dir = repo_dir
         self._renderer = renderer
@@ -96,7 +103,9 @@ class PackedRepository:
         self._shown = shown
         self._unshown = unshown
         self.stats = stats
+        self._tier_ends = tier_ends or []
         self._text: str | None = None
+        self._boundaries: list[int] = []
 
     def write(self, stream: TextIO) -> None:
         if self._text is not None:  # rendered already (counted exactly): write what was counted
@@ -124,16 +133,37 @@ class PackedRepository:
     def count(self, counter: TokenCounter) -> int:
         """The text's count (the pieces let the counter send it in chunks at once); keeps the text for write().
         Rendering is timed with the counting that needs it."""
-        pieces = list(self._pieces())
-        self._text = "".join(pieces)
+        pieces = self._keep(list(self._pieces()))
         return counter.count_joined(pieces)
 
     @property
     def text(self) -> str:
         if self._text is None:
             with timed(self.stats, "render"):
-                self._text = "".join(self._pieces())
+                self._keep(list(self._pieces()))
+        assert self._text is not None
         return self._text
+
+    @property
+    def boundaries(self) -> list[int]:
+        """Character offsets into `text` where a tier of the churn order ends (the files unchanged for at least
+        1000, 100, 10 commits: churn.TIER_AGES), at least MIN_TIER_SHARE of the text apart and from its end;
+        ascending, at most three. A commit that changes only newer files leaves the text before them as it was."""
+        _ = self.text
+        return self._boundaries
+
+    def _keep(self, pieces: list[str]) -> list[str]:
+        """Keeps the rendered text and where its tiers end (pieces: the header, then one per shown file)."""
+        self._text = "".join(pieces)
+        ends: list[int] = []
+        offset, minimum = 0, MIN_TIER_SHARE * len(self._text)
+        for count in self._tier_ends:
+            end = sum(len(piece) for piece in pieces[: 1 + count])
+            if end - offset >= minimum and len(self._text) - end >= minimum:
+                ends.append(end)
+                offset = end
+        self._boundaries = ends
+        return pieces
 
 
 class _LazyOutlines:
@@ -499,8 +529,10 @@ class _Packer:
                     tokens_rendered=rendered,
                 )
             )
+        ends: list[int] = []
         if self.ages:
             shown.sort(key=lambda item: churn_key(self.ages, self.bands, item.file.path))
+            ends = tier_ends(self.ages, [item.file.path for item in shown])
         file_stats.extend(FileStat(path=item.path, view="excluded", reason=item.reason) for item in excluded)
         file_stats.sort(key=lambda stat: stat.path)
         stats.files = file_stats
@@ -519,4 +551,5 @@ class _Packer:
             shown=shown,
             unshown=unshown,
             stats=stats,
+            tier_ends=ends,
         )

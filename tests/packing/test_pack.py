@@ -553,6 +553,41 @@ def test_an_edit_to_a_churned_file_keeps_the_stable_prefix_byte_identical(tmp_pa
     assert _common_prefix(before["path"], after["path"]) < after["path"].index('<file path="b.py">')
 
 
+def _tiered_repo(path: Path) -> Path:
+    """stable/ unchanged for 101 commits, middle/ for 11, hot.py just changed: three churn tiers."""
+    path.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
+    for directory, names, since in (("stable", "abcd", 90), ("middle", "xyz", 10), ("", "h", 0)):
+        for name in names:
+            file = path / directory / f"{name}.py" if directory else path / "hot.py"
+            file.parent.mkdir(exist_ok=True)
+            file.write_text("".join(f"def {name}_{n}(value):\n    return value + {n}\n\n" for n in range(20)))
+        commit_all(path, f"add {directory or 'hot.py'}")
+        for _ in range(since):
+            subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "elsewhere"], cwd=path, check=True)
+    return path
+
+
+def test_tier_boundaries_end_where_an_age_class_ends(tmp_path: Path) -> None:
+    """A saved prefix is kept where each tier of the churn order ends (agent/server/kv_cache.py): the offsets fall
+    between files, after the files unchanged for 100 and for 10 commits, and stay put when only newer files
+    change."""
+    repo = _tiered_repo(tmp_path / "repo")
+    packed = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache"))
+    text, boundaries = packed.text, packed.boundaries
+    assert len(boundaries) == 2 and boundaries == sorted(boundaries)
+    assert _file_order(text[: boundaries[0]]) == [f"stable/{name}.py" for name in "abcd"]
+    assert _file_order(text[boundaries[0] : boundaries[1]]) == [f"middle/{name}.py" for name in "xyz"]
+    assert text[boundaries[0] :].startswith('<file path="middle/x.py">')
+    assert text[boundaries[1] :].startswith('<file path="hot.py">')
+    (repo / "hot.py").write_text((repo / "hot.py").read_text().replace("value + 1\n", "value + 100\n"))
+    commit_all(repo, "edit hot.py")
+    later = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache"))
+    assert later.boundaries == boundaries and later.text[: boundaries[1]] == text[: boundaries[1]]
+    by_path = pack_repository(repo, PackOptions(cache_dir=tmp_path / "by-path", order="path"))
+    assert by_path.boundaries == [], "path order has no tiers"
+
+
 def test_a_file_changed_in_the_work_tree_comes_last(tmp_path: Path) -> None:
     repo = _churned_repo(tmp_path / "repo")
     (repo / "b.py").write_text("def b():\n    return 'uncommitted'\n")

@@ -569,12 +569,16 @@ def test_a_model_that_answers_without_tool_calls_stops_with_no_changes(
         assert task["reason"] == "the model answered without calling a tool", task
     assert not response["message"].get("tool_calls") and response["message"]["content"].strip()
     assert not [event for event in events if event["type"] in ("tool_call", "tool_result")]
+    # The prefix's prefill and then the request's: each reports its progress in at most a tenth of its prompt.
     progress = [event for event in events if event["type"] == "prefill_progress"]
-    assert 1 <= len(progress) <= 11 and progress[-1]["processed"] == progress[-1]["total"]
+    assert 2 <= len(progress) <= 22 and progress[-1]["processed"] == progress[-1]["total"]
     assert task["metrics"]["prompt_tokens"] > 0 and task["metrics"]["generated_tokens"] > 0
-    # The launcher's server saves slots: the task's prefix is saved once, after its first request, for later tasks.
+    # The launcher's server saves slots: the task's shared prefix (its system message and tools as the template
+    # renders them, not its own message) is prefilled alone and saved once for later tasks, before the request
+    # that then reuses all of it.
     (saved,) = [event for event in events if event["type"] == "prefix_cache"]
-    assert saved["action"] == "saved" and saved["tokens"] >= response["stats"]["prompt_tokens"], saved
+    assert saved["action"] == "saved" and saved["tokens"] < response["stats"]["prompt_tokens"], saved
+    assert response["stats"]["cached_tokens"] == saved["tokens"], (saved, response["stats"])
     assert checkout_fingerprint(repo) == before
 
 
