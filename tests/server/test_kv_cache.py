@@ -23,7 +23,7 @@ from agent.server.api import LlamaServerAPI
 from agent.server.binary import find_chat_template
 from agent.server.chat import OpenAIChatModel
 from agent.server.kv_cache import PrefixCache
-from agent.server.kv_store import CacheEntry, KVCacheStore, SavedSlot, SlotLayout, packed
+from agent.server.kv_store import CacheEntry, KVCacheStore, ReuseSeen, SavedSlot, SlotLayout, packed
 from agent.server.launcher import ServerState, _state_file
 from agent.server.presets import PresetRequest
 
@@ -293,11 +293,17 @@ def test_a_task_extending_what_the_slot_holds_restores_nothing_and_a_resumed_one
 # restore really skips the prefill, and the files hold the shared prefix the template gives, nothing more.
 
 
-def _request(save_dir: Path, *, parallel: int = 1, template: bool = True) -> PresetRequest:
-    extra = ["--threads", "1", *(["--chat-template-file", str(find_chat_template())] if template else [])]
-    return PresetRequest(
-        ctx_size=TEST_CTX, port=free_port(), parallel=parallel, extra_args=extra, slot_save_path=save_dir
-    )
+def _two_slots(save_dir: Path) -> PresetRequest:
+    extra = ["--threads", "1", "--chat-template-file", str(find_chat_template())]
+    return PresetRequest(ctx_size=TEST_CTX, port=free_port(), parallel=2, extra_args=extra, slot_save_path=save_dir)
+
+
+@pytest.fixture(scope="module")
+def two_slot_server(tmp_path_factory, llama_binary, llama_state_dir):
+    """`--parallel 2` with V4's template, saving into a directory of its own."""
+    save_dir = tmp_path_factory.mktemp("kv-two-slots")
+    with running_server(_two_slots(save_dir), llama_binary, llama_state_dir) as state:
+        yield state, save_dir
 
 
 def _model(url: str, slot: int | None = None, max_tokens: int = 2) -> OpenAIChatModel:
@@ -317,38 +323,38 @@ def _actions(events: list[PrefixCacheEvent]) -> list[str]:
 
 @pytest.mark.llama_server
 def test_the_saved_prefix_is_exactly_the_shared_prefix_and_reused_in_another_slot_and_after_a_restart(
-    tmp_path, llama_binary, llama_state_dir
+    two_slot_server, llama_binary, llama_state_dir
 ):
     """The file holds the tokens every task's first request on the commit starts with, as the template renders
     them, and nothing of the first task (it held the first reply too: 3,202 tokens saved for a 3,063-token
     prefix). Restored into another slot, or after a restart, the next task's first request reuses all of it."""
-    save_dir = tmp_path / "kv"
+    state, save_dir = two_slot_server
     system = _system(30)
     events: list[PrefixCacheEvent] = []
-    with running_server(_request(save_dir, parallel=2), llama_binary, llama_state_dir) as state:
-        cache = _server_cache(state.url, llama_state_dir, events)
-        prefix = cache.rendering.shared_prefix(system, READ_FILE_TOOLS)
-        first = cache.wrap(_model(state.url, slot=0, max_tokens=16)).complete(
-            _messages(system, "Which module is first?"), READ_FILE_TOOLS
-        )
-        assert _actions(events) == ["saved"] and events[0].tokens == len(prefix), events
-        (entry,) = KVCacheStore(save_dir).entries()
-        assert entry.n_tokens == len(prefix) < first.stats.prompt_tokens
-        # Tasks share the prefix, and some part ways right after it: SmolLM2 joins the marker's `>` with some first
-        # characters (`.`, `<`, quotes), so the prefix ends before it.
-        starts = ("Xy", "(z", '"quoted" first', ".z")
-        tokens = [cache.rendering.prompt_tokens(_messages(system, task), READ_FILE_TOOLS) for task in starts]
-        assert all(task[: len(prefix)] == prefix for task in tokens)
-        assert len({task[len(prefix)] for task in tokens}) > 1
+    cache = _server_cache(state.url, llama_state_dir, events)
+    prefix = cache.rendering.shared_prefix(system, READ_FILE_TOOLS)
+    first = cache.wrap(_model(state.url, slot=0, max_tokens=16)).complete(
+        _messages(system, "Which module is first?"), READ_FILE_TOOLS
+    )
+    assert _actions(events) == ["saved"] and events[0].tokens == len(prefix), events
+    (entry,) = [entry for entry in KVCacheStore(save_dir).entries() if entry.digest in events[0].message]
+    assert entry.n_tokens == len(prefix) < first.stats.prompt_tokens
+    # Tasks share the prefix, and some part ways right after it: SmolLM2 joins the marker's `>` with some first
+    # characters (`.`, `<`, quotes), so the prefix ends before it.
+    starts = ("Xy", "(z", '"quoted" first', ".z")
+    tokens = [cache.rendering.prompt_tokens(_messages(system, task), READ_FILE_TOOLS) for task in starts]
+    assert all(task[: len(prefix)] == prefix for task in tokens)
+    assert len({task[len(prefix)] for task in tokens}) > 1
 
-        events.clear()
-        other = cache.for_slot(1).wrap(_model(state.url, slot=1))
-        in_slot_1 = other.complete(_messages(system, "Which module is last?"), READ_FILE_TOOLS)
-        assert _actions(events) == ["restored"] and events[0].tokens == len(prefix), events
-        assert in_slot_1.stats.cached_tokens == len(prefix)
     events.clear()
-    with running_server(_request(save_dir, parallel=2), llama_binary, llama_state_dir) as state:
-        after_restart = _server_cache(state.url, llama_state_dir, events).wrap(_model(state.url, slot=0))
+    other = cache.for_slot(1).wrap(_model(state.url, slot=1))
+    in_slot_1 = other.complete(_messages(system, "Which module is last?"), READ_FILE_TOOLS)
+    assert _actions(events) == ["restored"] and events[0].tokens == len(prefix), events
+    assert in_slot_1.stats.cached_tokens == len(prefix)
+    events.clear()
+    # Another server process on the same files: nothing resident, as after a restart.
+    with running_server(_two_slots(save_dir), llama_binary, llama_state_dir) as restarted:
+        after_restart = _server_cache(restarted.url, llama_state_dir, events).wrap(_model(restarted.url, slot=0))
         reply = after_restart.complete(_messages(system, "How many modules?"), READ_FILE_TOOLS)
     assert _actions(events) == ["restored"] and events[0].tokens == len(prefix), events
     assert reply.stats.cached_tokens == len(prefix)
@@ -366,11 +372,12 @@ def _tiers(newest: str) -> tuple[str, list[int]]:
     return head + "".join(tiers), [len(head) + len(tiers[0]), len(head) + len(tiers[0]) + len(tiers[1])]
 
 
-@pytest.fixture(scope="module")
-def kv_server(tmp_path_factory, llama_binary, llama_state_dir):
-    save_dir = tmp_path_factory.mktemp("kv")
-    with running_server(_request(save_dir), llama_binary, llama_state_dir) as state:
-        yield state, save_dir
+@pytest.fixture
+def kv_server(llama_server_v4, llama_state_dir):
+    """The session's V4-template server and its save directory, as a server not seen restoring yet."""
+    cache = _server_cache(llama_server_v4.url, llama_state_dir, [])
+    cache.store.remember_reuse(cache.identity, ReuseSeen())
+    return llama_server_v4, cache.store.directory
 
 
 @pytest.mark.llama_server
@@ -405,7 +412,7 @@ def test_partial_reuse_is_kept_where_the_server_shows_it(kv_server, llama_state_
     """SmolLM2's cache can be cut back: a restored file the prompt leaves near its end gives all it shares, which
     is seen and remembered, so such files keep being restored there."""
     state, save_dir = kv_server
-    base = _system(30, last="# the tail\n")
+    base = _system(15, last="# the tail\n")
     events: list[PrefixCacheEvent] = []
     _server_cache(state.url, llama_state_dir, events).wrap(_model(state.url)).complete(
         _messages(base, "Which?"), READ_FILE_TOOLS
@@ -476,51 +483,51 @@ def test_a_restore_over_other_content_keeps_a_speculative_server_decoding(llama_
 
 
 @pytest.mark.llama_server
-def test_two_slots_prefill_a_shared_prefix_once_and_the_other_slot_restores_it(tmp_path, llama_binary, llama_state_dir):
+def test_two_slots_prefill_a_shared_prefix_once_and_the_other_slot_restores_it(two_slot_server, llama_state_dir):
     """`run --parallel 2`, two tasks on one commit: the first prefills the prefix alone and saves it, the second
     waits for that file and restores it into its own slot instead of prefilling the same tokens alongside, while
     the first task's reply is still being decoded."""
     system = "Two tasks, one commit.\n" + _system(30)
-    with running_server(_request(tmp_path / "kv", parallel=2), llama_binary, llama_state_dir) as state:
-        api = LlamaServerAPI(state.url, timeout_s=120.0)
-        assert int(api.props()["total_slots"]) == 2
-        server = _server_cache(state.url, llama_state_dir, [])
-        events: dict[int, list[PrefixCacheEvent]] = {0: [], 1: []}
-        replies: dict[int, object] = {}
-        restored_at: list[float] = []
-        answered_at: dict[int, float] = {}
+    state, _ = two_slot_server
+    api = LlamaServerAPI(state.url, timeout_s=120.0)
+    assert int(api.props()["total_slots"]) == 2
+    server = _server_cache(state.url, llama_state_dir, [])
+    events: dict[int, list[PrefixCacheEvent]] = {0: [], 1: []}
+    replies: dict[int, object] = {}
+    restored_at: list[float] = []
+    answered_at: dict[int, float] = {}
 
-        def notify(slot: int, event: PrefixCacheEvent) -> None:
-            events[slot].append(event)
-            if event.action == "restored":
-                restored_at.append(time.monotonic())
+    def notify(slot: int, event: PrefixCacheEvent) -> None:
+        events[slot].append(event)
+        if event.action == "restored":
+            restored_at.append(time.monotonic())
 
-        def task(slot: int) -> None:
-            cache = server.for_slot(slot)
-            cache.notify = functools.partial(notify, slot)
-            # Slot 0's reply is long, so that its decoding outlasts slot 1's wait.
-            model = _model(state.url, slot=slot, max_tokens=64 if slot == 0 else 2)
-            question = "Tell a long story about every module." if slot == 0 else "Task 1?"
-            replies[slot] = cache.wrap(model).complete(_messages(system, question), [])
-            answered_at[slot] = time.monotonic()
+    def task(slot: int) -> None:
+        cache = server.for_slot(slot)
+        cache.notify = functools.partial(notify, slot)
+        # Slot 0's reply is long, so that its decoding outlasts slot 1's wait.
+        model = _model(state.url, slot=slot, max_tokens=64 if slot == 0 else 2)
+        question = "Tell a long story about every module." if slot == 0 else "Task 1?"
+        replies[slot] = cache.wrap(model).complete(_messages(system, question), [])
+        answered_at[slot] = time.monotonic()
 
-        first = threading.Thread(target=task, args=(0,))
-        first.start()
-        deadline = time.monotonic() + 120
-        while not api.slots()[0].get("is_processing"):
-            assert time.monotonic() < deadline and first.is_alive(), "slot 0 never started its prefill"
-            time.sleep(0.02)
-        second = threading.Thread(target=task, args=(1,))
-        second.start()
-        first.join(300)
-        second.join(300)
-        assert _actions(events[0]) == ["saved"]
-        assert _actions(events[1]) == ["waiting", "restored"], events[1]
-        assert "slot 0 is prefilling the same prefix" in events[1][0].message
-        assert restored_at[0] < answered_at[0], "slot 1 restored while slot 0's reply was still decoding"
-        assert replies[0].stats.completion_tokens > 10
-        assert replies[0].stats.prompt_tokens - replies[0].stats.cached_tokens < 30, "its own prefill came first"
-        assert replies[1].stats.prompt_tokens - replies[1].stats.cached_tokens < 30, replies[1].stats
-        # Slot 1 really holds the prefix (the request was pinned there, not served by slot 0 again).
-        probe = api.slot_action(1, "save", "probe.bin")
-        assert int(probe["n_saved"]) >= replies[1].stats.prompt_tokens
+    first = threading.Thread(target=task, args=(0,))
+    first.start()
+    deadline = time.monotonic() + 120
+    while not api.slots()[0].get("is_processing"):
+        assert time.monotonic() < deadline and first.is_alive(), "slot 0 never started its prefill"
+        time.sleep(0.02)
+    second = threading.Thread(target=task, args=(1,))
+    second.start()
+    first.join(300)
+    second.join(300)
+    assert _actions(events[0]) == ["saved"]
+    assert _actions(events[1]) == ["waiting", "restored"], events[1]
+    assert "slot 0 is prefilling the same prefix" in events[1][0].message
+    assert restored_at[0] < answered_at[0], "slot 1 restored while slot 0's reply was still decoding"
+    assert replies[0].stats.completion_tokens > 10
+    assert replies[0].stats.prompt_tokens - replies[0].stats.cached_tokens < 30, "its own prefill came first"
+    assert replies[1].stats.prompt_tokens - replies[1].stats.cached_tokens < 30, replies[1].stats
+    # Slot 1 really holds the prefix (the request was pinned there, not served by slot 0 again).
+    probe = api.slot_action(1, "save", "probe.bin")
+    assert int(probe["n_saved"]) >= replies[1].stats.prompt_tokens
