@@ -29,8 +29,10 @@ from agent.protocol.model import AssistantTurn
 from agent.record.journal import RunJournal
 from agent.record.progress import RESTARTED_MESSAGE, read_progress
 from agent.run.time_limit import TIME_UP_MESSAGE
+from agent.server.api import LlamaServerAPI
 from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState
+from agent.server.rendering import Rendering
 from prompts import load_prompt
 from tools.base import ToolContext
 from tools.ledger import Ledger, old_names_in
@@ -38,7 +40,7 @@ from tools.registry import default_registry
 
 from support.dsml import Reply, block, invoke
 from support.local_sandbox import LocalExecutor
-from support.played_server import Exchange, PlayedServer, Step, render
+from support.played_server import Exchange, PlayedServer, Step, render, tokenize
 from support.repos import SAMPLE_FILES, make_repo
 from support.scripted_server import Fail, ScriptedServer
 from support.template_checks import check_extension, divergences, served
@@ -222,10 +224,10 @@ def test_a_failover_resends_the_same_rendering(llama_server_v4: ServerState, tmp
     assert check_extension(served_a, moved) is None
 
 
-def product_body(effort: Effort) -> dict[str, Any]:
+def product_body(effort: Effort, task: str = TASK) -> dict[str, Any]:
     """The first request of a task as the product puts it on the wire."""
     with ScriptedServer([]) as wire:
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
         OpenAIChatModel(LLMConfig(server_url=wire.url, effort=effort)).complete(messages, default_registry().schemas())
     return wire.requests[0]
 
@@ -281,3 +283,22 @@ def test_a_reply_cut_inside_a_call_is_not_run_as_written(llama_server_v4: Server
     (answer,) = [message for message in loop.messages if message["role"] == "tool"]
     assert "cut at max_tokens" in answer["content"]
     assert result.outcome == "stopped" and "cut at max_tokens inside its reasoning" in result.reason
+
+
+def test_tasks_on_one_commit_share_the_rendered_prefix_up_to_the_first_user_message(
+    llama_server_v4: ServerState,
+) -> None:
+    """The shared prefix comes from the template (probe renderings, their common token prefix), never from a search
+    for `<｜User｜>`: SYSTEM spells it raw, as a repository may, and the prefix still runs past the whole system
+    message and its tools to the first user message; every task's first request starts with it."""
+    tools = default_registry().schemas()
+    with LlamaServerAPI(llama_server_v4.url) as api:
+        shared = Rendering(api, "max").shared_prefix(SYSTEM, tools)
+    url = llama_server_v4.url
+    head = {"messages": [{"role": "system", "content": SYSTEM}], "tools": tools, "reasoning_effort": "max"}
+    system_only = tokenize(url, render(url, {**head, "add_generation_prompt": False}))
+    assert len(shared) >= len(system_only) - 1  # the whole system message and tools, up to a BPE join at its end
+    tasks = [TASK, "(parentheses first)", "<｜User｜> spelled first", "\nA newline first", "1. numbered"]
+    firsts = [tokenize(url, render(url, product_body("max", task))) for task in tasks]
+    assert all(tokens[: len(shared)] == shared for tokens in firsts)
+    assert len(shared) < min(len(tokens) for tokens in firsts)
