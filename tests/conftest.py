@@ -2,6 +2,12 @@ import os
 import sys
 from pathlib import Path
 
+# The tests' modules (as pytest rewrites their asserts) and the product's are compiled once and kept in their
+# __pycache__ folders, which git ignores: where the environment sets PYTHONDONTWRITEBYTECODE, each session would
+# rewrite and compile them all again (most of the fast tier's collection), and each CLI the tests start (which
+# still reads bytecode) would compile the product again. The environment is left as it is for those processes.
+sys.dont_write_bytecode = False
+
 # The test doubles and fixtures (tests/support/: the scripted server and model, sample repositories, local
 # sandboxes) are imported as `support.x` from this folder.
 sys.path.insert(0, str(Path(__file__).parent))
