@@ -10,6 +10,7 @@ the types every concern reads are at the bottom (protocol/), and run/compose.py 
 - settings/: what the user sets: one option table, its layers, the night file, durations;
 - run/: one night: the commands, the composer, the Run and its task pipeline (stages/), locks, signals, limits;
 - dispatch/: where tasks run: in order, over a fleet of servers, on Ray's nodes;
+- nights/: a night file's tasks across nights: who they are, what became of them, what each night does;
 - server/: everything about llama-server: binary, presets, launcher, its API, the chat client, doctor;
 - record/: what a run leaves and shows: journal, progress for resume, metrics, report, live view;
 - worktree/: host-side git that trusts nothing: safe git, the task's workspace, leftovers;

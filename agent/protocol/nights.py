@@ -124,6 +124,7 @@ class PlannedTask(BaseModel):
     index: int | None = None  # its number among the run's tasks (run and rebase only)
     previous_tip: str | None = None  # the stable tip the plan saw: the publish's expected old value
     conflicts: list[str] = []
+    merged_by: MergedBy | None = None  # a retired task's: which check found it
 
 
 class RepoPlan(BaseModel):

@@ -115,6 +115,8 @@ class TaskSummary(BaseModel):
     lost: Literal["server", "sandbox"] | None = None  # infrastructure the task lost: failed, never no_changes
     capped: int | None = None  # tokens of a reply cut at its cap with no tool call
     model: str | None = None  # the model the task's server says it runs (a fleet's servers may differ)
+    key: str | None = None  # a named night's task: its identity across nights (agent/nights/identity.py)
+    published: str | None = None  # the night's stable branch the result was published on (`branch` names it too)
 
     @property
     def shown_verdict(self) -> str:

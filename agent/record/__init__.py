@@ -8,5 +8,6 @@ morning, and the view of a person watching.
 - report.py: report.md and report.html, what the person at breakfast opens first;
 - reasons.py: why a task ended as it did, in one line (every view of a task that is not verified says it);
 - live.py: the live panel on a terminal, plain lines in a log or cron mail;
+- atomic.py: a file replaced whole or not at all (write, fsync, rename), for records a kill must not tear;
 - fallback_stream.py: a standard stream that carries on in output.log once its reader has gone.
 """

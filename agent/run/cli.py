@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
 from agent.commands import UsageProblem, one_line_errors
 from agent.environment.spec import EnvironmentFileError
+from agent.nights.plan import PlanOptions
 from agent.protocol.config import NightConfig, RunConfig
 from agent.record.progress import ResumeError, load_run_night, unfinished_run
 from agent.settings.cli import ConfigOption
@@ -71,12 +72,12 @@ def usage_errors() -> contextlib.AbstractContextManager[None]:
     return one_line_errors(UsageProblem, SettingsError, EnvironmentFileError)
 
 
-def _execute(night: NightConfig, resume: str | None) -> None:
+def _execute(night: NightConfig, resume: str | None, options: PlanOptions | None = None) -> None:
     # lazy: the run's machinery (openai, docker, rich) loads here, not for `pack`, `server` or `--help`.
     from agent.record.live import RunView
     from agent.run.command import execute
 
-    raise typer.Exit(execute(night, view=RunView(), resume=resume))
+    raise typer.Exit(execute(night, view=RunView(), resume=resume, options=options))
 
 
 def _pick_resume(night: NightConfig, wanted: bool) -> str | None:
@@ -112,15 +113,27 @@ def night(
     context: typer.Context,
     night_file: Annotated[Path, typer.Argument(help="The night file (TOML): repositories and their tasks.")],
     resume: ResumeOption = False,
+    plan: Annotated[
+        bool, typer.Option("--plan", help="Print what tonight would do with each task, then stop (nothing runs).")
+    ] = False,
+    only: Annotated[
+        Literal["failed"] | None, typer.Option(help="failed: run only the tasks that failed last night.")
+    ] = None,
+    retry: Annotated[
+        Literal["discarded"] | None, typer.Option(help="discarded: run the discarded tasks again too.")
+    ] = None,
     config: ConfigOption = None,
     **options: Any,
 ) -> None:
-    """Run every task of every repository in NIGHT_FILE, in order, in one run directory with one report."""
+    """Run every task of every repository in NIGHT_FILE, in order, in one run directory with one report. Each
+    task keeps one branch refactor-agent/<night>/<task> across nights: updated when its base moved, left alone
+    once merged or discarded (--plan shows tonight's decisions)."""
     with usage_errors():
         night = load_night(night_file, ConfigFiles(config), _given(context), log=typer.echo)
         _check_runs_dir(night.runs_dir)
-        chosen = _pick_resume(night, resume)
-    _execute(night, chosen)
+        chosen = None if plan else _pick_resume(night, resume)
+    choices = PlanOptions(plan_only=plan, only_failed=only == "failed", retry_discarded=retry == "discarded")
+    _execute(night, chosen, choices)
 
 
 @takes_options("resume")

@@ -1,16 +1,22 @@
-"""Wires a run together: preflight, repository locks, journal, model, view, --on-finish; returns the exit code."""
+"""Wires a run together: preflight, repository locks, journal, a named night's planning pass (agent/nights/), model,
+view, --on-finish; returns the exit code."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 from agent.commands import EXIT_USAGE
 from agent.dispatch.local import local_dispatch
 from agent.dispatch.ray_head import RayDispatch
+from agent.nights.errors import NightError
+from agent.nights.plan import PLAN_RECORD, PlanOptions, commit_plan, plan_lines, plan_night
+from agent.nights.tonight import Tonight
 from agent.protocol.config import NightConfig
-from agent.protocol.records import RunSummary
+from agent.protocol.nights import NightPlan
+from agent.protocol.records import RunSummary, now_iso
 from agent.record.journal import NIGHT_RECORD, OUTPUT_LOG, RunJournal, new_run_id
 from agent.record.live import RunView
 from agent.record.progress import read_progress
@@ -22,20 +28,38 @@ from agent.run.run import TaskDispatch
 from agent.run.sandboxes import docker_sandboxes
 from agent.safety.printable import counted
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
+from agent.worktree.workspace import WorkspaceError, open_repository
 
 ON_FINISH_TIMEOUT_S = 600
 
 
-def execute(night: NightConfig, *, view: RunView, resume: str | None = None) -> int:
+def execute(night: NightConfig, *, view: RunView, resume: str | None = None, options: PlanOptions | None = None) -> int:
+    """`options`: a named night's (`night --plan`, `--only failed`, `--retry discarded`)."""
     with stop_signals():
         try:
-            return _execute(night, view=view, resume=resume)
+            if options is not None and options.plan_only:
+                return _print_plan(night, options, view)
+            return _execute(night, view=view, resume=resume, options=options or PlanOptions())
         except Interrupted as stop:  # before the run started, or after it ended: nothing of it to settle
             view.error(f"{stop}")
             return stop.exit_code
 
 
-def _execute(night: NightConfig, *, view: RunView, resume: str | None) -> int:
+def _print_plan(night: NightConfig, options: PlanOptions, view: RunView) -> int:
+    """`night --plan`: the decisions, with no lock taken and nothing written (it works while a night runs)."""
+    try:
+        repos = {path: open_repository(path) for path in night.repositories()}
+        with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks:
+            planned = plan_night(night, repos, "plan", hooks_dir=Path(hooks), options=options, log=view.log)
+    except (WorkspaceError, NightError) as error:
+        view.error(str(error))
+        return EXIT_USAGE
+    for line in plan_lines(planned.plan, planning_only=True):
+        view.log(line)
+    return 0
+
+
+def _execute(night: NightConfig, *, view: RunView, resume: str | None, options: PlanOptions) -> int:
     try:
         prepared = preflight(night, sandboxes=docker_sandboxes(), allow_dirty=night.allow_dirty, log=view.log)
     except PreflightError as error:
@@ -46,7 +70,10 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None) -> int:
     try:
         for lock, path in zip(locks, prepared.repos, strict=True):
             lock.acquire(path, view.log)
-        return _locked(night, prepared, run_id, view=view, resume=resume is not None)
+        with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks:
+            return _locked(
+                night, prepared, run_id, view=view, resume=resume is not None, tonight=(options, Path(hooks))
+            )
     except LockHeld as held:
         view.error(str(held))
         return EXIT_USAGE
@@ -55,7 +82,15 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None) -> int:
             lock.release()
 
 
-def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunView, resume: bool) -> int:
+def _locked(
+    night: NightConfig,
+    prepared: Prepared,
+    run_id: str,
+    *,
+    view: RunView,
+    resume: bool,
+    tonight: tuple[PlanOptions, Path],
+) -> int:
     swept = prepared.sandboxes.sweep() if prepared.sandboxes is not None else 0
     if swept:
         view.log(f"removed {counted(swept, 'sandbox container')} left behind by earlier runs that did not finish")
@@ -74,6 +109,16 @@ def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunVie
     night = night.model_copy(update={"repos": [config.model_copy(update=server) for config in night.repos]})
     journal = RunJournal(night.runs_dir, run_id, resume=resume)
     view.divert_to(journal.directory / OUTPUT_LOG)
+    planned = None
+    if night.name is not None:
+        try:
+            planned = _planned(night, prepared, journal, view=view, resume=resume, options=tonight[0], hooks=tonight[1])
+        except NightError as error:
+            view.error(str(error))
+            return EXIT_USAGE
+        if planned is None:
+            return _nothing_to_run(night, prepared, journal, view)
+        night = planned.night
     progress = previous = None
     if resume:
         progress = read_progress(journal.directory / "transcript.jsonl")
@@ -92,6 +137,7 @@ def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunVie
         observe=view.handle,
         progress=progress,
         previous=previous,
+        tonight=planned,
     )
     try:
         with view:
@@ -101,6 +147,50 @@ def _locked(night: NightConfig, prepared: Prepared, run_id: str, *, view: RunVie
     _print_summary(view, summary, journal)
     if night.on_finish:
         _on_finish(night.on_finish, journal, summary, view)
+    return summary.exit_code
+
+
+def _planned(
+    night: NightConfig,
+    prepared: Prepared,
+    journal: RunJournal,
+    *,
+    view: RunView,
+    resume: bool,
+    options: PlanOptions,
+    hooks: Path,
+) -> Tonight | None:
+    """A named night's tasks: planned now (under the repository locks; the plan is printed and written before
+    anything runs), or, resumed, as its plan.json says (a night is never planned twice). None: nothing to run."""
+    if resume:
+        plan = NightPlan.model_validate_json((journal.directory / PLAN_RECORD).read_bytes())
+        return Tonight(plan, night, prepared.repos, hooks, view.log)
+    planned = plan_night(night, prepared.repos, journal.run_id, hooks_dir=hooks, options=options, log=view.log)
+    for line in plan_lines(planned.plan, planning_only=False):
+        view.log(line)
+    journal.write_json(PLAN_RECORD, planned.plan)
+    commit_plan(planned)
+    if planned.night is None:
+        return None
+    return Tonight(planned.plan, planned.night, prepared.repos, hooks, view.log)
+
+
+def _nothing_to_run(night: NightConfig, prepared: Prepared, journal: RunJournal, view: RunView) -> int:
+    """A night whose every task is kept, retired or skipped: its record and report say so, no model is asked."""
+    journal.write_json(NIGHT_RECORD, night)
+    repositories = [str(path) for path in night.repositories()]
+    summary = RunSummary(
+        run_id=journal.run_id,
+        repo=repositories[0],
+        repos=repositories,
+        model=night.repos[0].llm.model,
+        server_url=prepared.server_url,
+        status="completed",
+        ended_at=now_iso(),
+    )
+    journal.write_summary(summary)
+    journal.close()
+    view.log(f"run {summary.run_id}: nothing to run tonight; {journal.directory}")
     return summary.exit_code
 
 

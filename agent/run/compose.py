@@ -10,6 +10,7 @@ from pathlib import Path
 
 import git
 
+from agent.nights.tonight import Tonight
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.events import Event, Retry
 from agent.protocol.model import ChatModel
@@ -37,6 +38,7 @@ def build_run(
     progress: RunProgress | None = None,
     previous: RunSummary | None = None,
     slot: int = 0,
+    tonight: Tonight | None = None,
 ) -> Run:
     """A run with the dispatch it is given (the command chooses it; a Ray worker its node's own). model: None for
     llama-server's chat client on `server_url`; a scripted one otherwise (eval's, the tests'). server_url None: no
@@ -76,5 +78,6 @@ def build_run(
         dispatch=dispatch,
         progress=progress,
         previous=previous,
+        tonight=tonight,
     )
     return run

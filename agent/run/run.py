@@ -25,6 +25,7 @@ import git
 
 from agent.environment.stage import ENV_BUILD_LOG
 from agent.gate.baseline import BaselineCache
+from agent.nights.tonight import Tonight
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.events import EnvironmentProgress, EnvironmentReady, Event, RunEnd, RunStart
 from agent.protocol.model import ChatModel
@@ -87,9 +88,11 @@ class Run:
         dispatch: TaskDispatch,
         progress: RunProgress | None = None,
         previous: RunSummary | None = None,
+        tonight: Tonight | None = None,
     ) -> None:
         """sandboxes is None only where no task runs here (the head of a Ray run); server None for a scripted model
-        with no server (`eval --oracle`): tokens are estimated, no metrics are scraped."""
+        with no server (`eval --oracle`): tokens are estimated, no metrics are scraped. tonight: a named night's
+        planned tasks (their base, trailer and publish), None for a one-off run."""
         self.night = night if isinstance(night, NightConfig) else NightConfig(repos=[night], runs_dir=night.runs_dir)
         self.dispatch = dispatch
         self._sandboxes = sandboxes
@@ -102,8 +105,13 @@ class Run:
         # Every request of the run, across resumes: the run's metrics are over all of them.
         self.requests: list[RequestStats] = list(progress.requests) if progress is not None else []
         self.baselines = BaselineCache(self.night.runs_dir)
+        self.tonight = tonight
         self.repos = {
-            path: RepoState(repo, Path(repo.git.rev_parse("--path-format=absolute", "--git-common-dir")))
+            path: RepoState(
+                repo,
+                Path(repo.git.rev_parse("--path-format=absolute", "--git-common-dir")),
+                base=tonight.bases.get(path) if tonight is not None else None,
+            )
             for path, repo in repos.items()
         }
         self.current: TaskContext | None = None  # the task in flight on the run's own model (one at a time)
@@ -189,12 +197,18 @@ class Run:
             summary.status, summary.ended_at, summary.interrupted_by, summary.error = "running", None, None, None
         done = {task.index for task in summary.tasks}
         self._drop_settled_snapshots(done)
+        if self.tonight is not None:  # a kill after a task's end and before its publish: published now
+            summary.tasks = [
+                self.tonight.publish(task, stopped=False) if task.key is None else task for task in summary.tasks
+            ]
         try:
             self.emit(RunStart(run_id=self.journal.run_id, tasks=len(self.night.tasks())))
             self.journal.write_summary(summary)
             counters_at_start = self._counters()
             numbered = [(index, config, task) for index, (config, task) in enumerate(self.night.tasks(), start=1)]
             for outcome in self.dispatch.run_tasks(self, [entry for entry in numbered if entry[0] not in done]):
+                if self.tonight is not None:  # in the main thread: publishes are one at a time
+                    outcome = self.tonight.publish(outcome, stopped=self.stopped_by is not None)
                 summary.tasks = sorted([*summary.tasks, outcome], key=lambda task: task.index)
                 measure(summary, self.requests, delta(self._counters(), counters_at_start), self.speculation)
                 summary.wall_time_s = round(already + time.monotonic() - started, 3)
@@ -274,5 +288,7 @@ class Run:
         if self._sandboxes is not None:
             self._sandboxes.remove_run(self.journal.run_id)
 
-    def trailers(self) -> dict[str, str]:
-        return {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
+    def trailers(self, index: int) -> dict[str, str]:
+        """A task's commit trailers: the run, the model, and a named night's task key."""
+        trailers = {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
+        return {**trailers, **self.tonight.trailers(index)} if self.tonight is not None else trailers

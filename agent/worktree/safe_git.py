@@ -64,19 +64,38 @@ class SafeGit:
             *args,
         ]
 
-    def run(self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
-        completed = subprocess.run(
-            self.command(*args),
-            cwd=self.work_tree,
-            input=input,
-            stdin=None if input is not None else subprocess.DEVNULL,
-            capture_output=True,
-            env=_environment(env),
-            check=False,
-        )
-        if completed.returncode != 0:
+    def run(
+        self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None, timeout: float | None = None
+    ) -> bytes:
+        """stdout of a git command that must succeed; `timeout`: seconds, then it is killed (a GitError)."""
+        return self.run_status(*args, input=input, env=env, timeout=timeout, allowed=(0,))[1]
+
+    def run_status(
+        self,
+        *args: str,
+        allowed: tuple[int, ...],
+        input: bytes | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, bytes]:
+        """A git command whose exit code is an answer (merge-tree: 1 is "conflicts"): (code, stdout) for the
+        `allowed` codes, a GitError for any other."""
+        try:
+            completed = subprocess.run(
+                self.command(*args),
+                cwd=self.work_tree,
+                input=input,
+                stdin=None if input is not None else subprocess.DEVNULL,
+                capture_output=True,
+                env=_environment(env),
+                check=False,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise GitError(_failure(args, f"no answer in {timeout:g} s".encode())) from None
+        if completed.returncode not in allowed:
             raise GitError(_failure(args, completed.stderr))
-        return completed.stdout
+        return completed.returncode, completed.stdout
 
     def read_capped(self, *args: str, max_bytes: int) -> CappedOutput:
         """stdout of a command that may print gigabytes: the first max_bytes are kept, the rest only counted."""

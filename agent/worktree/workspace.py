@@ -41,9 +41,10 @@ ARTIFACT_PATTERNS = (
 # Commit messages longer than this are cut; the whole text stays in summary.json.
 MAX_COMMIT_MESSAGE_CHARS = 8_000
 BRANCH_PREFIX = "refactor-agent/"
+PRIVATE_REF_PREFIX = "refs/refactor-agent/"  # wip snapshots, a night's history refs (agent/nights/history.py)
 # The files of an unfinished task after each tool call, one ref per task: what resume continues from, even when
 # the scratch directory is gone (a reboot). Deleted when the task is settled.
-WIP_REF_PREFIX = "refs/refactor-agent/wip/"
+WIP_REF_PREFIX = f"{PRIVATE_REF_PREFIX}wip/"
 # A patch `git apply` takes, binary files included; no external diff or textconv program of anyone's runs.
 DIFF_OPTIONS = ("--binary", "--no-ext-diff", "--no-textconv", "--no-color")
 # `git worktree add/remove` read every worktree's admin files, and one being written by another thread's call
@@ -183,16 +184,23 @@ class Workspace:
 
     @classmethod
     def create(
-        cls, repo: git.Repo, *, run_id: str, task: str, max_file_bytes: int, scratch_root: Path | None = None
+        cls,
+        repo: git.Repo,
+        *,
+        run_id: str,
+        task: str,
+        max_file_bytes: int,
+        scratch_root: Path | None = None,
+        start: str | None = None,
     ) -> Workspace:
-        """A task's checkout of the user's HEAD on its new branch refactor-agent/<run-id>/<task-slug>."""
+        """A task's checkout of `start` (None: the user's HEAD) on its new branch refactor-agent/<run-id>/<slug>."""
         branch = f"{BRANCH_PREFIX}{run_id}/{task_slug(task)}"
         return cls._add(
             repo,
             label=task,
             prefix=f"refactor-agent-{run_id}-",
             branch=branch,
-            start=head_commit(repo),
+            start=start or head_commit(repo),
             max_file_bytes=max_file_bytes,
             scratch_root=scratch_root,
         )
@@ -396,11 +404,12 @@ class Workspace:
         return self.git.read_capped("diff", "--cached", *DIFF_OPTIONS, self.base_commit, max_bytes=max_bytes)
 
     def _user_refs(self) -> bytes:
-        """The user's HEAD and every ref that is not ours (task branches, wip snapshots): a commit must leave them all
-        as they were. Ours are not compared: tasks running in parallel move theirs while this one commits."""
+        """The user's HEAD and every ref that is not ours (task branches, wip snapshots, history refs): a commit must
+        leave them all as they were. Ours are not compared: tasks running in parallel move theirs, and a night
+        publishes, while this one commits."""
         head = (Path(self.user_repo.git_dir) / "HEAD").read_bytes()
         refs = self.user_side.run("for-each-ref", "--format=%(refname) %(objectname)")
-        ours = (b"refs/heads/" + BRANCH_PREFIX.encode(), WIP_REF_PREFIX.encode())
+        ours = (b"refs/heads/" + BRANCH_PREFIX.encode(), PRIVATE_REF_PREFIX.encode())
         others = [line for line in refs.splitlines() if not line.startswith(ours)]
         return head + b"\0" + self.user_side.run("rev-parse", "HEAD") + b"\0" + b"\n".join(others)
 

@@ -23,7 +23,7 @@ from support.repos import make_repo
 # Each command's own parameters: what names the repository, the tasks or the run, and --config FILE.
 OWN = {
     "run": {"repo", "task", "task_file", "resume", "config"},
-    "night": {"night_file", "resume", "config"},
+    "night": {"night_file", "resume", "plan", "only", "retry", "config"},
     "resume": {"run_id", "runs_dir", "server"},
     "eval": {"suite", "variant", "only", "oracle", "noop", "compare", "config"},
 }

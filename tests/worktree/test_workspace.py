@@ -14,6 +14,7 @@ import pytest
 
 from agent.protocol.config import RunConfig
 from agent.record.journal import RunJournal
+from agent.worktree.safe_git import GitError, SafeGit
 from agent.worktree.workspace import (
     MAX_COMMIT_MESSAGE_CHARS,
     Workspace,
@@ -483,3 +484,30 @@ def test_tasks_in_threads_create_their_worktrees_at_once_from_one_repo_object(tm
     finally:
         for workspace in created:
             workspace.remove()
+
+
+def test_a_git_command_past_its_timeout_is_killed_and_said_in_one_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (tmp_path / "no-hooks").mkdir()
+    safe = SafeGit(repo / ".git", repo, tmp_path / "no-hooks")
+    with pytest.raises(GitError, match=r"^git hang failed: no answer in 0.5 s$"):
+        safe.run("-c", "alias.hang=!sleep 3", "hang", timeout=0.5)
+
+
+def test_a_history_ref_published_while_a_task_commits_does_not_fail_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A night publishes one task (a history ref) in the main thread while a parallel task commits: ours, not the
+    user's, so the commit's check that no other ref moved lets it be."""
+    repo = make_repo(tmp_path / "repo")
+    workspace = create(repo, "t")
+    (workspace.path / "new.py").write_text("x = 1\n")
+    identity = Workspace._identity
+
+    def publishing(self: Workspace) -> dict[str, str]:  # between the commit's two readings of the refs
+        run_git(repo, "update-ref", "refs/refactor-agent/history/nightly/x/r1", "HEAD")
+        return identity(self)
+
+    monkeypatch.setattr(Workspace, "_identity", publishing)
+    assert workspace.commit("Add new.py", {}) is not None
+    workspace.remove()

@@ -75,7 +75,7 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
         run.requests += result.requests
         task_delta = delta(context.probe.read(), counters_before) if context.probe is not None else None
         measure(outcome, result.requests, task_delta, run.speculation)
-        outcome = settle(run.journal, workspace, outcome, result, check, run.trailers())
+        outcome = settle(run.journal, workspace, outcome, result, check, run.trailers(context.index))
     except TimeUp as up:
         _settle_unfinished(run, context, workspace, outcome, "timed_out", f"{up.reason}: stopped at {now_iso()}")
     except Interrupted as stop:
@@ -128,4 +128,4 @@ def _settle_unfinished(
         outcome.turns = context.loop.turn
         run.requests += context.loop.requests
         measure(outcome, context.loop.requests, None, run.speculation)
-    settle_unfinished(run.journal, workspace, outcome, status, run.trailers())
+    settle_unfinished(run.journal, workspace, outcome, status, run.trailers(context.index))

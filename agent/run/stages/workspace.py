@@ -21,6 +21,7 @@ class RepoState:
     git_dir: Path
     scratch: Path | None = None
     environment: EnvironmentRecord | None = None  # prepared before the repository's first task
+    base: str | None = None  # where its tasks start: a named night's default branch commit; None: HEAD
 
 
 def state_git(state: RepoState) -> SafeGit:
@@ -32,7 +33,7 @@ def open_workspace(
     state: RepoState, *, run_id: str, index: int, task: str, max_file_bytes: int, resumed: TaskProgress | None
 ) -> Workspace:
     """The task's worktree: reopened on its branch with the files of its last snapshot when the task is resumed,
-    else new from HEAD."""
+    else new from the repository's base (HEAD, or a named night's default branch)."""
     assert state.scratch is not None, "prepare_repository comes first"
     if resumed is not None and resumed.start.base_commit is not None:
         try:
@@ -53,4 +54,5 @@ def open_workspace(
         task=f"{index}-{task}",
         max_file_bytes=max_file_bytes,
         scratch_root=state.scratch,
+        start=state.base,
     )

@@ -1,0 +1,15 @@
+"""A night file's tasks across nights: who they are, what became of them, what each night does with them.
+
+- identity.py: a task's key, its settings' fingerprint, the record's name for a repository, branch allocation;
+- kinds.py: the kind of a task (rename, move, API migration ...) for the merge rate per kind;
+- default_branch.py: the branch a night starts from, read without fetching;
+- merged.py: whether a task's branch is in the default branch (ancestor, trailer, same patch, contained);
+- history.py: earlier results on private refs refs/refactor-agent/history/...;
+- errors.py: the one-line failure of a night's planning;
+- record.py: the task record (runs/.tasks/<repository>.json) under its locks, pending moves settled;
+- rebuild.py: the record rebuilt from the branches' trailers when it is missing or does not parse;
+- publish.py: ref moves as one transaction, written ahead to the record;
+- decide.py: the decision per task (a pure function of the facts);
+- plan.py: the planning pass, the narrowed night, the plan's text (`night --plan`);
+- tonight.py: the planned tasks while the run works on them: their base, trailer and publish.
+"""

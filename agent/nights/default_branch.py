@@ -1,0 +1,54 @@
+"""The default branch a night's tasks start from and are checked against: a remote's HEAD as last fetched (origin
+first, then the other remotes in order), else the checked-out branch. Never fetched: the plan says so."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from agent.nights.errors import NightError
+from agent.worktree.safe_git import GitError, SafeGit
+from agent.worktree.workspace import BRANCH_PREFIX
+
+
+@dataclass(frozen=True)
+class DefaultBranch:
+    name: str  # "origin/main", "main"
+    ref: str  # "refs/remotes/origin/main", "refs/heads/main"
+    commit: str
+    source: Literal["remote HEAD", "checked out"]
+
+
+def _symbolic(git: SafeGit, ref: str) -> str | None:
+    try:
+        return git.run("symbolic-ref", "-q", ref).decode("utf-8", errors="replace").strip() or None
+    except GitError:
+        return None
+
+
+def _commit(git: SafeGit, ref: str) -> str:
+    return git.run("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").decode().strip()
+
+
+def default_branch(git: SafeGit) -> DefaultBranch:
+    remotes = git.run("remote").decode("utf-8", errors="replace").split()
+    for remote in sorted(remotes, key=lambda name: name != "origin"):  # origin first, the others in git's order
+        target = _symbolic(git, f"refs/remotes/{remote}/HEAD")
+        if target is not None and target.startswith("refs/remotes/"):
+            try:
+                return DefaultBranch(target.removeprefix("refs/remotes/"), target, _commit(git, target), "remote HEAD")
+            except GitError:
+                continue  # a remote HEAD naming a branch that was never fetched
+    head = _symbolic(git, "HEAD")
+    if head is None or not head.startswith("refs/heads/"):
+        raise NightError(
+            "no default branch: HEAD is detached and there is no <remote>/HEAD "
+            "(git remote set-head origin -a, or check out your main branch)"
+        )
+    name = head.removeprefix("refs/heads/")
+    if name.startswith(BRANCH_PREFIX):
+        raise NightError(f"no default branch: the checked-out branch {name} is refactor-agent's: check out yours")
+    try:
+        return DefaultBranch(name, head, _commit(git, head), "checked out")
+    except GitError:
+        raise NightError(f"no default branch: {name} has no commits yet") from None

@@ -1,0 +1,132 @@
+"""Whether a task's branch is in the default branch, by what each check can see, on real git repositories; and
+the default branch as a night reads it (never fetched)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.nights.default_branch import default_branch
+from agent.nights.errors import NightError
+from agent.nights.merged import conflicts, find_merge
+from agent.worktree.safe_git import SafeGit
+
+from support.repos import git, make_repo
+
+KEY = "nightly/t-1f2e3d4c5b6a"
+BRANCH = "refactor-agent/nightly/add-units"
+
+
+def safe_git(repo: Path) -> SafeGit:
+    hooks = repo.parent / "no-hooks"
+    hooks.mkdir(exist_ok=True)
+    return SafeGit(repo / ".git", repo, hooks)
+
+
+def task_branch(tmp_path: Path) -> tuple[Path, str]:
+    """A repository whose task branch is one commit with its trailer on main, and main moved on since."""
+    repo = make_repo(tmp_path / "repo")
+    git(repo, "checkout", "-q", "-b", BRANCH)
+    (repo / "pkg/units.py").write_text('UNIT = "m"\n')
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", f"Add a units module\n\nRefactor-Agent-Task: {KEY}")
+    tip = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", "-q", "main")
+    (repo / "README").write_text("readme\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "Readme")
+    return repo, tip
+
+
+def squash(repo: Path, message: str, *, extra: bool = False) -> None:
+    git(repo, "merge", "--squash", "-q", BRANCH)
+    if extra:  # the reviewer added a file to the pull request
+        (repo / "CHANGES").write_text("units\n")
+        git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", message)
+
+
+MERGES = {
+    "ff": (lambda repo: git(repo, "merge", "-q", "--no-edit", BRANCH), "ancestor"),
+    "merge_commit": (lambda repo: git(repo, "merge", "-q", "--no-ff", "--no-edit", BRANCH), "ancestor"),
+    "rebase_merge": (lambda repo: git(repo, "cherry-pick", BRANCH), "trailer"),
+    "squash_one_commit_title": (lambda repo: squash(repo, "Units (#7)"), "patch_id"),
+    "squash_trailer_kept": (
+        lambda repo: squash(repo, f"Units (#7)\n\n* Add a units module\n\nRefactor-Agent-Task: {KEY}", extra=True),
+        "trailer",
+    ),
+    "squash_extra_file": (lambda repo: squash(repo, "Units (#7)", extra=True), "contained"),
+    "merged_then_reverted": (
+        lambda repo: (
+            git(repo, "merge", "-q", "--no-ff", "--no-edit", BRANCH),
+            git(repo, "revert", "--no-edit", "-m", "1", "HEAD"),
+        ),
+        "ancestor",
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(MERGES))
+def test_each_check_finds_the_merge_it_is_for(tmp_path: Path, how: str) -> None:
+    repo, tip = task_branch(tmp_path)
+    merge, expected = MERGES[how]
+    merge(repo)
+    found = find_merge(safe_git(repo), KEY, [tip], default_branch(safe_git(repo)))
+    assert found is not None and found.by == expected
+
+
+def test_a_squash_edited_in_review_or_a_branch_never_merged_is_not_found(tmp_path: Path) -> None:
+    repo, tip = task_branch(tmp_path)
+    default = default_branch(safe_git(repo))
+    assert find_merge(safe_git(repo), KEY, [tip], default) is None
+    git(repo, "merge", "--squash", "-q", BRANCH)
+    (repo / "pkg/units.py").write_text('UNIT = "km"\n')  # the reviewer edited the branch's own line
+    git(repo, "commit", "-qam", "Units (#7)")
+    assert find_merge(safe_git(repo), KEY, [tip], default_branch(safe_git(repo))) is None  # the documented limit
+
+
+def test_a_longer_key_in_the_log_is_not_this_tasks_trailer(tmp_path: Path) -> None:
+    repo, tip = task_branch(tmp_path)
+    (repo / "other.py").write_text("x = 1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", f"Other\n\nRefactor-Agent-Task: {KEY}x")
+    assert find_merge(safe_git(repo), KEY, [tip], default_branch(safe_git(repo))) is None
+
+
+def test_conflicts_name_the_paths_both_changed(tmp_path: Path) -> None:
+    repo, tip = task_branch(tmp_path)
+    assert conflicts(safe_git(repo), tip, git(repo, "rev-parse", "main").strip()) == []
+    (repo / "pkg/units.py").write_text('UNIT = "ft"\n')
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "Feet")
+    assert conflicts(safe_git(repo), tip, git(repo, "rev-parse", "main").strip()) == ["pkg/units.py"]
+
+
+def test_the_default_branch_is_a_remotes_head_first_else_the_checked_out_branch_and_never_fetched(
+    tmp_path: Path,
+) -> None:
+    repo, tip = task_branch(tmp_path)
+    main = git(repo, "rev-parse", "main").strip()
+    found = default_branch(safe_git(repo))
+    assert (found.name, found.commit, found.source) == ("main", main, "checked out")
+    git(repo, "remote", "add", "upstream", "https://invalid.example/none.git")
+    git(repo, "remote", "add", "origin", "https://invalid.example/none.git")
+    first = git(repo, "rev-parse", "main~1").strip()
+    git(repo, "update-ref", "refs/remotes/origin/main", first)
+    git(repo, "update-ref", "refs/remotes/upstream/trunk", main)
+    git(repo, "symbolic-ref", "refs/remotes/upstream/HEAD", "refs/remotes/upstream/trunk")
+    git(repo, "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main")
+    found = default_branch(safe_git(repo))
+    assert (found.name, found.commit, found.source) == ("origin/main", first, "remote HEAD")  # origin before others
+    assert find_merge(safe_git(repo), KEY, [tip], found) is None  # read from objects only: nothing fetched
+    assert not (repo / ".git/FETCH_HEAD").exists()
+    git(repo, "symbolic-ref", "-d", "refs/remotes/origin/HEAD")
+    assert default_branch(safe_git(repo)).name == "upstream/trunk"
+
+
+def test_a_detached_head_without_a_remote_head_is_one_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    git(repo, "checkout", "-q", "--detach")
+    with pytest.raises(NightError, match=r"^no default branch: HEAD is detached and there is no <remote>/HEAD"):
+        default_branch(safe_git(repo))

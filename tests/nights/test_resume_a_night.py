@@ -1,0 +1,57 @@
+"""kill -9 in the middle of a named night, then `resume`: the plan is not made again (plan.json), the task that
+finished before the kill is published once and not redone, the one in flight goes on and is published onto its
+stable branch: one branch per task, no work branch left, nothing pending in the record."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from agent.record.journal import run_directories
+
+from support.cli_runs import LOCAL_AGENT, kill_processes_under, start_cli, wait_for
+from support.killed_runs import resume
+from support.nights import SCRIPTS, T2, T3
+from support.repos import git, make_repo
+from support.scripted_server import Hold, ScriptedServer
+
+
+def test_a_night_killed_mid_task_resumes_onto_its_stable_branches(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "geometry")
+    runs = tmp_path / "runs"
+    night_file = tmp_path / "nightly.toml"
+    night_file.write_text(
+        f'[defaults]\nruns_dir = "{runs}"\ntest_cmd = "python3 -m pytest -q"\n'
+        f'[[repo]]\npath = "{repo}"\ntasks = {json.dumps([T3, T2])}\n'
+    )
+    scratch = tmp_path / "scratch"
+    with ScriptedServer(scripts={T3: SCRIPTS[T3], T2: [SCRIPTS[T2][0], Hold()]}) as server:
+        command = [*LOCAL_AGENT, "night", str(night_file), "--server", server.url]
+        process = start_cli(command, scratch, stdout=subprocess.DEVNULL)
+        try:
+            wait_for(server.held.is_set, "the second task's held request")
+        finally:
+            process.kill()
+            process.wait(timeout=60)
+            kill_processes_under(scratch)
+    (run_dir,) = run_directories(runs)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert [task["action"] for task in plan["repos"][0]["tasks"]] == ["run", "run"]
+
+    done, after = resume(tmp_path, run_dir, [SCRIPTS[T2][1]])
+    assert done.returncode == 0, done.stdout
+    assert all(T3 not in json.dumps(request["messages"]) for request in after)  # finished before: not redone
+    listing = git(repo, "for-each-ref", "--format=%(refname:strip=2)", "refs/heads/refactor-agent/").split()
+    assert sorted(listing) == [
+        "refactor-agent/nightly/add-a-perimeter-helper",
+        "refactor-agent/nightly/add-a-units-module",
+    ]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [task["published"] for task in summary["tasks"]] == sorted(listing, reverse=True)
+    (record_file,) = (runs / ".tasks").glob("*.json")
+    record = json.loads(record_file.read_text())
+    assert record["pending"] == []
+    assert sorted(task["fate"] for task in record["tasks"].values()) == ["waiting", "waiting"]
+    for branch in listing:
+        assert git(repo, "rev-parse", f"{branch}^").strip() == git(repo, "rev-parse", "main").strip()

@@ -1,0 +1,84 @@
+"""The same night file, night after night: one branch per task (replaced, never stacked: one commit on its base),
+merged ones retired, discarded ones left out, stale ones brought onto the new base, and a night with nothing
+changed asks the model nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from support.nights import SCRIPTS, T1, T2, T3, T4, night_fixture, reword
+from support.repos import git
+
+STABLE = {
+    T1: "refactor-agent/nightly/rename-compute-area-to-area",
+    T2: "refactor-agent/nightly/add-a-perimeter-helper",
+    T3: "refactor-agent/nightly/add-a-units-module",
+    T4: "refactor-agent/nightly/reword-the-area-docstring",
+}
+
+
+def test_night_after_night_each_task_keeps_one_branch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fixture = night_fixture(tmp_path, monkeypatch)
+    main_1 = git(fixture.repo, "rev-parse", "main").strip()
+
+    first = fixture.night()
+    assert first.exit_code == 0, first.output
+    branches = fixture.branches()
+    assert sorted(branches) == sorted(STABLE.values())  # no per-run work branch left
+    for branch in branches.values():
+        assert git(fixture.repo, "rev-parse", f"{branch}^").strip() == main_1  # one commit on the base
+    assert all(fate == "waiting" for fate in fixture.fates().values())
+    assert git(fixture.repo, "log", "-1", "--format=%B", STABLE[T3]).count("Refactor-Agent-Task: nightly/t-") == 1
+
+    # Between nights: T1 squash-merged under its PR's title (its trailers lost), T2's branch deleted (discarded),
+    # main rewrites the docstring line T4 changed (a conflict) and adds a file (no conflict for T3).
+    git(fixture.repo, "merge", "--squash", "-q", STABLE[T1])
+    git(fixture.repo, "commit", "-q", "-m", "Area alias (#12)")
+    git(fixture.repo, "branch", "-D", STABLE[T2])
+    geometry = fixture.repo / "pkg/geometry.py"
+    geometry.write_text(geometry.read_text().replace("Area of a rectangle.", "Rectangle area."))
+    git(fixture.repo, "commit", "-q", "-am", "Docstring")
+    main_2 = git(fixture.repo, "rev-parse", "main").strip()
+
+    runs_before, record_before = sorted(fixture.runs.iterdir()), fixture.record()
+    plan = fixture.night("--plan")
+    assert plan.exit_code == 0, plan.output
+    assert plan.requests == []
+    lines = plan.output.splitlines()
+    assert lines[0] == f"{fixture.repo}: main at {main_2[:12]} (the checked-out branch; last night {main_1[:12]})"
+    decisions = {line.split()[1]: line.split()[0] for line in lines[1:5]}
+    assert decisions == {STABLE[T1]: "retire", STABLE[T2]: "skip", STABLE[T3]: "run", STABLE[T4]: "run"}
+    assert "merged: the same patch is in main" in lines[1] or "merged: main holds all of its change" in lines[1]
+    assert "discarded: its branch was deleted" in lines[2]
+    assert "main moved and conflicts with it (pkg/geometry.py)" in lines[4]
+    assert (
+        lines[5]
+        == "night nightly: 2 to run with the model, 1 retired, 1 skipped; --plan: nothing ran, nothing was fetched"
+    )
+    assert (sorted(fixture.runs.iterdir()), fixture.record()) == (runs_before, record_before)  # nothing written
+
+    second = fixture.night(scripts={**SCRIPTS, T4: reword("Rectangle area.")})  # the model's work on the new base
+    assert second.exit_code == 0, second.output
+    assert not second.asked(T1) and not second.asked(T2)
+    assert second.asked(T4)
+    branches_2 = fixture.branches()
+    assert sorted(branches_2) == sorted([STABLE[T1], STABLE[T3], STABLE[T4]])
+    for task in (T3, T4):  # replaced, not stacked: one commit on the new base
+        assert git(fixture.repo, "rev-parse", f"{STABLE[task]}^").strip() == main_2
+        assert branches_2[STABLE[task]] != branches[STABLE[task]]
+    assert set(fixture.history()) >= {
+        ref for ref in fixture.history() if "/add-a-units-module/" in ref or "/reword-the-area-docstring/" in ref
+    }
+    assert len([ref for ref in fixture.history() if "/add-a-units-module/" in ref]) == 2  # night 1's tip is kept
+    fates = fixture.fates()
+    assert (fates[T1], fates[T2], fates[T3], fates[T4]) == ("merged", "waiting", "waiting", "waiting")
+    record = fixture.record()
+    assert {task["text"]: task["merged_by"] for task in record["tasks"].values()}[T1] in ("patch_id", "contained")
+
+    third = fixture.night()
+    assert third.exit_code == 0, third.output
+    assert third.requests == []
+    assert fixture.branches() == branches_2
+    assert "nothing to run tonight" in third.output

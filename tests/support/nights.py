@@ -1,0 +1,100 @@
+"""A named night on a fixture repository, night after night: the sample repository with four tasks (each a
+scripted model's tool calls), `night` on the command line with its sandboxes on this machine and a fresh scripted
+server per night, and readers of what a night leaves (branches, history refs, the task record)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import agent.run.command
+from agent.cli import app
+
+from support.local_sandbox import LocalSandboxes
+from support.repos import git, make_repo
+from support.scripted_server import Reply, ScriptedServer
+
+T1, T2, T3, T4 = (
+    "Rename compute_area to area",
+    "Add a perimeter helper",
+    "Add a units module",
+    "Reword the area docstring",
+)
+
+
+def _create(path: str, content: str, summary: str) -> list[Reply]:
+    return [
+        Reply(tool_calls=[("create_file", {"path": path, "content": content})]),
+        Reply(tool_calls=[("finish", {"summary": summary})]),
+    ]
+
+
+def reword(old: str) -> list[Reply]:
+    return [
+        Reply(tool_calls=[("str_replace", {"path": "pkg/geometry.py", "old": old, "new": "The area."})]),
+        Reply(tool_calls=[("finish", {"summary": "Reword the area docstring"})]),
+    ]
+
+
+SCRIPTS = {
+    T1: _create("pkg/area.py", "from pkg.geometry import compute_area as area\n", "Rename compute_area to area"),
+    T2: _create("pkg/perimeter.py", "def perimeter(w, h):\n    return 2 * (w + h)\n", "Add a perimeter helper"),
+    T3: _create("pkg/units.py", 'UNIT = "m"\n', "Add a units module"),
+    T4: reword("Area of a rectangle."),
+}
+
+
+@dataclass
+class Night:
+    exit_code: int
+    output: str
+    requests: list[dict]  # the chat requests the night's server received
+
+    def asked(self, task: str) -> bool:
+        return any(task in json.dumps(request["messages"]) for request in self.requests)
+
+
+@dataclass
+class NightFixture:
+    root: Path
+    repo: Path
+    night_file: Path
+    runs: Path
+
+    def night(self, *options: str, scripts: dict[str, list[Reply]] | None = None) -> Night:
+        with ScriptedServer(scripts=scripts or SCRIPTS) as server:
+            self.night_file.write_text(
+                f'name = "nightly"\n[defaults]\nserver = "{server.url}"\nruns_dir = "{self.runs}"\n'
+                'test_cmd = "python3 -m pytest -q"\nmax_turns = 5\n'
+                f'[[repo]]\npath = "{self.repo}"\ntasks = {json.dumps([T1, T2, T3, T4])}\n'
+            )
+            result = CliRunner().invoke(
+                app, ["night", str(self.night_file), *options], env={"XDG_CONFIG_HOME": str(self.root / "xdg")}
+            )
+            return Night(result.exit_code, result.output, list(server.requests))
+
+    def branches(self) -> dict[str, str]:
+        listing = git(
+            self.repo, "for-each-ref", "--format=%(refname:strip=2) %(objectname)", "refs/heads/refactor-agent/"
+        )
+        return dict(line.split(" ") for line in listing.splitlines())
+
+    def history(self) -> list[str]:
+        return git(self.repo, "for-each-ref", "--format=%(refname)", "refs/refactor-agent/history/").split()
+
+    def record(self) -> dict:
+        (path,) = (self.runs / ".tasks").glob("*.json")
+        return json.loads(path.read_text())
+
+    def fates(self) -> dict[str, str]:
+        return {task["text"]: task["fate"] for task in self.record()["tasks"].values()}
+
+
+def night_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NightFixture:
+    monkeypatch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(tmp_path))
+    repo = make_repo(tmp_path / "geometry")
+    return NightFixture(tmp_path, repo, tmp_path / "nightly.toml", tmp_path / "runs")
