@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
+from agent.nights.identity import task_key
 from agent.protocol.config import (
     RUN_ID_PATTERN,
     ContainsRule,
@@ -145,6 +146,20 @@ def _defaults(path: Path, night: NightFile) -> Layer:
     return Layer(Source(f"{path} [defaults]", path, ("defaults",)), _option_values(night.defaults))
 
 
+def _one_key_each(path: Path, name: str, number: int, repo: RepoEntry, specs: list[TaskSpec]) -> None:
+    """Two entries of one repository that are the same task (the same words, or the same id) would share one
+    branch and one record: refused where the second is written."""
+    plain = [("tasks", index) for index, text in enumerate(repo.tasks) if text.strip()]
+    places = [*plain, *(("task", index) for index in range(len(repo.task)))]
+    seen: dict[str, str] = {}
+    for (table, index), spec in zip(places, specs, strict=True):
+        key, here = task_key(name, spec), f"repo.{number}.{table}.{index}"
+        if key in seen:
+            where = Source(str(path), path, ("repo", number, table, index)).where()
+            raise SettingsError(f"{where}: {here}: the same task as {seen[key]} (give one an id)")
+        seen[key] = here
+
+
 def _night_name(path: Path, night: NightFile) -> str:
     """The night's name: `name`, else the file's, as a branch name's part (`[a-z0-9-]`)."""
     name = task_slug(night.name or path.stem)
@@ -195,6 +210,7 @@ def load_night(
             task_layer = Layer(task_source, _option_values(task))
             entries.append((repo_path, [task.text.strip()], [*base, defaults, repo_layer, task_layer, command_line]))
             specs.append(task.spec())
+        _one_key_each(path, name, number, repo, specs[len(specs) - len(plain) - len(repo.task) :])
     config = night_config(
         entries, night_layers, night_file=path, name=name, specs=specs, directory=config_files.directory, log=log
     )

@@ -85,6 +85,14 @@ def refused(tmp_path: Path, night: str, *options: str) -> str:
             "3: repo.0.if_contains.pattern: field required",
         ),
         (
+            '[[repo]]\npath = "{repo}"\ntasks = ["Add x", "Add  x"]\n',
+            "3: repo.0.tasks.1: the same task as repo.0.tasks.0 (give one an id)",
+        ),
+        (
+            '[[repo]]\npath = "{repo}"\n[[repo.task]]\ntext = "a"\nid = "x"\n[[repo.task]]\ntext = "b"\nid = "x"\n',
+            "6: repo.0.task.1: the same task as repo.0.task.0 (give one an id)",
+        ),
+        (
             '[defaults]\nkeep_baselines = "a fortnight"\n[[repo]]\npath = "{repo}"\ntasks = ["x"]\n',
             "2: defaults.keep_baselines: 'a fortnight' is not a duration such as 45s, 90m, 5h or 14d",
         ),
