@@ -12,6 +12,7 @@ import git
 
 from agent.nights.decide import Merge, TaskFacts, decide
 from agent.nights.default_branch import DefaultBranch, default_branch
+from agent.nights.errors import NightError
 from agent.nights.history import history_tips
 from agent.nights.identity import allocate_branch, fingerprint, repository_key, task_key, wanted_branch
 from agent.nights.kinds import kind_of
@@ -208,6 +209,19 @@ def _repo_plan(
         tasks=planned,
     )
     return plan, store, runs, known
+
+
+def refuse_what_is_not_built(night: NightConfig) -> None:
+    """Shards and repository predicates are read from the night file but not acted on yet: refused in one line
+    rather than silently ignored."""
+    for number, ((config, _task), spec) in enumerate(zip(night.tasks(), night.specs, strict=True), start=1):
+        given = "shard_by" if spec.shard is not None else "max_open" if spec.max_open is not None else None
+        if given is None and config.select is not None:
+            given = "if_path_exists" if config.select.if_path_exists is not None else "if_contains"
+        if given is not None:
+            raise NightError(
+                f"task {number} ({config.repo}): {given} is not supported yet: remove it from the night file"
+            )
 
 
 def plan_night(

@@ -12,7 +12,14 @@ from agent.commands import EXIT_USAGE
 from agent.dispatch.local import local_dispatch
 from agent.dispatch.ray_head import RayDispatch
 from agent.nights.errors import NightError
-from agent.nights.plan import PLAN_RECORD, PlanOptions, commit_plan, plan_lines, plan_night
+from agent.nights.plan import (
+    PLAN_RECORD,
+    PlanOptions,
+    commit_plan,
+    plan_lines,
+    plan_night,
+    refuse_what_is_not_built,
+)
 from agent.nights.tonight import Tonight
 from agent.protocol.config import NightConfig
 from agent.protocol.nights import NightPlan
@@ -35,6 +42,12 @@ ON_FINISH_TIMEOUT_S = 600
 
 def execute(night: NightConfig, *, view: RunView, resume: str | None = None, options: PlanOptions | None = None) -> int:
     """`options`: a named night's (`night --plan`, `--only failed`, `--retry discarded`)."""
+    if night.name is not None:  # before anything is created
+        try:
+            refuse_what_is_not_built(night)
+        except NightError as error:
+            view.error(str(error))
+            return EXIT_USAGE
     with stop_signals():
         try:
             if options is not None and options.plan_only:

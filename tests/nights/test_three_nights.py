@@ -7,6 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
 
 from support.nights import SCRIPTS, T1, T2, T3, T4, night_fixture, reword
 from support.repos import git
@@ -82,3 +85,21 @@ def test_night_after_night_each_task_keeps_one_branch(tmp_path: Path, monkeypatc
     assert third.requests == []
     assert fixture.branches() == branches_2
     assert "nothing to run tonight" in third.output
+
+
+def test_shards_and_repository_predicates_are_refused_until_they_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fixture = night_fixture(tmp_path, monkeypatch)
+    for table in (
+        '[[repo.task]]\ntext = "x"\nshard_by = "directory"\n',
+        'if_path_exists = "setup.cfg"\ntasks = ["x"]\n',
+    ):
+        fixture.night_file.write_text(f'[[repo]]\npath = "{fixture.repo}"\n{table}')
+        result = CliRunner().invoke(
+            app, ["night", str(fixture.night_file), "--plan"], env={"XDG_CONFIG_HOME": str(tmp_path)}
+        )
+        assert result.exit_code == 2, result.output
+        assert result.stderr.endswith("is not supported yet: remove it from the night file\n")
+        assert result.stderr.count("\n") == 1
+        assert not fixture.runs.exists()  # nothing created
