@@ -198,7 +198,8 @@ def _repo_plan(
                     reason="no longer in the night file: branch kept, never updated",
                 )
             )
-    previous = [task.base for task in record.tasks.values() if task.base is not None]
+    # Last night's base: that of the task the latest run touched (run ids sort by their time).
+    previous = [task.base for task in sorted(record.tasks.values(), key=lambda task: task.last_run) if task.base]
     plan = RepoPlan(
         repo=str(path),
         record_key=store.path.stem,
