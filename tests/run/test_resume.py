@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import git
@@ -21,8 +20,17 @@ from agent.record.journal import run_directories
 from agent.record.progress import CUT_OFF_RESULT, RESTARTED_MESSAGE, read_progress
 from agent.worktree.workspace import WIP_REF_PREFIX
 
-from support.cli_runs import LOCAL_AGENT, cli_command, start_cli, transcript_of, wait_for
-from support.killed_runs import FINISH, THREE_STEPS, killed_run, local_cli_here, resume, resume_command, wip_refs
+from support.cli_runs import LOCAL_AGENT, cli_command, transcript_of, wait_for
+from support.killed_runs import (
+    FINISH,
+    THREE_STEPS,
+    killed_run,
+    local_cli_here,
+    resume,
+    resume_command,
+    start_killable,
+    wip_refs,
+)
 from support.repos import BREAK, REPAIR, make_repo
 from support.scripted_server import Hold, Reply, ScriptedServer
 
@@ -63,7 +71,7 @@ def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(tmp_path: 
     repo, run_dir, _ = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two, three and four")
     four = Reply(tool_calls=[("create_file", {"path": "pkg/four.py", "content": "FOUR = 4\n"})])
     with ScriptedServer([four, Hold()]) as server:
-        process = start_cli(resume_command(run_dir, server), tmp_path / "scratch", stdout=subprocess.DEVNULL)
+        process = start_killable(resume_command(run_dir, server), tmp_path / "scratch")
         try:
             wait_for(server.held.is_set, "the second session's held request")
         finally:

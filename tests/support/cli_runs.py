@@ -44,24 +44,25 @@ def cli_command(
     ]  # fmt: skip
 
 
-def start_cli(command: list[str], scratch: Path, **popen: object) -> subprocess.Popen:
-    """The CLI in a process of its own, for signals; its scratch directories go under `scratch` (TMPDIR)."""
+def default_signals() -> None:
+    """A test runner started in the background ignores SIGINT, under nohup SIGHUP, and its children inherit that
+    (the CLI rightly keeps a signal it was started ignoring): the run under test must see them."""
+    for stop in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(stop, signal.SIG_DFL)
+
+
+def cli_environment(scratch: Path) -> dict[str, str]:
+    """The CLI's environment: its scratch directories under `scratch` (TMPDIR); PYTHONPATH names the code under
+    test, which the CLI's working directory (scratch's parent) does not."""
     scratch.mkdir(exist_ok=True)
-
-    def default_signals() -> None:
-        # A test runner started in the background ignores SIGINT, under nohup SIGHUP, and its children inherit
-        # that (the CLI rightly keeps a signal it was started ignoring): the run under test must see them.
-        for stop in (signal.SIGINT, signal.SIGHUP):
-            signal.signal(stop, signal.SIG_DFL)
-
-    # cwd outside any repository: a git call that lost its worktree must not find the one the tests run from;
-    # PYTHONPATH then names the code under test, which the cwd no longer does.
     root = Path(__file__).resolve().parents[2]
-    environment = {
-        **os.environ,
-        "TMPDIR": str(scratch),
-        "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")]),
-    }
+    return {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+
+
+def start_cli(command: list[str], scratch: Path, **popen: object) -> subprocess.Popen:
+    """The CLI in a process of its own, for signals; its scratch directories go under `scratch` (TMPDIR). Its cwd
+    is outside any repository: a git call that lost its worktree must not find the one the tests run from."""
+    environment = cli_environment(scratch)
     return subprocess.Popen(command, cwd=scratch.parent, env=environment, preexec_fn=default_signals, **popen)
 
 

@@ -17,6 +17,7 @@ from agent.record.journal import run_directories
 from agent.worktree.workspace import WIP_REF_PREFIX
 
 from support.cli_runs import LOCAL_AGENT, cli_command, kill_processes_under, processes_under, start_cli, wait_for
+from support.local_cli import ForkedCli, start_local_cli
 from support.local_sandbox import LocalSandboxes
 from support.repos import SAMPLE_FILES, make_repo
 from support.scripted_server import Reply, ScriptedServer
@@ -43,7 +44,8 @@ def killed_run(
     runs_dir = tmp_path / "runs"
     scratch = tmp_path / "scratch"
     with ScriptedServer(script) as server:
-        process = start_cli(cli_command(repo, server, runs_dir, *tasks, cli=cli), scratch, stdout=subprocess.DEVNULL)
+        command = cli_command(repo, server, runs_dir, *tasks, cli=cli)
+        process = start_killable(command, scratch)
         try:
             if until == "held":
                 wait_for(server.held.is_set, "the held request")
@@ -56,6 +58,13 @@ def killed_run(
         requests = list(server.requests)
     (run_dir,) = run_directories(runs_dir)
     return repo, run_dir, requests
+
+
+def start_killable(command: list[str], scratch: Path) -> ForkedCli | subprocess.Popen:
+    """The CLI of `command` as a process to kill, its output discarded: LOCAL_AGENT's forked with its imports done."""
+    if tuple(command[: len(LOCAL_AGENT)]) == LOCAL_AGENT:
+        return start_local_cli(command, scratch)
+    return start_cli(command, scratch, stdout=subprocess.DEVNULL)
 
 
 def resume_command(run_dir: Path, server: ScriptedServer, cli: tuple[str, ...] = LOCAL_AGENT) -> list[str]:

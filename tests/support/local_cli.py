@@ -1,17 +1,82 @@
 """`python -m support.local_cli run|resume|night ...`: the real command line, its one difference that tasks run in
 sandboxes on this machine (support/local_sandbox.py), for the tests that run the CLI as a process of its own
-(signals, kill -9, resume) and do not test Docker."""
+(signals, kill -9, resume) and do not test Docker.
+
+`start_local_cli` starts that command line as a process forked from a server that imported it once
+(multiprocessing's forkserver, the CLI preloaded): a process of its own all the same, for kill -9, without the
+imports each start-up costs (a second of CPU, most of what a run killed early spends)."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import agent.run.command
-from agent.__main__ import main
+from agent.__main__ import main as agent_main
 
+from support.cli_runs import LOCAL_AGENT, cli_environment, default_signals
 from support.local_sandbox import LocalSandboxes
 
-if __name__ == "__main__":
+# What `run` and `resume` import, once, in the server the processes are forked from.
+_PRELOADED = ["support.local_cli", "agent.cli", "agent.run.command", "agent.record.live"]
+_FORKSERVER = multiprocessing.get_context("forkserver")
+
+
+def main() -> None:
     agent.run.command.docker_sandboxes = LocalSandboxes  # the run's one seam for its sandboxes
     sys.argv[0] = "refactor-agent"
+    agent_main()
+
+
+def _forked_main(arguments: list[str], environment: dict[str, str], cwd: str) -> None:
+    """In the forked process: what a start of `python -m support.local_cli` by start_cli would have, then main."""
+    os.environ.clear()
+    os.environ.update(environment)
+    tempfile.tempdir = None  # from TMPDIR, now the test's scratch
+    os.chdir(cwd)
+    discarded = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(discarded, 1)
+    os.dup2(discarded, 2)
+    default_signals()
+    sys.argv = ["refactor-agent", *arguments]
+    main()
+
+
+class ForkedCli:
+    """The forked process, with what the tests use of a Popen."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess, command: list[str]) -> None:
+        self._process = process
+        self._command = command
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def kill(self) -> None:
+        self._process.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(self._command, timeout or 0)
+        return self._process.exitcode
+
+
+def start_local_cli(command: list[str], scratch: Path) -> ForkedCli:
+    """A LOCAL_AGENT command line as a process of its own, its output discarded (start_cli's environment and cwd)."""
+    assert tuple(command[: len(LOCAL_AGENT)]) == LOCAL_AGENT
+    _FORKSERVER.set_forkserver_preload(_PRELOADED)
+    environment = cli_environment(scratch)
+    arguments = command[len(LOCAL_AGENT) :]
+    process = _FORKSERVER.Process(target=_forked_main, args=(arguments, environment, str(scratch.parent)))
+    process.start()
+    return ForkedCli(process, command)
+
+
+if __name__ == "__main__":
     main()
