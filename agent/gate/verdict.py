@@ -66,6 +66,11 @@ def _judge(
         if syntax_errors:
             return GateCheck(verdict="regressed", reason=f"{why}{broken}", **facts)
         return GateCheck(verdict="unverified", reason=why, **facts)
+    if final is not None and not final.ran and comparison.regressed:
+        # Not one test failed: none ran (a timeout, a suite that no longer starts). Said as it happened.
+        lost = f"{counted(len(comparison.regressed), 'test')} that passed had no result"
+        reason = f"the suite did not run after the change ({final.reason}): {lost}{broken}"
+        return GateCheck(verdict="regressed", reason=reason, **facts)
     if comparison.regressed or syntax_errors:
         tests = (
             f"{counted(len(comparison.regressed), 'test')} regressed" if comparison.regressed else "no test regressed"

@@ -285,6 +285,20 @@ def test_verdicts_trailer_and_repair_message() -> None:
     assert judge(not_run, None, None, ["a.py:3: does not parse as python any more"]).verdict == "regressed"
 
 
+def test_a_suite_that_does_not_run_after_the_change_says_so_instead_of_naming_every_test_regressed() -> None:
+    """Corpus run 5: packaging's unchanged tree was "regressed (62435 test(s) regressed)" when its check timed out
+    on a loaded machine: not one test had failed. The verdict stays (the change may be what hangs); the reason is
+    what happened."""
+    baseline = _suite({"t::a": "passed", "t::b": "passed", "t::c": "failed"})
+    timed_out = SuiteRun(command="pytest", ran=False, reason="timed out after 600s")
+    check = judge(baseline, timed_out, compare(baseline, timed_out), [])
+    assert check.verdict == "regressed"
+    assert (
+        check.reason
+        == "the suite did not run after the change (timed out after 600s): 2 tests that passed had no result"
+    )
+
+
 def test_a_file_that_stops_parsing_is_caught_one_broken_before_is_not() -> None:
     files = {
         "good.py": (b"def f():\n    return 1\n", b"def f(:\n    return 1\n"),
