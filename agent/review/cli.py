@@ -254,6 +254,7 @@ def rebase(
     new base (their commits then carry the new verdict and counts)."""
     # lazy: docker-py and the gate's machinery load for this command only
     from agent.review.rebase import Rebaser
+    from agent.run.sandboxes import DockerSandboxes
     from sandbox import docker_client
 
     machine = _as_json(context, as_json)
@@ -266,7 +267,8 @@ def rebase(
         with _repository(record, repo) as repository:
             path = Path(str(repository.repo.working_tree_dir))
             config = record.config_for(path) or RunConfig(repo=path, tasks=["(unknown)"])
-            report = Rebaser(record, repository, config, docker_client(), log).run(onto, apply=apply)
+            sandboxes = DockerSandboxes(docker_client())
+            report = Rebaser(record, repository, config, sandboxes, log).run(onto, apply=apply)
     if machine:
         _print_json(report)
         return

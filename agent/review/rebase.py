@@ -1,10 +1,10 @@
 """`review rebase`: a run's verified branches replayed onto another commit in scratch worktrees, the gate run again
 there (the suite on the new base, then with the change), and the branches tried against each other.
 
-The gate runs in the run's environment as the new base needs it: the environment stage resolves it from the new
-base's committed tree with the run's settings, so the run's image is reused when the dependencies are the same
-and a new one is built from the new base's digest when they changed. The rebased commit's trailers carry the new
-verdict and counts, and the commit it was rebased onto.
+Each branch goes through the refresh stage (agent/run/stages/refresh.py), in the run's environment as the new base
+needs it: the environment stage resolves it from the new base's committed tree with the run's settings, so the
+run's image is reused when the dependencies are the same and a new one is built from the new base's digest when
+they changed.
 
 Nothing moves unless asked: the rebased commits live only in the object store until `apply` points a task
 branch at one, and only a branch that rebased cleanly and is verified on the new base.
@@ -15,44 +15,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from itertools import combinations
-from typing import Literal
 
-import docker
 from pydantic import BaseModel
 
-from agent.environment.stage import prepare_environment
-from agent.gate.baseline import BaselineCache, baseline_key, image_identity
-from agent.gate.stage import Gate
-from agent.gate.syntax import MAX_CHECKED_BYTES
-from agent.gate.test_command import choose_test_command
-from agent.gate.verdict import evidence_trailer, verdict_trailers
+from agent.gate.baseline import BaselineCache
 from agent.protocol.config import RunConfig
 from agent.protocol.events import Baseline, Event, GateEvent
 from agent.protocol.records import EnvironmentRecord
 from agent.review.records import RunRecord
 from agent.review.repository import UserRepository
+from agent.run.sandboxes import Sandboxes
+from agent.run.stages.refresh import BranchTrial, refresh
 from agent.worktree.safe_git import GitError
 from agent.worktree.workspace import Workspace, WorkspaceError
-from sandbox import DockerSandbox, SandboxLimits
 
-Outcome = Literal["clean", "conflicts", "regressed", "gone"]
 Log = Callable[[str], None]
-REBASED_ONTO_TRAILER = "Refactor-Agent-Rebased-Onto"
-
-
-class BranchTrial(BaseModel):
-    task: int
-    branch: str
-    outcome: Outcome
-    conflicts: list[str] = []
-    verdict: str | None = None  # the gate's on the rebased branch: verified, unverified or regressed
-    reason: str = ""
-    tests: str | None = None  # "after (baseline on the new base)"
-    regressed: list[str] = []
-    commit: str | None = None  # the branch's commit when it was tried: it moves only from there
-    rebased_commit: str | None = None
-    moved: bool = False
-    not_moved: str = ""  # why --apply left the branch where it was
 
 
 class PairConflict(BaseModel):
@@ -72,27 +49,24 @@ class RebaseReport(BaseModel):
 
 class Rebaser:
     def __init__(
-        self, record: RunRecord, repository: UserRepository, config: RunConfig, client: docker.DockerClient, log: Log
+        self, record: RunRecord, repository: UserRepository, config: RunConfig, sandboxes: Sandboxes, log: Log
     ) -> None:
         self.record = record
         self.repository = repository
         self.config = config
-        self.client = client
+        self.sandboxes = sandboxes
         self.log = log
         self.cache = BaselineCache(record.directory.parent)
         self.environment: EnvironmentRecord | None = None
 
     def prepare(self, onto: str) -> EnvironmentRecord:
         """The run's environment for the new base, by the environment stage's own reuse-or-build."""
-        self.environment = prepare_environment(
+        self.environment = self.sandboxes.environment(
             self.repository.repo,
-            client=self.client,
-            sandbox_image=self.config.image,
-            image_explicit=self.config.image_explicit,
-            spec=self.config.environment,
-            test_command=self.config.test_cmd,
+            self.config,
             log_path=self.record.directory / f"env-build-rebase-{onto[:12]}.log",
             progress=self.log,
+            deadline=None,
             revision=onto,
         )
         self.log(f"environment on the new base: {self.environment.status} {self.environment.image}")
@@ -111,50 +85,19 @@ class Rebaser:
         tip = self.repository.tip(branch)
         if tip is None:
             return BranchTrial(task=task, branch=branch, outcome="gone", reason="the branch no longer exists")
-        commits = self.repository.commits_onto(onto, tip)
-        tried = {"task": task, "branch": branch, "commit": tip}
-        environment = self.environment or self.prepare(onto)
-        image = environment.image_for_tasks(self.config.image)
-        workspace = self._scratch(onto, branch)
-        try:
-            chosen = choose_test_command(self.config.test_cmd, workspace.path)
-            test_command = chosen.command if chosen is not None else None
-            limits = SandboxLimits(command_timeout_s=self.config.command_timeout_s)
-            with DockerSandbox(
-                image,
-                workspace.path,
-                run_id=f"review-{self.record.run_id}",
-                limits=limits,
-                client=self.client,
-                read_only_paths=[workspace.git_common_dir],
-            ) as sandbox:
-                gate = Gate(
-                    sandbox,
-                    test_command,
-                    timeout_s=self.config.suite_timeout_s,
-                    cache=self.cache,
-                    cache_key=baseline_key(onto, test_command or "", image_identity(self.client, image)),
-                    emit=partial(self._gate_event, branch),
-                    unavailable=environment.unavailable(),
-                )
-                baseline = gate.baseline()
-                conflicts = workspace.replay(commits)
-                if conflicts:
-                    return BranchTrial(**tried, outcome="conflicts", conflicts=conflicts, reason="conflicts")
-                check = gate.check(workspace.changed_paths(), partial(workspace.file_at, limit=MAX_CHECKED_BYTES))
-            tests = evidence_trailer(baseline, check.final)
-            # The evidence of the new base replaces the old base's in the rebased commit.
-            rebased = workspace.retrailer({**verdict_trailers(baseline, check), REBASED_ONTO_TRAILER: onto})
-        finally:
-            workspace.remove()
-        return BranchTrial(
-            **tried,
-            outcome="regressed" if check.verdict == "regressed" else "clean",
-            verdict=check.verdict,
-            reason=check.reason,
-            tests=tests,
-            regressed=check.comparison.regressed if check.comparison else [],
-            rebased_commit=rebased,
+        return refresh(
+            repo=self.repository.repo,
+            sandboxes=self.sandboxes,
+            environment=self.environment or self.prepare(onto),
+            config=self.config,
+            task=task,
+            branch=branch,
+            tip=tip,
+            onto=onto,
+            commits=self.repository.commits_onto(onto, tip),
+            cache=self.cache,
+            run_id=f"review-{self.record.run_id}",
+            emit=partial(self._gate_event, branch),
         )
 
     def pair_conflict(self, first: BranchTrial, second: BranchTrial, onto: str) -> PairConflict | None:

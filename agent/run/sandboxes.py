@@ -39,8 +39,10 @@ class Sandboxes(Protocol):
         log_path: Path,
         progress: Callable[[str], None],
         deadline: float | None,
+        revision: str = "HEAD",
     ) -> EnvironmentRecord:
-        """The repository's environment, reused or built (never raises for a build that fails)."""
+        """The repository's environment at `revision` (its committed tree), reused or built (never raises for a build
+        that fails)."""
         ...
 
     def identity(self, image: str) -> str:
@@ -86,6 +88,7 @@ class DockerSandboxes:
         log_path: Path,
         progress: Callable[[str], None],
         deadline: float | None,
+        revision: str = "HEAD",
     ) -> EnvironmentRecord:
         return prepare_environment(
             repo,
@@ -98,6 +101,7 @@ class DockerSandboxes:
             progress=progress,
             allowed_base_images=config.allowed_base_images,
             deadline=deadline,
+            revision=revision,
         )
 
     def identity(self, image: str) -> str:

@@ -341,6 +341,11 @@ class Workspace:
         """Our ignore file for git: the user's global one and the artifacts tests leave (agent's ARTIFACT_PATTERNS)."""
         return ("-c", f"core.excludesFile={self.excludes_file}")
 
+    def stage(self) -> None:
+        """Stage every change in the worktree's own index: the pack lists the index, so the new files a `before`
+        command made are packed for the model too."""
+        self._stage_everything()
+
     def _stage_everything(self, env: dict[str, str] | None = None) -> None:
         """Stage every change into the worktree's index, or the index file `env` names."""
         self.restore_git_file()

@@ -176,6 +176,7 @@ class LocalSandboxes:
         log_path: Path,
         progress: Callable[[str], None],
         deadline: float | None,
+        revision: str = "HEAD",
     ) -> EnvironmentRecord:
         """The image as it is (this machine is the environment), with the test command the real stage would find:
         the gate's own detection, on the repository's files."""

@@ -1,5 +1,7 @@
 """The baseline stage: the suite on the untouched worktree, in the sandbox, while the host packs the repository for
-the system prompt: the baseline costs the first request nothing it would not have waited for anyway."""
+the system prompt: the baseline costs the first request nothing it would not have waited for anyway. A task with
+`before` commands runs them in between instead (baseline, then the commands, then the pack): the baseline must see
+the untouched base and the pack the files as the commands left them."""
 
 from __future__ import annotations
 
@@ -8,20 +10,30 @@ from concurrent.futures import ThreadPoolExecutor
 from agent.gate.stage import Gate
 from agent.prompt import pack_options, system_prompt
 from agent.protocol.events import Retry
+from agent.run.stages.commands import CommandFailed, run_commands
 from agent.run.stages.task import TaskContext
 from agent.run.time_limit import wait_in_time
 from agent.server.chat import RetryPolicy
-from agent.worktree.workspace import Workspace
+from agent.worktree.workspace import Workspace, wip_ref
 
 
 def baseline_and_prompt(gate: Gate, workspace: Workspace, context: TaskContext, *, resuming: bool) -> str | None:
-    """The baseline run (kept by the gate); the system prompt, or None for a task resumed with its conversation."""
+    """The baseline run (kept by the gate); the system prompt, or None for a task resumed with its conversation.
+    Raises CommandFailed when a `before` command fails (no model request is made)."""
     config = context.config
     retry = RetryPolicy(config.llm, on_retry=lambda message: context.emit(Retry(message=message)))
+    before = config.before if not resuming else []
     pool = ThreadPoolExecutor(max_workers=1)
     system = None
     try:
         baseline = pool.submit(gate.baseline)
+        if before:
+            wait_in_time(baseline)
+            failure = run_commands(gate.executor, before, "before", timeout_s=config.command_timeout_s)
+            if failure is not None:
+                raise CommandFailed(failure.describe())
+            workspace.stage()
+            workspace.snapshot(wip_ref(context.run_id, context.index))  # kept for resume, like a tool call's files
         if not resuming:
             system = system_prompt(workspace.path, pack_options(config, context.task, context.server_url), retry)
         wait_in_time(baseline)  # the task's TimeUp must not wait for the whole suite

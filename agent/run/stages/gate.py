@@ -11,8 +11,9 @@ from agent.gate.stage import Gate, GateRecord
 from agent.gate.syntax import MAX_CHECKED_BYTES
 from agent.gate.verdict import GateCheck, repair_message
 from agent.loop import AgentLoop, LoopResult
-from agent.protocol.events import Event, Repair
+from agent.protocol.events import Event, GateEvent, Repair
 from agent.protocol.records import GateEvidence
+from agent.run.stages.commands import run_commands
 from agent.worktree.workspace import Workspace
 
 
@@ -24,15 +25,22 @@ def gate_with_repairs(
     *,
     repair_rounds: int,
     emit: Callable[[Event], None],
+    after: list[str],
 ) -> tuple[LoopResult, GateRecord]:
     """Check the finished work; on regressions ask for a repair, at most `repair_rounds` times. Work that a repair
-    round left unfinished (turn limit, model error) is checked once more as it stands."""
+    round left unfinished (turn limit, model error) is checked once more as it stands. The `after` commands run
+    before each check; one that fails makes the check regressed, its output the repair message."""
     record = GateRecord(baseline=gate.baseline_run)
     while result.outcome in ("finished", "stopped") or record.repair_rounds:
+        failure = run_commands(gate.executor, after, "after", timeout_s=gate.timeout_s) if after else None
         changed = workspace.changed_paths()
         unstaged = [*workspace.uncommitted_files, *workspace.ignored_files(IGNORED_PATHSPECS)]
         read = partial(workspace.file_at, limit=MAX_CHECKED_BYTES)
-        record.check = gate.check(changed, read, unstaged=unstaged) if changed else None
+        if failure is not None:
+            record.check = failure.check()
+            emit(GateEvent(verdict=record.check.verdict, reason=record.check.reason))
+        else:
+            record.check = gate.check(changed, read, unstaged=unstaged) if changed else None
         if record.check is not None and record.check.comparison is not None:
             record.rounds.append(len(record.check.comparison.regressed))
         finished = result.outcome in ("finished", "stopped")
@@ -42,7 +50,7 @@ def gate_with_repairs(
             break
         record.repair_rounds += 1
         emit(Repair(round=record.repair_rounds, reason=record.check.reason))
-        result = loop.resume(repair_message(record.check))
+        result = loop.resume(failure.repair_message() if failure is not None else repair_message(record.check))
     return result, record
 
 

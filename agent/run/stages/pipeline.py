@@ -14,6 +14,7 @@ from agent.protocol.records import TaskSummary, now_iso
 from agent.record.metrics import delta, measure
 from agent.run.interrupt import Interrupted
 from agent.run.stages.baseline import baseline_and_prompt
+from agent.run.stages.commands import CommandFailed
 from agent.run.stages.gate import gate_with_repairs
 from agent.run.stages.loop import run_loop, task_loop
 from agent.run.stages.sandbox import task_sandbox
@@ -82,8 +83,11 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
         context.stopped_by = stop
         _settle_unfinished(run, context, workspace, outcome, "interrupted", f"interrupted by {stop.signal_name}")
     except Exception as error:  # the next task still deserves its chance
-        # A sandbox that vanished and could not be replaced names itself; anything else is our fault.
-        if isinstance(error, SandboxLost):
+        # A `before` command that failed and a sandbox that vanished and could not be replaced name themselves;
+        # anything else is our fault.
+        if isinstance(error, CommandFailed):
+            outcome.reason = str(error)
+        elif isinstance(error, SandboxLost):
             outcome.lost, outcome.reason = "sandbox", str(error)
         else:
             outcome.reason = f"internal error: {error.__class__.__name__}: {error}"
@@ -114,7 +118,13 @@ def _in_sandbox(
         context.workspace = workspace
         result = run_loop(loop, system, context, sandbox.test_command, resumed)
         return gate_with_repairs(
-            sandbox.gate, loop, result, workspace, repair_rounds=context.config.repair_rounds, emit=context.emit
+            sandbox.gate,
+            loop,
+            result,
+            workspace,
+            repair_rounds=context.config.repair_rounds,
+            emit=context.emit,
+            after=context.config.after,
         )
 
 

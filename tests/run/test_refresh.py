@@ -1,0 +1,105 @@
+"""The refresh stage on real git with sandboxes on this machine: a branch replayed onto a moved main and gated
+there without a model. `review rebase` runs the same stage in the real Docker sandbox (tests/review/test_review.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+import pytest
+
+from agent.gate.baseline import BaselineCache
+from agent.protocol.config import RunConfig
+from agent.protocol.events import Event
+from agent.run.stages.refresh import BranchTrial, refresh
+
+from support.local_sandbox import LocalSandboxes
+from support.repos import SAMPLE_FILES, checkout_fingerprint, make_repo
+from support.repos import git as run_git
+
+BRANCH = "refactor-agent/20261201-010000-a1b2/1-add-a-units-module"
+UNITS_TEST = "from pkg.units import METRE\n\n\ndef test_metre():\n    assert METRE == 1\n"
+
+
+def _commit(repo: Path, files: dict[str, str], message: str) -> str:
+    for name, content in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(content)
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-q", "-m", message)
+    return run_git(repo, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """main, and a task branch off it that adds a module and its test."""
+    repo = make_repo(tmp_path / "repo")
+    run_git(repo, "checkout", "-q", "-b", BRANCH)
+    _commit(repo, {"pkg/units.py": "METRE = 1\n", "tests/test_units.py": UNITS_TEST}, "Add a units module")
+    run_git(repo, "checkout", "-q", "main")
+    return repo
+
+
+def _refresh(tmp_path: Path, repo: Path, onto: str) -> tuple[BranchTrial, list[Event]]:
+    events: list[Event] = []
+    sandboxes = LocalSandboxes(tmp_path)
+    config = RunConfig(repo=repo, tasks=["Add a units module"], runs_dir=tmp_path / "runs")
+    user = git.Repo(repo)
+    environment = sandboxes.environment(user, config, log_path=tmp_path / "env.log", progress=print, deadline=None)
+    tip = run_git(repo, "rev-parse", BRANCH).strip()
+    trial = refresh(
+        repo=user,
+        sandboxes=sandboxes,
+        environment=environment,
+        config=config,
+        task=1,
+        branch=BRANCH,
+        tip=tip,
+        onto=onto,
+        commits=run_git(repo, "rev-list", "--reverse", f"{onto}..{tip}").split(),
+        cache=BaselineCache(tmp_path / "runs"),
+        run_id="refresh-test",
+        emit=events.append,
+    )
+    return trial, events
+
+
+def test_a_branch_replays_onto_the_moved_main_and_is_verified_there_without_a_model(tmp_path: Path, repo: Path) -> None:
+    onto = _commit(repo, {"NOTES.txt": "main moved\n"}, "main moves")
+    before = checkout_fingerprint(repo)
+    tip = run_git(repo, "rev-parse", BRANCH).strip()
+    trial, events = _refresh(tmp_path, repo, onto)
+    assert (trial.outcome, trial.verdict, trial.commit) == ("clean", "verified", tip)
+    assert trial.tests == "3 passed (baseline 2 passed)"
+    rebased = trial.rebased_commit
+    assert rebased is not None and run_git(repo, "rev-parse", f"{rebased}^").strip() == onto
+    message = run_git(repo, "log", "-1", "--format=%B", rebased)
+    assert f"Refactor-Agent-Rebased-Onto: {onto}" in message and "Refactor-Agent-Verdict: verified" in message
+    assert run_git(repo, "diff", "--name-only", onto, rebased).split() == ["pkg/units.py", "tests/test_units.py"]
+    assert [event.type for event in events] == ["baseline", "gate"]
+    assert run_git(repo, "rev-parse", BRANCH).strip() == tip, "nothing moves: the caller points a branch at it"
+    assert checkout_fingerprint(repo) == before
+
+
+def test_a_conflict_with_the_new_base_names_the_files_and_makes_no_commit(tmp_path: Path, repo: Path) -> None:
+    onto = _commit(repo, {"pkg/units.py": "METRE = 100\n"}, "main adds its own units")
+    trial, _ = _refresh(tmp_path, repo, onto)
+    assert (trial.outcome, trial.conflicts, trial.rebased_commit) == ("conflicts", ["pkg/units.py"], None)
+
+
+def test_a_change_the_new_base_breaks_is_regressed_with_the_tests_named(tmp_path: Path, repo: Path) -> None:
+    # The branch also rewords the docstring; main now insists it starts with "Area".
+    run_git(repo, "checkout", "-q", BRANCH)
+    reworded = SAMPLE_FILES["pkg/geometry.py"].replace("Area of a rectangle.", "The area.")
+    _commit(repo, {"pkg/geometry.py": reworded}, "Reword the docstring")
+    run_git(repo, "checkout", "-q", "main")
+    doc_test = "from pkg.geometry import compute_area\n\n\ndef test_doc():\n"
+    doc_test += "    assert compute_area.__doc__.startswith('Area')\n"
+    onto = _commit(repo, {"tests/test_doc.py": doc_test}, "main checks the docstring")
+    trial, _ = _refresh(tmp_path, repo, onto)
+    assert (trial.outcome, trial.verdict, trial.regressed) == (
+        "regressed",
+        "regressed",
+        ["tests/test_doc.py::test_doc"],
+    )
+    assert trial.rebased_commit is not None, "kept for the record; a caller moves no branch to it"
