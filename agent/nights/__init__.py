@@ -11,5 +11,6 @@
 - publish.py: ref moves as one transaction, written ahead to the record;
 - decide.py: the decision per task (a pure function of the facts);
 - plan.py: the planning pass, the narrowed night, the plan's text (`night --plan`);
+- supersede.py: an earlier unfinished run of the night taken over by a new one (its work branches go);
 - tonight.py: the planned tasks while the run works on them: their base, trailer and publish.
 """

@@ -143,6 +143,7 @@ class RunSummary(BaseModel):
     wall_time_s: float = 0.0
     metrics: MetricsSummary | None = None
     warnings: list[str] = []
+    superseded_by: str | None = None  # a named night's unfinished run whose tasks a later night planned again
 
     @property
     def exit_code(self) -> int:

@@ -128,6 +128,10 @@ def load_run_night(run_dir: Path) -> NightConfig:
         raise ResumeError(f"{run_dir}: not a run directory ({Path(str(error.filename)).name} is missing)") from None
     except ValueError as error:
         raise ResumeError(f"{run_dir}: its record is unreadable: {error.__class__.__name__}") from None
+    if summary.superseded_by is not None:
+        raise ResumeError(
+            f"run {run_dir.name} was superseded by night {summary.superseded_by}: its tasks were planned again"
+        )
     unfinished = summary.status == "running" or len(summary.tasks) < len(night.tasks())
     if summary.status not in RESUMABLE or not unfinished:
         raise ResumeError(f"run {run_dir.name} is {summary.status}: nothing to resume")

@@ -20,6 +20,7 @@ from agent.nights.plan import (
     plan_night,
     refuse_what_is_not_built,
 )
+from agent.nights.supersede import supersede
 from agent.nights.tonight import Tonight
 from agent.protocol.config import NightConfig
 from agent.protocol.nights import NightPlan
@@ -178,6 +179,7 @@ def _planned(
     if resume:
         plan = NightPlan.model_validate_json((journal.directory / PLAN_RECORD).read_bytes())
         return Tonight(plan, night, prepared.repos, hooks, view.log)
+    supersede(night.runs_dir, str(night.name), journal.run_id, prepared.repos, hooks, view.log)
     planned = plan_night(night, prepared.repos, journal.run_id, hooks_dir=hooks, options=options, log=view.log)
     for line in plan_lines(planned.plan, planning_only=False):
         view.log(line)

@@ -17,7 +17,9 @@ from support.repos import git, make_repo
 from support.scripted_server import Hold, ScriptedServer
 
 
-def test_a_night_killed_mid_task_resumes_onto_its_stable_branches(tmp_path: Path) -> None:
+def killed_night(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A night of two tasks killed while the second one's model request is held: the repository, the night file
+    and the run directory."""
     repo = make_repo(tmp_path / "geometry")
     runs = tmp_path / "runs"
     night_file = tmp_path / "nightly.toml"
@@ -36,14 +38,24 @@ def test_a_night_killed_mid_task_resumes_onto_its_stable_branches(tmp_path: Path
             process.wait(timeout=60)
             kill_processes_under(scratch)
     (run_dir,) = run_directories(runs)
+    return repo, night_file, run_dir
+
+
+def branches(repo: Path) -> list[str]:
+    return sorted(git(repo, "for-each-ref", "--format=%(refname:strip=2)", "refs/heads/refactor-agent/").split())
+
+
+def test_a_night_killed_mid_task_resumes_onto_its_stable_branches(tmp_path: Path) -> None:
+    repo, _night_file, run_dir = killed_night(tmp_path)
+    runs = run_dir.parent
     plan = json.loads((run_dir / "plan.json").read_text())
     assert [task["action"] for task in plan["repos"][0]["tasks"]] == ["run", "run"]
 
     done, after = resume(tmp_path, run_dir, [SCRIPTS[T2][1]])
     assert done.returncode == 0, done.stdout
     assert all(T3 not in json.dumps(request["messages"]) for request in after)  # finished before: not redone
-    listing = git(repo, "for-each-ref", "--format=%(refname:strip=2)", "refs/heads/refactor-agent/").split()
-    assert sorted(listing) == [
+    listing = branches(repo)
+    assert listing == [
         "refactor-agent/nightly/add-a-perimeter-helper",
         "refactor-agent/nightly/add-a-units-module",
     ]
@@ -55,3 +67,25 @@ def test_a_night_killed_mid_task_resumes_onto_its_stable_branches(tmp_path: Path
     assert sorted(task["fate"] for task in record["tasks"].values()) == ["waiting", "waiting"]
     for branch in listing:
         assert git(repo, "rev-parse", f"{branch}^").strip() == git(repo, "rev-parse", "main").strip()
+
+
+def test_the_next_night_supersedes_a_killed_one_and_leaves_one_branch_per_task(tmp_path: Path) -> None:
+    repo, night_file, killed = killed_night(tmp_path)
+    assert f"refactor-agent/{killed.name}/2-add-a-perimeter-helper" in branches(repo)  # the task in flight's
+
+    with ScriptedServer(scripts={T2: SCRIPTS[T2]}) as server:
+        command = [*LOCAL_AGENT, "night", str(night_file), "--server", server.url]
+        process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        output = process.communicate(timeout=600)[0].decode()
+        asked = [json.dumps(request["messages"]) for request in server.requests]
+    assert process.returncode == 0, output
+    assert f"run {killed.name} of night nightly did not finish: superseded by this night" in output
+    assert all(T3 not in request for request in asked)  # published before the kill: kept, not redone
+    assert branches(repo) == [
+        "refactor-agent/nightly/add-a-perimeter-helper",
+        "refactor-agent/nightly/add-a-units-module",
+    ]
+    assert git(repo, "for-each-ref", "refs/refactor-agent/wip/") == ""
+    done, _after = resume(tmp_path, killed, [])
+    assert done.returncode == 2
+    assert f"run {killed.name} was superseded by night " in done.stdout

@@ -16,7 +16,7 @@ from agent.cli import app
 
 from support.local_sandbox import LocalSandboxes
 from support.repos import git, make_repo
-from support.scripted_server import Reply, ScriptedServer
+from support.scripted_server import Reply, ScriptedServer, Step
 
 T1, T2, T3, T4 = (
     "Rename compute_area to area",
@@ -65,12 +65,14 @@ class NightFixture:
     night_file: Path
     runs: Path
 
-    def night(self, *options: str, scripts: dict[str, list[Reply]] | None = None) -> Night:
+    def night(
+        self, *options: str, scripts: dict[str, list[Step]] | None = None, tasks: tuple[str, ...] = (T1, T2, T3, T4)
+    ) -> Night:
         with ScriptedServer(scripts=scripts or SCRIPTS) as server:
             self.night_file.write_text(
                 f'name = "nightly"\n[defaults]\nserver = "{server.url}"\nruns_dir = "{self.runs}"\n'
-                'test_cmd = "python3 -m pytest -q"\nmax_turns = 5\n'
-                f'[[repo]]\npath = "{self.repo}"\ntasks = {json.dumps([T1, T2, T3, T4])}\n'
+                'test_cmd = "python3 -m pytest -q"\nmax_turns = 5\nmax_retries = 0\n'
+                f'[[repo]]\npath = "{self.repo}"\ntasks = {json.dumps(list(tasks))}\n'
             )
             result = CliRunner().invoke(
                 app, ["night", str(self.night_file), *options], env={"XDG_CONFIG_HOME": str(self.root / "xdg")}
