@@ -9,6 +9,7 @@
 - record.py: the task record (runs/.tasks/<repository>.json) under its locks, pending moves settled;
 - rebuild.py: the record rebuilt from the branches' trailers when it is missing or does not parse;
 - publish.py: ref moves as one transaction, written ahead to the record;
+- predicates.py: a [[repo]]'s if_path_exists / if_contains, read from the default branch's objects;
 - decide.py: the decision per task (a pure function of the facts);
 - plan.py: the planning pass, the narrowed night, the plan's text (`night --plan`);
 - supersede.py: an earlier unfinished run of the night taken over by a new one (its work branches go);

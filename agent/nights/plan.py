@@ -17,6 +17,7 @@ from agent.nights.history import history_tips
 from agent.nights.identity import allocate_branch, fingerprint, repository_key, task_key, wanted_branch
 from agent.nights.kinds import kind_of
 from agent.nights.merged import conflicts, find_merge
+from agent.nights.predicates import unmatched
 from agent.nights.publish import branch_tip, checked_out
 from agent.nights.record import RecordStore
 from agent.protocol.config import NightConfig, RunConfig, TaskSpec
@@ -160,6 +161,8 @@ def _repo_plan(
     taken = {task.branch for task in record.tasks.values()}
     taken |= _night_branches(safe_git, name) - taken
     checked_out_now = checked_out(safe_git)
+    select = entries[0][0].select  # a [[repo]]'s: the same for each of its tasks
+    skipped = unmatched(safe_git, default.commit, default.name, select) if select is not None else None
     planned, runs = [], []
     for key, (config, spec) in wanted.items():
         earlier = record.tasks.get(key)
@@ -167,8 +170,10 @@ def _repo_plan(
         if earlier is None:
             fresh.branch = allocate_branch(key, fresh.branch, taken)
             taken.add(fresh.branch)
-        facts = _facts(safe_git, key, spec, earlier, fresh, default, checked_out_now, log)
-        action, reason = decide(facts, **options)
+        facts = (
+            None if skipped is not None else _facts(safe_git, key, spec, earlier, fresh, default, checked_out_now, log)
+        )
+        action, reason = ("skip", f"repository skipped: {skipped}") if facts is None else decide(facts, **options)
         if action == "rebase":  # no refresh without the model yet: the model works on the new base
             action, reason = "run", f"{reason.split(':')[0]}: the model runs again on {default.commit[:12]}"
         index = len(runs) + 1 if action in RUNS else None
@@ -182,9 +187,11 @@ def _repo_plan(
                 action=action,
                 reason=reason,
                 index=index,
-                previous_tip=facts.tip,
-                conflicts=facts.conflicts or [],
-                merged_by=facts.merged.by if facts.merged is not None and action == "retire" else None,
+                previous_tip=facts.tip if facts is not None else None,
+                conflicts=facts.conflicts or [] if facts is not None else [],
+                merged_by=facts.merged.by
+                if facts is not None and facts.merged is not None and action == "retire"
+                else None,
             )
         )
     for key, earlier in record.tasks.items():
@@ -207,18 +214,17 @@ def _repo_plan(
         default_source=default.source,
         base=default.commit,
         previous_base=previous[-1] if previous else None,
+        skipped=skipped,
         tasks=planned,
     )
     return plan, store, runs, known
 
 
 def refuse_what_is_not_built(night: NightConfig) -> None:
-    """Shards and repository predicates are read from the night file but not acted on yet: refused in one line
-    rather than silently ignored."""
+    """Shards are read from the night file but not acted on yet: refused in one line rather than silently
+    ignored."""
     for number, ((config, _task), spec) in enumerate(zip(night.tasks(), night.specs, strict=True), start=1):
         given = "shard_by" if spec.shard is not None else "max_open" if spec.max_open is not None else None
-        if given is None and config.select is not None:
-            given = "if_path_exists" if config.select.if_path_exists is not None else "if_contains"
         if given is not None:
             raise NightError(
                 f"task {number} ({config.repo}): {given} is not supported yet: remove it from the night file"
@@ -281,7 +287,10 @@ def plan_lines(plan: NightPlan, *, planning_only: bool) -> list[str]:
             since = "unchanged since last night"
         else:
             since = f"last night {repo.previous_base[:12]}"
-        lines.append(printable(f"{repo.repo}: {repo.default_branch} at {repo.base[:12]} ({source}; {since})"))
+        if repo.skipped is not None:
+            lines.append(printable(f"{repo.repo}: skipped: {repo.skipped}"))
+        else:
+            lines.append(printable(f"{repo.repo}: {repo.default_branch} at {repo.base[:12]} ({source}; {since})"))
         width = max((len(task.branch) for task in repo.tasks), default=0) + 2
         for task in repo.tasks:
             counts[task.action] += 1

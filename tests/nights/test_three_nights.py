@@ -87,14 +87,9 @@ def test_night_after_night_each_task_keeps_one_branch(tmp_path: Path, monkeypatc
     assert "nothing to run tonight" in third.output
 
 
-def test_shards_and_repository_predicates_are_refused_until_they_are_built(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_shards_are_refused_until_they_are_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fixture = night_fixture(tmp_path, monkeypatch)
-    for table in (
-        '[[repo.task]]\ntext = "x"\nshard_by = "directory"\n',
-        'if_path_exists = "setup.cfg"\ntasks = ["x"]\n',
-    ):
+    for table in ('[[repo.task]]\ntext = "x"\nshard_by = "directory"\n',):
         fixture.night_file.write_text(f'[[repo]]\npath = "{fixture.repo}"\n{table}')
         result = CliRunner().invoke(
             app, ["night", str(fixture.night_file), "--plan"], env={"XDG_CONFIG_HOME": str(tmp_path)}
