@@ -509,9 +509,10 @@ class Workspace:
                 raise WorkspaceError(str(error)) from None
             return conflicts
 
-    def retrailer(self, trailers: dict[str, str]) -> str:
+    def retrailer(self, trailers: dict[str, str], *, with_changes: bool = False) -> str:
         """Give the detached HEAD commit these trailers (replacing those of the same key, git's own
-        interpret-trailers); same tree, parents and author, a new commit id, which HEAD then names."""
+        interpret-trailers); same parents and author, a new commit id, which HEAD then names. The same tree, or
+        with_changes: the files as they are now (what a task's `after` commands changed, folded into the commit)."""
         if self.branch is not None:
             raise WorkspaceError(f"refusing to rewrite a commit of the task branch {self.branch}")
         head = self.head()
@@ -531,7 +532,11 @@ class Workspace:
         parents = [
             part for line in header.splitlines() if line.startswith(b"parent ") for part in ("-p", line[7:].decode())
         ]
-        tree = self.git.run("rev-parse", f"{head}^{{tree}}").strip().decode()
+        if with_changes:
+            self._stage_everything()
+            tree = self.git.run("write-tree").strip().decode()
+        else:
+            tree = self.git.run("rev-parse", f"{head}^{{tree}}").strip().decode()
         commit = self.git.run(
             "commit-tree", tree, *parents, "-F", "-", input=rewritten, env={**self._identity(), **kept_author}
         )

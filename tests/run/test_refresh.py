@@ -40,10 +40,10 @@ def repo(tmp_path: Path) -> Path:
     return repo
 
 
-def _refresh(tmp_path: Path, repo: Path, onto: str) -> tuple[BranchTrial, list[Event]]:
+def _refresh(tmp_path: Path, repo: Path, onto: str, after: list[str] | None = None) -> tuple[BranchTrial, list[Event]]:
     events: list[Event] = []
     sandboxes = LocalSandboxes(tmp_path)
-    config = RunConfig(repo=repo, tasks=["Add a units module"], runs_dir=tmp_path / "runs")
+    config = RunConfig(repo=repo, tasks=["Add a units module"], runs_dir=tmp_path / "runs", after=after or [])
     user = git.Repo(repo)
     environment = sandboxes.environment(user, config, log_path=tmp_path / "env.log", progress=print, deadline=None)
     tip = run_git(repo, "rev-parse", BRANCH).strip()
@@ -103,3 +103,22 @@ def test_a_change_the_new_base_breaks_is_regressed_with_the_tests_named(tmp_path
         ["tests/test_doc.py::test_doc"],
     )
     assert trial.rebased_commit is not None, "kept for the record; a caller moves no branch to it"
+
+
+def test_the_tasks_after_commands_run_before_the_check_and_their_change_is_in_the_rebased_commit(
+    tmp_path: Path, repo: Path
+) -> None:
+    onto = _commit(repo, {"NOTES.txt": "main moved\n"}, "main moves")
+    formatter = "printf '# formatted\\n' >> pkg/units.py"
+    trial, _ = _refresh(tmp_path, repo, onto, after=[formatter])
+    assert (trial.outcome, trial.verdict) == ("clean", "verified")
+    assert trial.rebased_commit is not None
+    assert run_git(repo, "show", f"{trial.rebased_commit}:pkg/units.py") == "METRE = 1\n# formatted\n"
+    assert run_git(repo, "rev-parse", f"{trial.rebased_commit}^").strip() == onto
+
+
+def test_an_after_command_that_fails_makes_the_refresh_regressed(tmp_path: Path, repo: Path) -> None:
+    onto = _commit(repo, {"NOTES.txt": "main moved\n"}, "main moves")
+    trial, _ = _refresh(tmp_path, repo, onto, after=["echo 'lint: 2 errors'; exit 1"])
+    assert (trial.outcome, trial.verdict, trial.rebased_commit) == ("regressed", "regressed", None)
+    assert trial.reason == "after command \"echo 'lint: 2 errors'; exit 1\" exited 1: lint: 2 errors"

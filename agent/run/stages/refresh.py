@@ -1,12 +1,13 @@
 """The refresh stage: a branch's commits replayed onto a new base in a detached scratch checkout and the gate run
 there, without the model (minutes of tests instead of hours of generation). `review rebase` tries a run's
-verified branches with it; a night refreshes a stale task branch with it.
+verified branches with it.
 
 The gate runs in the environment the caller prepared for the new base (the environment stage reuses the image
 when the new base's dependencies are the same and builds one from its digest when they changed): the baseline on
-the new base (cached like any baseline), then the replayed change. The rebased commit's trailers carry the new
-verdict and counts, and the commit it was rebased onto. Nothing moves here: the rebased commit lives only in the
-object store until a caller points a branch at it.
+the new base (cached like any baseline), then the replayed change after the task's `after` commands (a formatter:
+what they change is folded into the rebased commit; one that fails makes it regressed). The rebased commit's
+trailers carry the new verdict and counts, and the commit it was rebased onto. Nothing moves here: the rebased
+commit lives only in the object store until a caller points a branch at it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from agent.protocol.config import RunConfig
 from agent.protocol.events import Event
 from agent.protocol.records import EnvironmentRecord
 from agent.run.sandboxes import Sandboxes
+from agent.run.stages.commands import run_commands
 from agent.worktree.workspace import Workspace
 from sandbox import SandboxLimits
 
@@ -92,10 +94,14 @@ def refresh(
             conflicts = workspace.replay(commits)
             if conflicts:
                 return BranchTrial(**tried, outcome="conflicts", conflicts=conflicts, reason="conflicts")
+            failure = run_commands(executor, config.after, "after", timeout_s=config.suite_timeout_s)
+            if failure is not None:
+                return BranchTrial(**tried, outcome="regressed", verdict="regressed", reason=failure.describe())
             check = gate.check(workspace.changed_paths(), partial(workspace.file_at, limit=MAX_CHECKED_BYTES))
         tests = evidence_trailer(baseline, check.final)
-        # The evidence of the new base replaces the old base's in the rebased commit.
-        rebased = workspace.retrailer({**verdict_trailers(baseline, check), REBASED_ONTO_TRAILER: onto})
+        # The evidence of the new base replaces the old base's in the rebased commit, with what `after` changed.
+        trailers = {**verdict_trailers(baseline, check), REBASED_ONTO_TRAILER: onto}
+        rebased = workspace.retrailer(trailers, with_changes=bool(config.after))
     finally:
         workspace.remove()
     return BranchTrial(
