@@ -5,13 +5,12 @@ stable branch: one branch per task, no work branch left, nothing pending in the 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from agent.record.journal import run_directories
 
-from support.cli_runs import LOCAL_AGENT, kill_processes_under, start_cli, wait_for
-from support.killed_runs import resume
+from support.cli_runs import LOCAL_AGENT, kill_processes_under, wait_for
+from support.killed_runs import local_cli_here, resume, start_killable
 from support.nights import SCRIPTS, T2, T3
 from support.repos import git, make_repo
 from support.scripted_server import Hold, ScriptedServer
@@ -30,7 +29,7 @@ def killed_night(tmp_path: Path) -> tuple[Path, Path, Path]:
     scratch = tmp_path / "scratch"
     with ScriptedServer(scripts={T3: SCRIPTS[T3], T2: [SCRIPTS[T2][0], Hold()]}) as server:
         command = [*LOCAL_AGENT, "night", str(night_file), "--server", server.url]
-        process = start_cli(command, scratch, stdout=subprocess.DEVNULL)
+        process = start_killable(command, scratch)
         try:
             wait_for(server.held.is_set, "the second task's held request")
         finally:
@@ -75,10 +74,10 @@ def test_the_next_night_supersedes_a_killed_one_and_leaves_one_branch_per_task(t
 
     with ScriptedServer(scripts={T2: SCRIPTS[T2]}) as server:
         command = [*LOCAL_AGENT, "night", str(night_file), "--server", server.url]
-        process = start_cli(command, tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        output = process.communicate(timeout=600)[0].decode()
+        done = local_cli_here(command, tmp_path / "scratch")  # not killed: in this process
+        output = done.stdout
         asked = [json.dumps(request["messages"]) for request in server.requests]
-    assert process.returncode == 0, output
+    assert done.returncode == 0, output
     assert f"run {killed.name} of night nightly did not finish: superseded by this night" in output
     assert all(T3 not in request for request in asked)  # published before the kill: kept, not redone
     assert branches(repo) == [
