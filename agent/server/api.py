@@ -7,13 +7,51 @@ introspection endpoints that the packer, the launcher and `doctor` share.
 
 from __future__ import annotations
 
+import re
+from pathlib import PurePath
 from typing import Any
 
 import httpx
 
+from agent.safety.printable import printable
+from agent.server.binary import EMBEDDED_MODEL_FILE
 from agent.server.errors import ServerError, ServerLoading, ServerUnreachable, SlotsUnsupported
 
-__all__ = ["LlamaServerAPI", "ServerError", "ServerLoading", "ServerUnreachable", "http_client", "server_root"]
+__all__ = [
+    "LlamaServerAPI",
+    "ServerError",
+    "ServerLoading",
+    "ServerUnreachable",
+    "http_client",
+    "is_embedded",
+    "served_model",
+    "server_root",
+]
+
+# A split GGUF's first shard names the model with this suffix: DeepSeek-V4-Flash-…-00001-of-00003.gguf.
+_SHARD_SUFFIX = re.compile(r"-\d{5}-of-\d{5}$")
+# The server's text, shown in reports and commit trailers: one printable line of at most this many characters.
+_MODEL_NAME_CHARS = 200
+
+
+def served_model(props: dict[str, Any]) -> str | None:
+    """The model a llama-server says it runs (/props): its alias when one was given (`--alias`), else its GGUF's
+    name without `.gguf` and a shard suffix; None when /props names none. The request's `model` field is only a
+    label llama-server ignores, so this is the one name that says what answered."""
+    path, alias = props.get("model_path"), props.get("model_alias")
+    if isinstance(alias, str) and alias and alias != path:
+        name = alias
+    elif isinstance(path, str) and path:
+        name = _SHARD_SUFFIX.sub("", PurePath(path).name.removesuffix(".gguf"))
+    else:
+        return None
+    return printable(name, one_line=True)[:_MODEL_NAME_CHARS]
+
+
+def is_embedded(served: str | None) -> bool:
+    """Whether a served model (as `served_model` names it) is the embedded SmolLM2: the first run, which proves the
+    install rather than refactoring anything."""
+    return served == EMBEDDED_MODEL_FILE.removesuffix(".gguf")
 
 
 def server_root(base_url: str) -> str:

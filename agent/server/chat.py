@@ -1,6 +1,7 @@
 """The model: llama-server's OpenAI-compatible chat endpoint, streamed, with llama-server's timings kept.
 
-Failures are sorted into what the loop can act on: transient (retried here with backoff, RetryPolicy), output that
+Failures are sorted into what the loop can act on: transient (retried here with backoff, RetryPolicy; a stream that
+ends without a finish reason is one, StreamCut), output that
 broke the tool-call format (the server's parser refused it, or left tool-call markup in the text: resampled here,
 counted), a prompt over the context (ContextOverflow, ends the task) and
 the rest (ModelUnavailable, ends the task). A stream with nothing from the server (no token, no prefill progress) for
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 import openai
 
 from agent.protocol.config import RETRY_BACKOFF_CAP_S, LLMConfig
-from agent.protocol.events import PrefillProgress
+from agent.protocol.events import GenerationProgress, PrefillProgress
 from agent.protocol.model import (
     AssistantTurn,
     ContextOverflow,
@@ -29,7 +30,7 @@ from agent.protocol.model import (
 from agent.protocol.stats import RequestStats
 
 RetryListener = Callable[[str], None]
-EventListener = Callable[[PrefillProgress], None]
+EventListener = Callable[[PrefillProgress | GenerationProgress], None]
 T = TypeVar("T")
 
 # DeepSeek V4's tool-call markup (DSML). Its parser (`common/parsers/deepseek.cpp`) turns a `<｜DSML｜tool_calls>`
@@ -42,6 +43,17 @@ LEFT_MARKUP_REASON = "tool-call markup left in the text (the server's parser did
 # Prefill progress goes to the observer (and the transcript) at most once per tenth of the prompt: a live bar, not
 # a line per batch.
 PREFILL_PROGRESS_STEPS = 10
+# The reply's token count goes to the observer at most this often: the live view's counter, one transcript line a
+# second of generation at most.
+GENERATION_PROGRESS_INTERVAL_S = 1.0
+
+
+class StreamCut(Exception):
+    """The stream ended (cleanly, as far as HTTP goes) before the server said the reply was complete: a partial
+    reply, never an answer (taken for one it ended a task as no_changes). Retried like a dropped connection."""
+
+    def __str__(self) -> str:
+        return "the stream ended before the reply did (no finish reason)"
 
 
 class RetryPolicy:
@@ -131,15 +143,17 @@ class OpenAIChatModel:
         on_progress: EventListener | None = None,
         sleep: Callable[[float], None] = time.sleep,
         slot: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """slot: the server slot every request is pinned to (`id_slot`), the one whose KV cache the task reuses
-        and saves; None lets the server choose."""
+        and saves; None lets the server choose. clock: what paces the generation progress events."""
         self.config = config
         self.name = config.model
         self.slot = slot
         self._on_retry = on_retry or (lambda _message: None)
         self._retry = RetryPolicy(config, on_retry=self._on_retry, sleep=sleep)
         self._on_progress = on_progress or (lambda _event: None)
+        self._clock = clock
         # Our own retry loop counts and logs retries; the SDK's would hide them. httpx applies the timeout to each
         # read, so it is the idle timeout: prefill progress chunks and tokens reset it, a silent server trips it.
         self._client = openai.OpenAI(
@@ -220,7 +234,7 @@ class OpenAIChatModel:
             return f"idle timeout: nothing from the server for {self.config.idle_timeout_s:g}s (--idle-timeout)"
         if isinstance(error, openai.APIStatusError):
             return f"HTTP {error.status_code}: {_error_text(error)}" if error.status_code >= 500 else None
-        if isinstance(error, openai.APIConnectionError):
+        if isinstance(error, openai.APIConnectionError | StreamCut):
             return f"{error.__class__.__name__}: {error}"
         if isinstance(error, openai.APIError):  # an SSE error event in the middle of a stream
             return f"stream error: {_error_text(error)}"
@@ -235,6 +249,8 @@ class OpenAIChatModel:
     def _stream_once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
         accumulator = _StreamAccumulator(time.monotonic())
         self._follow(self._client.chat.completions.create(**self._request_arguments(messages, tools)), accumulator)
+        if accumulator.finish_reason is None:
+            raise StreamCut()
         return accumulator.finish()
 
     def _prefill_once(self, tokens: list[int]) -> RequestStats:
@@ -247,10 +263,12 @@ class OpenAIChatModel:
     def _follow(self, stream: Any, accumulator: _StreamAccumulator) -> None:
         deadline = accumulator.started + self.config.request_timeout_s
         progress = _PrefillProgress(self._on_progress)
+        generation = _GenerationProgress(self._on_progress, self._clock)
         with stream:
             for chunk in stream:
                 accumulator.add(chunk)
                 progress.add((chunk.model_extra or {}).get("prompt_progress"))
+                generation.add(accumulator.token_chunks)
                 if time.monotonic() > deadline:
                     raise ModelUnavailable(
                         f"request still running after {self.config.request_timeout_s:g}s (request_timeout_s)"
@@ -278,6 +296,27 @@ class _PrefillProgress:
         self._emit(PrefillProgress(processed=processed, total=total, cached=cached))
 
 
+class _GenerationProgress:
+    """Counts the reply's tokens as they stream (one delta chunk is one token in llama-server's stream) and passes
+    the count on at most once per GENERATION_PROGRESS_INTERVAL_S: the live view's `generating 1,204 tokens`."""
+
+    def __init__(self, emit: EventListener, clock: Callable[[], float]) -> None:
+        self._emit = emit
+        self._clock = clock
+        self._first: float | None = None
+        self._last_emitted = 0.0
+
+    def add(self, tokens: int) -> None:
+        if tokens == 0:
+            return
+        now = self._clock()
+        if self._first is None:
+            self._first = self._last_emitted = now
+        elif now - self._last_emitted >= GENERATION_PROGRESS_INTERVAL_S:
+            self._last_emitted = now
+            self._emit(GenerationProgress(tokens=tokens, elapsed_s=round(now - self._first, 3)))
+
+
 class _StreamAccumulator:
     """Folds streamed deltas into one turn; tool-call fragments arrive keyed by index."""
 
@@ -288,6 +327,7 @@ class _StreamAccumulator:
         self.reasoning: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
+        self.token_chunks = 0  # delta chunks that carried text, reasoning or a call: the tokens streamed so far
         self.usage: Any = None
         self.timings: dict[str, Any] | None = None
 
@@ -304,6 +344,7 @@ class _StreamAccumulator:
             reasoning = (delta.model_extra or {}).get("reasoning_content")
             if delta.content or reasoning or delta.tool_calls:
                 self.first_token_at = self.first_token_at or time.monotonic()
+                self.token_chunks += 1
             if delta.content:
                 self.content.append(delta.content)
             if reasoning:

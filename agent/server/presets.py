@@ -25,6 +25,10 @@ DSPARK_DRAFT_N_MAX = 5
 DEFAULT_READY_TIMEOUT_S = 1800.0
 # SmolLM2-135M was trained on 8192 tokens; its KV cache costs ~23 KB per token.
 EMBEDDED_MAX_CTX = 8192
+# The embedded model's replies end here (--n-predict; a request's own max_tokens, `run --max-tokens`, overrides it):
+# the README's first run ends in about a minute on two cores instead of SmolLM2 babbling thousands of tokens. At the
+# slowest decode measured under load (2.1 tok/s) 192 tokens take 91 s; the first run stays under two minutes.
+EMBEDDED_REPLY_TOKENS = 192
 
 
 class PresetError(LaunchError):
@@ -50,6 +54,7 @@ class ServerPreset(BaseModel):
     cache_ram_mib: int | None = None
     repack: bool = True
     slot_save_path: Path | None = Field(None, description="--slot-save-path: lets the agent save and restore prefixes")
+    n_predict: int | None = Field(None, ge=1, description="--n-predict: a reply's cap when a request sets none")
     temperature: float = 1.0
     top_p: float = 0.95
     min_p: float = 0.0
@@ -93,6 +98,8 @@ class ServerPreset(BaseModel):
             arguments.append("--no-repack")
         if self.slot_save_path is not None:
             arguments += ["--slot-save-path", str(self.slot_save_path)]
+        if self.n_predict is not None:
+            arguments += ["--n-predict", str(self.n_predict)]
         arguments += ["--temp", str(self.temperature), "--top-p", str(self.top_p), "--min-p", str(self.min_p)]
         arguments += ["--host", self.host, "--port", str(self.port)]
         return arguments + self.extra_args
@@ -168,6 +175,7 @@ def embedded_preset(request: PresetRequest) -> ServerPreset:
         # (Firecracker); a 135M Q4_1 model gains nothing measurable from repacking.
         repack=False,
         slot_save_path=request.slot_save_path or default_kv_cache_dir(),
+        n_predict=EMBEDDED_REPLY_TOKENS,
         host=request.host,
         port=request.port,
         extra_args=request.extra_args,

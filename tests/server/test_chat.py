@@ -4,12 +4,21 @@ llama-server (marker `llama_server`): usage, timings, prefill progress, the prom
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 from typing import Any
 
 import pytest
 
 from agent.protocol.config import LLMConfig, SamplingConfig
-from agent.protocol.model import AssistantTurn, ContextOverflow, MalformedOutput, ModelUnavailable, ToolCall
+from agent.protocol.events import GenerationProgress
+from agent.protocol.model import (
+    AssistantTurn,
+    ContextOverflow,
+    MalformedOutput,
+    ModelUnavailable,
+    RetriesExhausted,
+    ToolCall,
+)
 from agent.safety.control_text import neutralise
 from agent.server.api import LlamaServerAPI
 from agent.server.chat import OpenAIChatModel
@@ -17,7 +26,7 @@ from agent.server.launcher import ServerState
 from tools.registry import default_registry
 
 from support.llama_fixtures import READ_FILE_TOOLS, REPOSITORY_SYSTEM, chat_model
-from support.scripted_server import FORMAT_ERROR, Fail, Reply, ScriptedServer, Stall, StreamError
+from support.scripted_server import FORMAT_ERROR, Cut, Fail, Reply, ScriptedServer, Stall, StreamError
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
 MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do it"}]
@@ -210,6 +219,43 @@ def test_prefill_progress_reaches_the_observer_a_few_times_per_request() -> None
     assert set(events[0].model_dump()) == {"type", "processed", "total", "cached", "task", "time"}
 
 
+def test_a_stream_that_ends_without_a_finish_reason_is_retried() -> None:
+    """A body that ends cleanly mid-reply is no answer: taken as one it ended tasks as no_changes."""
+    retries: list[str] = []
+    with ScriptedServer([Cut(), Cut(), Reply(content="the whole answer")]) as server:
+        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=2)
+        turn = OpenAIChatModel(config, on_retry=retries.append).complete(MESSAGES, TOOLS)
+    assert turn.content == "the whole answer" and turn.stats.retries == 2
+    assert "the stream ended before the reply did" in retries[0]
+    with ScriptedServer([Cut()] * 2) as server:
+        with pytest.raises(RetriesExhausted, match="the stream ended before the reply did"):
+            client(server, max_retries=1).complete(MESSAGES, TOOLS)
+
+
+class _Clock:
+    """Each reading a third of a second after the last: a reply streamed over a few seconds."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1 / 3
+        return self.now
+
+
+def test_generation_progress_counts_tokens_at_most_once_a_second() -> None:
+    events: list[Any] = []
+    with ScriptedServer([Reply(content="word " * 60, reasoning="think " * 20)]) as server:
+        model = OpenAIChatModel(LLMConfig(server_url=server.url), on_progress=events.append, clock=_Clock())
+        turn = model.complete(MESSAGES, TOOLS)
+    progress = [event for event in events if isinstance(event, GenerationProgress)]
+    assert len(progress) >= 3
+    counts, elapsed = [event.tokens for event in progress], [event.elapsed_s for event in progress]
+    assert counts == sorted(counts) and len(set(counts)) == len(counts)
+    assert all(later - earlier >= 1.0 for earlier, later in pairwise(elapsed))
+    assert 0 < counts[-1] <= turn.stats.completion_tokens
+
+
 def test_the_total_request_timeout_is_a_backstop_that_is_not_retried() -> None:
     endless = Reply(content="late", prefill_chunks=20, prefill_interval_s=0.2)  # alive, but 4 s in all
     with ScriptedServer([endless, Reply(content="never asked")]) as server:
@@ -263,8 +309,9 @@ def test_a_long_prompt_streams_prefill_progress(llama_server):
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "What does helper_3 do?"}]
     turn = chat_model(llama_server, max_tokens=8, on_progress=events.append).complete(messages, READ_FILE_TOOLS)
     print(f"\nprefill progress events: {events}")
+    assert {event.type for event in events} <= {"prefill_progress", "generation_progress"}  # 8 tokens may take > 1 s
+    events = [event for event in events if event.type == "prefill_progress"]
     assert events, "no prompt_progress chunk reached the observer"
-    assert {event.type for event in events} == {"prefill_progress"}
     assert {event.total for event in events} == {turn.stats.prompt_tokens}
     processed = [event.processed for event in events]
     assert processed == sorted(processed)

@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agent.server.binary import find_embedded_model
@@ -7,6 +8,7 @@ from agent.server.launcher import check_flags
 from agent.server.presets import (
     DSPARK_DEFAULT_CTX,
     EMBEDDED_MAX_CTX,
+    EMBEDDED_REPLY_TOKENS,
     PresetError,
     PresetRequest,
     build_preset,
@@ -139,3 +141,27 @@ def test_both_presets_only_use_flags_the_binary_knows(llama_binary, tmp_path):
     draft.write_bytes(b"GGUF")
     check_flags(build_preset(PresetRequest(preset="dspark", model=model, draft=draft)), llama_binary)
     check_flags(build_preset(PresetRequest(self_draft=True)), llama_binary)
+
+
+def test_the_embedded_preset_caps_a_reply(ggufs):
+    model, draft = ggufs
+    embedded = _pairs(build_preset(PresetRequest(preset="embedded", model=model)).arguments())
+    assert embedded["--n-predict"] == str(EMBEDDED_REPLY_TOKENS) == "192"
+    dspark = build_preset(PresetRequest(preset="dspark", model=model, draft=draft)).arguments()
+    assert "--n-predict" not in dspark, "DeepSeek's replies are as long as the task needs"
+
+
+@pytest.mark.llama_server
+def test_the_embedded_server_ends_a_reply_at_its_cap(llama_server_plain) -> None:
+    """No max_tokens in the request: the server's cap ends the reply, as `finish_reason: length`."""
+    reply = httpx.post(
+        f"{llama_server_plain.url}/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "Write a very long story about a dragon, in detail."}],
+            "temperature": 0.0,
+            "ignore_eos": True,
+        },
+        timeout=600,
+    ).json()
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert reply["usage"]["completion_tokens"] == EMBEDDED_REPLY_TOKENS

@@ -56,6 +56,14 @@ class StreamError:
 
 
 @dataclass
+class Cut:
+    """A reply whose stream ends cleanly after its first chunks: no finish reason, no usage, no [DONE] (a server
+    that died between chunks behind a proxy that closed the body politely)."""
+
+    content: str = "word0 word1 "
+
+
+@dataclass
 class Stall:
     """A server that hangs: headers and the first progress chunk, then nothing for `seconds` (or until shutdown)."""
 
@@ -68,7 +76,7 @@ class Die:
     are refused), as when its machine or process dies."""
 
 
-Step = Reply | Fail | StreamError | Stall | Hold | Die
+Step = Reply | Fail | StreamError | Stall | Hold | Die | Cut
 
 LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
@@ -188,13 +196,15 @@ class ScriptedServer(LoopbackServer):
         scripts: dict[str, list[Step]] | None = None,
         slots: int = 1,
         kv: ScriptedSlots | None = None,
+        model_path: str | None = None,
     ) -> None:
         """loading_requests: answer that many requests, of any endpoint, with 503 "Loading model" first, as
         llama-server does while it loads. port: 0 picks a free one. speculative: /slots reports a drafter.
         scripts: a script per task, for tasks that run in parallel: a request plays the script whose key occurs
         in its first user message, else `script`. slots: what /props and /slots report (the server answers any
         number of requests at once whatever it says). kv: slots that hold, save and restore tokens (prompt and
-        cached tokens then count one per character of the rendered prompt)."""
+        cached tokens then count one per character of the rendered prompt). model_path: the GGUF /props names
+        (`model_path`, `model_alias`), as llama-server reports the model it runs."""
         self.script: list[Step] = list(script or [])
         self.scripts = {key: list(steps) for key, steps in (scripts or {}).items()}
         self.n_ctx = n_ctx
@@ -202,6 +212,7 @@ class ScriptedServer(LoopbackServer):
         self.speculative = speculative
         self.slots = slots
         self.kv = kv
+        self.model_path = model_path
         self.held = threading.Event()
         self._release = threading.Event()
         self.requests: list[dict[str, Any]] = []
@@ -278,6 +289,11 @@ class ScriptedServer(LoopbackServer):
                             "default_generation_settings": {"n_ctx": server.n_ctx},
                             "total_slots": server.slots,
                             "build_info": "scripted",
+                            **(
+                                {"model_path": server.model_path, "model_alias": server.model_path}
+                                if server.model_path
+                                else {}
+                            ),
                             "chat_template_caps": {"supports_tools": True, "supports_reasoning_effort": True},
                         },
                     )
@@ -378,6 +394,10 @@ class ScriptedServer(LoopbackServer):
                 if isinstance(step, StreamError):
                     self._event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]})
                     self._event({"error": {"code": 500, "message": step.message, "type": "server_error"}})
+                    return
+                if isinstance(step, Cut):
+                    for word in step.content.split(" ")[:-1]:
+                        self._chunk({"content": word + " "})
                     return
                 if isinstance(step, Stall):
                     self._progress(prompt_n, cache_n, cache_n)
