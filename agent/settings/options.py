@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from agent.environment.spec import load_environment_file
 from agent.protocol.config import DEFAULT_SERVER_URL, Effort, Executor, NightConfig, RunConfig, Switch
 from agent.settings.durations import parse_duration, parse_until
+from agent.worktree.workspace import author_identity
 from sandbox.models import DEFAULT_IMAGE
 
 MIB = 1024**2
@@ -487,6 +488,16 @@ def _options() -> tuple[Option, ...]:
             example="off",
         ),
         Option(
+            "author",
+            str | None,
+            'The commits\' author, "Name <email>"; {model} is the model the server runs (you stay the committer).',
+            "night",
+            NIGHTS,
+            run=("author",),
+            metavar="TEXT",
+            example="bot ({model}) <bot@example.com>",
+        ),
+        Option(
             "allow_dirty",
             bool,
             "Run although REPO has uncommitted changes (they are ignored).",
@@ -542,6 +553,13 @@ class _Checks(BaseModel):
     def _duration(cls, value: str | float | None) -> str | float | None:
         if value is not None:
             parse_duration(value)
+        return value
+
+    @field_validator("author", check_fields=False)
+    @classmethod
+    def _author(cls, value: str | None) -> str | None:
+        if value is not None:
+            author_identity(value, "model")
         return value
 
     @field_validator("until", check_fields=False)

@@ -57,6 +57,18 @@ FALLBACK_IDENTITY = {
     "GIT_COMMITTER_NAME": "refactor-agent",
     "GIT_COMMITTER_EMAIL": "refactor-agent@localhost",
 }
+# `Name <email>`: git's own identity form, as the commits' author setting (RunConfig.author) gives it.
+_IDENTITY = re.compile(r"(?P<name>[^<>]*[^<>\s])\s*<(?P<email>[^<>\s]+)>")
+
+
+def author_identity(author: str, model: str) -> dict[str, str]:
+    """The git environment that makes `author` (`{model}`: the model the task's server runs) the commits' author;
+    ValueError when it is not `Name <email>` or holds a control character."""
+    shown = author.replace("{model}", re.sub(r"[<>\x00-\x1f\x7f]", "", model))
+    match = _IDENTITY.fullmatch(shown.strip())
+    if match is None or any(unicodedata.category(character) == "Cc" for character in shown):
+        raise ValueError(f'{author!r}: not "Name <email>"')
+    return {"GIT_AUTHOR_NAME": match["name"], "GIT_AUTHOR_EMAIL": match["email"]}
 
 
 def wip_ref(run_id: str, index: int) -> str:
@@ -175,6 +187,9 @@ class Workspace:
         self.max_file_bytes = max_file_bytes
         # Paths the last staging left out (new ones, and tracked ones kept at their base version): path -> why.
         self.uncommitted_files: dict[str, str] = {}
+        # Who wrote the task's commits (author_identity: the agent and its model); empty: the committer. The
+        # committer is always the user (or refactor-agent when their config names nobody).
+        self.author: dict[str, str] = {}
         hooks_dir = scratch / "no-hooks"
         self.user_side = user_git(repo, hooks_dir)
         self.git = SafeGit(admin_dir, self.path, hooks_dir)
@@ -467,7 +482,7 @@ class Workspace:
             "-F",
             "-",
             input=commit_message(message, trailers).encode(),
-            env=self._identity(),
+            env={**self._identity(), **self.author},
         )
         sha = commit.strip().decode()
         self.git.run("update-ref", "-m", "refactor-agent: commit", ref, sha, parent)
@@ -483,6 +498,10 @@ class Workspace:
             return FALLBACK_IDENTITY
         return {}
 
+    def _committer(self) -> dict[str, str]:
+        """The committer alone: a cherry-pick keeps each commit's author."""
+        return {key: value for key, value in self._identity().items() if key.startswith("GIT_COMMITTER_")}
+
     def head(self) -> str:
         return self.git.run("rev-parse", "--verify", "HEAD").strip().decode()
 
@@ -497,7 +516,7 @@ class Workspace:
         quiet = ("-c", "gc.auto=0", "-c", "rerere.enabled=false", "-c", "commit.gpgSign=false")
         try:
             self.git.run(
-                *quiet, "cherry-pick", "--allow-empty", "--keep-redundant-commits", *commits, env=self._identity()
+                *quiet, "cherry-pick", "--allow-empty", "--keep-redundant-commits", *commits, env=self._committer()
             )
             return []
         except GitError as error:

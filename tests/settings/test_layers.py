@@ -268,3 +268,15 @@ def test_env_build_and_doctor_read_no_allowed_base_images_from_the_repository(
     assert len(lines) == 1 and lines[0].startswith(f"note: {repo}/refactor-agent.toml is not read")
     _write(tmp_path / "xdg/refactor-agent/config.toml", 'allowed_base_images = ["mine:1"]\n')
     assert user_setting("allowed_base_images", [repo], lines.append) == ["mine:1"]
+
+
+def test_the_author_is_configurable_and_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    user_file = _write(tmp_path / "xdg/refactor-agent/config.toml", 'author = "bot ({model}) <bot@example.com>"\n')
+    repo = tmp_path / "repo"
+    files = ConfigFiles(directory=tmp_path / "work").layers([repo], _no_line)
+    assert night_config([(repo, ["x"], files)], files).repos[0].author == "bot ({model}) <bot@example.com>"
+    _write(user_file, 'author = "x"\n')
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", str(tmp_path), "--task", "x", "--runs-dir", str(tmp_path / "runs")])
+    assert (result.exit_code, result.stderr) == (2, f"error: {user_file}:1: author: 'x': not \"Name <email>\"\n")

@@ -19,6 +19,7 @@ from agent.worktree.workspace import (
     MAX_COMMIT_MESSAGE_CHARS,
     Workspace,
     WorkspaceError,
+    author_identity,
     open_repository,
     task_slug,
     wip_ref,
@@ -511,3 +512,20 @@ def test_a_history_ref_published_while_a_task_commits_does_not_fail_the_commit(
     monkeypatch.setattr(Workspace, "_identity", publishing)
     assert workspace.commit("Add new.py", {}) is not None
     workspace.remove()
+
+
+def test_a_commit_is_authored_by_the_agent_and_committed_by_the_user(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")  # its config names the user: Dev <dev@example.com>
+    workspace = create(repo_path, "Rename")
+    try:
+        workspace.author = author_identity("refactor-agent ({model}) <refactor-agent@localhost>", "DeepSeek-<V4>")
+        (workspace.path / "pkg/geometry.py").write_text("def area(w, h):\n    return w * h\n")
+        commit = workspace.commit("Rename compute_area", {})
+    finally:
+        workspace.remove()
+    who = run_git(repo_path, "log", "-1", "--format=%an <%ae> | %cn <%ce>", commit)
+    assert who.strip() == "refactor-agent (DeepSeek-V4) <refactor-agent@localhost> | Dev <dev@example.com>"
+    with pytest.raises(ValueError, match='not "Name <email>"'):
+        author_identity("x", "m")
+    with pytest.raises(ValueError, match='not "Name <email>"'):
+        author_identity("bot\x1b[2J <b@example.com>", "m")
