@@ -30,7 +30,7 @@ from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, lis
 from agent.review.repository import UserRepository, user_repository
 from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
 from agent.safety.printable import counted, printable
-from agent.settings.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read
+from agent.settings.runs_dir import DEFAULT_RUNS_DIR, RunsNotFound, runs_dir_to_read
 from agent.worktree.safe_git import GitError
 from agent.worktree.workspace import WorkspaceError
 from sandbox.errors import SandboxError
@@ -63,7 +63,12 @@ review_app = CommandGroup(
 
 RunsDirOption = Annotated[
     Path | None,
-    typer.Option("--runs-dir", help=f"Run records (default: {DEFAULT_RUNS_DIR}, else the per-user runs folder)."),
+    typer.Option(
+        "--runs-dir",
+        metavar="DIR",
+        help=f"Run records (default: where this repository's last runs wrote, else ./{DEFAULT_RUNS_DIR}, else the "
+        "per-user runs folder).",
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON on stdout).")]
 RepoOption = Annotated[Path | None, typer.Option("--repo", help="The repository (default: the one the run used).")]
@@ -76,10 +81,17 @@ TargetArgument = Annotated[
 RunArgument = Annotated[str, typer.Argument(metavar="RUN", help="A run id (see `review`).")]
 
 
-def _runs_dir(context: typer.Context, given: Path | None) -> Path:
-    """A subcommand's --runs-dir, else the one given before it (`review --runs-dir D RUN`), else the default."""
+def _runs_dir(context: typer.Context, given: Path | None, run_id: str | None = None) -> Path:
+    """A subcommand's --runs-dir, else the one given before it (`review --runs-dir D RUN`), else where the run
+    (`run_id`: the one named) or the current repository's last runs are (agent/settings/runs_dir.py)."""
     inherited = context.parent.params.get("runs_dir") if context.parent is not None else None
-    return runs_dir_to_read(given or inherited)
+    return runs_dir_to_read(given or inherited, run_id)
+
+
+def _run_of(target: str) -> str | None:
+    """The run a BRANCH_OR_TASK names: RUN of `RUN/N`, else None (N alone or a branch: the latest runs)."""
+    run_id, _, number = target.rpartition("/")
+    return run_id if run_id and number.isdigit() else None
 
 
 def _as_json(context: typer.Context, given: bool) -> bool:
@@ -90,7 +102,7 @@ def _as_json(context: typer.Context, given: bool) -> bool:
 def _one_line_errors() -> Iterator[None]:
     """Bad input exits 2, a failed git or Docker step exits 1; both as one line, never a traceback."""
     failed = one_line_errors(WorkspaceError, GitError, SandboxError, code=EXIT_FAILED, shown=printable)
-    with one_line_errors(ReviewError, shown=printable), failed:
+    with one_line_errors(ReviewError, RunsNotFound, shown=printable), failed:
         yield
 
 
@@ -146,7 +158,7 @@ def tasks(
 ) -> None:
     """A run's tasks as in its report: verdict, branch, tests before → after, files, tokens (or `review RUN`)."""
     with _one_line_errors():
-        record = load_run(_runs_dir(context, runs_dir), run)
+        record = load_run(_runs_dir(context, runs_dir, run), run)
     if _as_json(context, as_json):
         _print_json({"run": record.summary.model_dump(mode="json"), "rows": task_rows(record)})
         return
@@ -166,7 +178,7 @@ def show(
 ) -> None:
     """A task's commit message, verdict and test evidence, then its diff (in a pager on a terminal)."""
     with _one_line_errors():
-        change = _change(_runs_dir(context, runs_dir), target, repo)
+        change = _change(_runs_dir(context, runs_dir, _run_of(target)), target, repo)
     if _as_json(context, as_json):
         _print_json(change_json(change))
         return
@@ -195,7 +207,7 @@ def pr(
 ) -> None:
     """A pull-request description in Markdown: what changed and why, test evidence, files, risks, how it was made."""
     with _one_line_errors():
-        change = _change(_runs_dir(context, runs_dir), target, repo)
+        change = _change(_runs_dir(context, runs_dir, _run_of(target)), target, repo)
     config = change.ref.run.config()
     title, body = pull_request(change, config)
     if output is not None:
@@ -223,7 +235,7 @@ def push(
 ) -> None:
     """Push a task's branch to REMOTE under the same name. Nothing is ever pushed unless you run this."""
     with _one_line_errors():
-        ref = find_task(_runs_dir(context, runs_dir), target)
+        ref = find_task(_runs_dir(context, runs_dir, _run_of(target)), target)
         branch = ref.task.branch
         with _repository(ref.run, repo, ref.task) as repository:
             commit = repository.tip(branch) if branch else None
@@ -263,7 +275,7 @@ def rebase(
         _say(line, err=True)
 
     with _one_line_errors():
-        record = load_run(_runs_dir(context, runs_dir), run)
+        record = load_run(_runs_dir(context, runs_dir, run), run)
         with _repository(record, repo) as repository:
             path = Path(str(repository.repo.working_tree_dir))
             config = record.config_for(path) or RunConfig(repo=path, tasks=["(unknown)"])
@@ -303,7 +315,7 @@ def discard(
 ) -> None:
     """Delete RUN's task branches (all, or --only regressed|failed); asks first unless --yes."""
     with _one_line_errors():
-        record = load_run(_runs_dir(context, runs_dir), run)
+        record = load_run(_runs_dir(context, runs_dir, run), run)
         chosen = [task for task in record.summary.tasks if task.branch and only in (None, task.verdict)]
         deleted: list[str] = []
         kept: dict[str, str] = {}

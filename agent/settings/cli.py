@@ -22,7 +22,7 @@ from agent.settings.layers import (
 )
 from agent.settings.night_file import night_defaults, night_repositories
 from agent.settings.options import OPTIONS, Options
-from agent.settings.runs_dir import DEFAULT_RUNS_DIR
+from agent.settings.runs_dir import DEFAULT_RUNS_DIR, work_tree_holding
 
 ConfigOption = Annotated[
     Path | None,
@@ -65,7 +65,7 @@ def config_show(
         if night_file is not None:
             targets += night_repositories(night_file)
         if not targets:  # as `run .` would see it
-            targets = [path for path in [_work_tree_holding(Path.cwd())] if path is not None]
+            targets = [path for path in [work_tree_holding(Path.cwd())] if path is not None]
         layers = ConfigFiles(config).layers(targets, typer.echo)
         if night_file is not None:
             layers.append(night_defaults(night_file))
@@ -78,9 +78,3 @@ def config_show(
         lines = describe_settings(defaults, layers)
     for line in lines:
         typer.echo(line)
-
-
-def _work_tree_holding(directory: Path) -> Path | None:
-    """The git work tree `directory` is in (found by its `.git`, no git runs), if any."""
-    resolved = directory.resolve()
-    return next((path for path in [resolved, *resolved.parents] if (path / ".git").exists()), None)
