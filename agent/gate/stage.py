@@ -16,7 +16,7 @@ from agent.gate.results import SuiteRun
 from agent.gate.suite import rerun_selected, run_suite
 from agent.gate.syntax import syntax_regressions
 from agent.gate.verdict import GateCheck, judge
-from agent.protocol.events import Baseline, Event, GateEvent
+from agent.protocol.events import Baseline, Event, GateEvent, GateStart
 from tools.base import Executor
 
 Emit = Callable[[Event], None]
@@ -65,6 +65,8 @@ class Gate:
             return None
         else:
             cached = self.cache.get(self.cache_key) if self.cache_key else None
+            if cached is None:
+                self.emit(GateStart(kind="baseline"))
             suite = cached or run_suite(self.executor, self.test_command, timeout_s=self.timeout_s)
             if cached is None and self.cache_key:
                 self.cache.put(self.cache_key, suite)
@@ -82,9 +84,11 @@ class Gate:
         baseline = self.baseline_run
         final = comparison = None
         if baseline is not None and baseline.ran and self.test_command is not None:
+            self.emit(GateStart(kind="check", tests=sum(baseline.counts.values()) or None))
             final = run_suite(self.executor, self.test_command, timeout_s=self.timeout_s)
             comparison = compare(baseline, final)
             if comparison.regressed and final.ran:
+                self.emit(GateStart(kind="rerun", tests=len(comparison.regressed)))
                 rerun = rerun_selected(self.executor, self.test_command, comparison.regressed, timeout_s=self.timeout_s)
                 comparison = settle_flaky(comparison, rerun)
         infrastructure = infrastructure_in([*changed_paths, *unstaged], self.test_command, read)

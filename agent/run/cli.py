@@ -30,9 +30,12 @@ from agent.settings.layers import (
 )
 from agent.settings.night_file import load_night
 from agent.settings.options import BY_NAME, takes_options
-from agent.settings.runs_dir import DEFAULT_RUNS_DIR, runs_dir_to_read, user_runs_dir
+from agent.settings.runs_dir import DEFAULT_RUNS_DIR, RunsNotFound, runs_dir_to_read, user_runs_dir
 
 ResumeOption = Annotated[bool, typer.Option(help="Continue the unfinished run of the same tasks if there is one.")]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="The run's events as JSON lines on stdout (the log on stderr), for scripts.")
+]
 
 
 def _read_tasks(tasks: list[str], task_file: Path | None) -> list[str]:
@@ -72,12 +75,13 @@ def usage_errors() -> contextlib.AbstractContextManager[None]:
     return one_line_errors(UsageProblem, SettingsError, EnvironmentFileError)
 
 
-def _execute(night: NightConfig, resume: str | None, options: PlanOptions | None = None) -> None:
+def _execute(night: NightConfig, resume: str | None, as_json: bool, options: PlanOptions | None = None) -> None:
     # lazy: the run's machinery (openai, docker, rich) loads here, not for `pack`, `server` or `--help`.
+    from agent.record.json_view import JsonView
     from agent.record.live import RunView
     from agent.run.command import execute
 
-    raise typer.Exit(execute(night, view=RunView(), resume=resume, options=options))
+    raise typer.Exit(execute(night, view=JsonView() if as_json else RunView(), resume=resume, options=options))
 
 
 def _pick_resume(night: NightConfig, wanted: bool) -> str | None:
@@ -92,6 +96,7 @@ def run(
     task_file: Annotated[Path | None, typer.Option(help="Tasks, one paragraph each (for cron).")] = None,
     resume: ResumeOption = False,
     config: ConfigOption = None,
+    as_json: JsonOption = False,
     **options: Any,
 ) -> None:
     """Run the agent on REPO: one branch refactor-agent/<run-id>/<task> per task, a record in runs/<run-id>/.
@@ -105,7 +110,7 @@ def run(
         night = night_config([(target, tasks, layers)], layers, log=typer.echo)
         _check_runs_dir(night.runs_dir)
         chosen = _pick_resume(night, resume)
-    _execute(night, chosen)
+    _execute(night, chosen, as_json)
 
 
 @takes_options("night")
@@ -123,6 +128,7 @@ def night(
         Literal["discarded"] | None, typer.Option(help="discarded: run the discarded tasks again too.")
     ] = None,
     config: ConfigOption = None,
+    as_json: JsonOption = False,
     **options: Any,
 ) -> None:
     """Run every task of every repository in NIGHT_FILE, in order, in one run directory with one report. Each
@@ -133,7 +139,7 @@ def night(
         _check_runs_dir(night.runs_dir)
         chosen = None if plan else _pick_resume(night, resume)
     choices = PlanOptions(plan_only=plan, only_failed=only == "failed", retry_discarded=retry == "discarded")
-    _execute(night, chosen, choices)
+    _execute(night, chosen, as_json, choices)
 
 
 @takes_options("resume")
@@ -144,11 +150,12 @@ def resume_run(
         Path | None, typer.Option(help="Where its record is (default: runs, else the per-user runs folder).")
     ] = None,
     server: Annotated[str | None, typer.Option(help="The server, if not the run's own.")] = None,
+    as_json: JsonOption = False,
     **options: Any,
 ) -> None:
     """Continue a run that was killed (kill -9, OOM, reboot) or stopped: finished tasks are not redone, the task
     in flight goes on from its last completed step."""
-    with one_line_errors(ResumeError, SettingsError):
+    with one_line_errors(ResumeError, SettingsError, RunsNotFound):
         runs = runs_dir_to_read(runs_dir, run_id)
         if "/" in run_id or run_id.startswith(".") or not (runs / run_id).is_dir():
             where = runs if runs_dir is not None else f"{DEFAULT_RUNS_DIR} or {user_runs_dir()}"
@@ -164,7 +171,7 @@ def resume_run(
             night.repos = [
                 config.model_copy(update={"llm": config.llm.model_copy(update=llm)}) for config in night.repos
             ]
-    _execute(night, run_id)
+    _execute(night, run_id, as_json)
 
 
 def run_config_of(repo: Path, tasks: list[str], values: dict[str, Any], config: Path | None = None) -> RunConfig:

@@ -4,6 +4,7 @@ view, --on-finish; returns the exit code."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,8 +27,10 @@ from agent.protocol.config import NightConfig
 from agent.protocol.nights import NightPlan
 from agent.protocol.records import RunSummary, now_iso
 from agent.record.journal import NIGHT_RECORD, OUTPUT_LOG, RunJournal, new_run_id
+from agent.record.last_runs import remember
 from agent.record.live import RunView
 from agent.record.progress import read_progress
+from agent.record.report import verdict_counts
 from agent.run.compose import build_run
 from agent.run.interrupt import Interrupted, stop_signals
 from agent.run.lock import LockHeld, RepoLock
@@ -35,6 +38,8 @@ from agent.run.preflight import PreflightError, Prepared, preflight
 from agent.run.run import TaskDispatch
 from agent.run.sandboxes import docker_sandboxes
 from agent.safety.printable import counted
+from agent.server.api import is_embedded
+from agent.settings.runs_dir import RunsNotFound, runs_dir_to_read
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from agent.worktree.workspace import WorkspaceError, open_repository
 
@@ -122,6 +127,7 @@ def _locked(
     server = {"llm": night.repos[0].llm.model_copy(update=servers)}
     night = night.model_copy(update={"repos": [config.model_copy(update=server) for config in night.repos]})
     journal = RunJournal(night.runs_dir, run_id, resume=resume)
+    remember(prepared.repos, night.runs_dir)  # `review` in any of these repositories finds this run
     view.divert_to(journal.directory / OUTPUT_LOG)
     planned = None
     if night.name is not None:
@@ -236,10 +242,8 @@ def task_dispatch(night: NightConfig) -> TaskDispatch:
 
 
 def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> None:
-    if view.live:  # plain output already logged each task's end as it happened
-        for task in summary.tasks:
-            where = f" on {task.branch} ({task.commit[:12]})" if task.commit else ""
-            view.log(f"task {task.index} {task.status}{where}: {task.reason}")
+    """The end block: what the run proved (the embedded model's first run) or its tally, where its report is, and
+    the command that reviews it. Each task's end line came as it happened."""
     if summary.interrupted_by:
         view.log(
             f"run interrupted by {summary.interrupted_by}: the task in flight kept its changes in patch.diff "
@@ -249,4 +253,18 @@ def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> N
         view.log(f"warning: {warning}")
     if summary.error is not None:
         view.error(f"run failed: {summary.error}")
-    view.log(f"run {summary.run_id}: {journal.directory}")
+    if is_embedded(summary.served_model):  # the first run proves the install; SmolLM2 refactors nothing real
+        view.log(view.proof.line())
+    else:
+        view.log(f"run {summary.run_id}: {verdict_counts(summary)}")
+    view.log(f"report: {(journal.directory / 'report.html').absolute().as_uri()}")
+    view.log(f"next: {review_command(summary.run_id, journal.directory.parent)}")
+
+
+def review_command(run_id: str, runs_dir: Path) -> str:
+    """`refactor-agent review RUN`, with --runs-dir when `review` run from here would not find the run."""
+    try:
+        found = runs_dir_to_read(None, run_id).absolute() == runs_dir.absolute()
+    except RunsNotFound:
+        found = False
+    return f"refactor-agent review {run_id}" + ("" if found else f" --runs-dir {shlex.quote(str(runs_dir.absolute()))}")

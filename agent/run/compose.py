@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import git
+import httpx
 
 from agent.nights.tonight import Tonight
 from agent.protocol.config import NightConfig, RunConfig
@@ -19,7 +20,7 @@ from agent.record.journal import RunJournal
 from agent.record.progress import RunProgress
 from agent.run.run import Run, RunServer, TaskDispatch
 from agent.run.sandboxes import Sandboxes
-from agent.server.api import LlamaServerAPI
+from agent.server.api import LlamaServerAPI, ServerError, served_model
 from agent.server.chat import OpenAIChatModel
 from agent.server.kv_cache import PrefixCache
 from agent.server.metrics import SpeculationProbe
@@ -67,6 +68,7 @@ def build_run(
             prefix_cache=cache.for_slot(slot) if cache is not None and slot else cache,
             probe=SpeculationProbe(api),
         )
+    fleet = settings.llm.fleet if server_url is not None else []
     run = Run(
         night,
         repos=repos,
@@ -79,5 +81,15 @@ def build_run(
         progress=progress,
         previous=previous,
         tonight=tonight,
+        served={url: _served_model(url) for url in dict.fromkeys([*([server_url] if server_url else []), *fleet])},
     )
     return run
+
+
+def _served_model(url: str) -> str | None:
+    """What the server at `url` runs, from one /props; None when it does not say (the run goes on: it is a label)."""
+    try:
+        with LlamaServerAPI(url, timeout_s=10.0) as api:
+            return served_model(api.props())
+    except (ServerError, httpx.HTTPError, ValueError):
+        return None

@@ -89,10 +89,12 @@ class Run:
         progress: RunProgress | None = None,
         previous: RunSummary | None = None,
         tonight: Tonight | None = None,
+        served: dict[str, str | None] | None = None,
     ) -> None:
         """sandboxes is None only where no task runs here (the head of a Ray run); server None for a scripted model
         with no server (`eval --oracle`): tokens are estimated, no metrics are scraped. tonight: a named night's
-        planned tasks (their base, trailer and publish), None for a one-off run."""
+        planned tasks (their base, trailer and publish), None for a one-off run. served: each server's model as its
+        /props names it (agent.server.api.served_model), by URL."""
         self.night = night if isinstance(night, NightConfig) else NightConfig(repos=[night], runs_dir=night.runs_dir)
         self.dispatch = dispatch
         self._sandboxes = sandboxes
@@ -102,6 +104,7 @@ class Run:
         self.observe = observe
         self.progress = progress  # of the run being resumed, None for a new one
         self.previous = previous
+        self.served = served or {}
         # Every request of the run, across resumes: the run's metrics are over all of them.
         self.requests: list[RequestStats] = list(progress.requests) if progress is not None else []
         self.baselines = BaselineCache(self.night.runs_dir)
@@ -127,6 +130,10 @@ class Run:
     @property
     def server_url(self) -> str | None:
         return self.server.url if self.server is not None else None
+
+    def served_model(self, url: str | None) -> str | None:
+        """The model the server at `url` says it runs; None when it named none (or there is no server)."""
+        return self.served.get(url) if url is not None else None
 
     def record(self, event: Event) -> None:
         """Into the journal, then to the observer (the live view)."""
@@ -180,6 +187,7 @@ class Run:
             repo=repositories[0],
             repos=repositories,
             model=self.model.name,
+            served_model=self.served_model(self.server_url),
             server_url=self.server_url or "none (scripted model)",
             speculation_configured=self.speculation,
         )
@@ -202,7 +210,13 @@ class Run:
                 self.tonight.publish(task, stopped=False) if task.key is None else task for task in summary.tasks
             ]
         try:
-            self.emit(RunStart(run_id=self.journal.run_id, tasks=len(self.night.tasks())))
+            deadline = self.night.deadline_at.timestamp() if self.night.deadline_at is not None else None
+            served = self.served_model(self.server_url)
+            self.emit(
+                RunStart(
+                    run_id=self.journal.run_id, tasks=len(self.night.tasks()), deadline_at=deadline, served_model=served
+                )
+            )
             self.journal.write_summary(summary)
             counters_at_start = self._counters()
             numbered = [(index, config, task) for index, (config, task) in enumerate(self.night.tasks(), start=1)]
@@ -288,7 +302,10 @@ class Run:
         if self._sandboxes is not None:
             self._sandboxes.remove_run(self.journal.run_id)
 
-    def trailers(self, index: int) -> dict[str, str]:
-        """A task's commit trailers: the run, the model, and a named night's task key."""
-        trailers = {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": self.model.name}
+    def trailers(self, index: int, served: str | None = None) -> dict[str, str]:
+        """A task's commit trailers: the run, the model (the one its server runs, `served`, with the requested name
+        beside it when the two differ), and a named night's task key."""
+        trailers = {"Refactor-Agent-Run": self.journal.run_id, "Refactor-Agent-Model": served or self.model.name}
+        if served is not None and served != self.model.name:
+            trailers["Refactor-Agent-Model-Requested"] = self.model.name
         return {**trailers, **self.tonight.trailers(index)} if self.tonight is not None else trailers

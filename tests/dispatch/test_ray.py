@@ -131,7 +131,8 @@ def scenario(tmp: str) -> dict[str, Any]:
                 "events": [
                     (event["task"], event["type"])
                     for event in map(json.loads, (directory / "transcript.jsonl").read_text().splitlines())
-                    if event["task"] is not None and event["type"] not in ("baseline", "prefill_progress")
+                    if event["task"] is not None
+                    and event["type"] not in ("baseline", "gate_start", "prefill_progress", "generation_progress")
                 ],
                 "patch": (directory / "patch.diff").read_text(),
                 "exit_code": summary.exit_code,

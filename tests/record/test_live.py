@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 from rich.console import Console
 
@@ -11,22 +12,29 @@ from agent.protocol.events import (
     EnvironmentProgress,
     EnvironmentReady,
     GateEvent,
+    GateStart,
+    GenerationProgress,
     PrefillProgress,
     PrefixCacheEvent,
     Repair,
     Response,
     Retry,
+    RunStart,
     TaskEnd,
     TaskServer,
     TaskStart,
+    ToolCallEvent,
     ToolResultEvent,
+    parse_event,
 )
 from agent.protocol.records import EnvironmentRecord, GateEvidence, TaskSummary
 from agent.protocol.stats import RequestStats
+from agent.record.json_view import JsonView
 from agent.record.live import RunView
 
+BRANCH = "refactor-agent/r/1-rename"
 EVENTS = [
-    TaskStart(task=1, text="Rename compute_area", branch="refactor-agent/r/1-rename"),
+    TaskStart(task=1, text="Rename compute_area", branch=BRANCH),
     Response(
         task=1,
         turn=1,
@@ -41,7 +49,8 @@ EVENTS = [
             latency_s=2.5,
         ),
     ),
-    ToolResultEvent(task=1, turn=1, id="call_1", name="bash", is_error=True, text="boom"),
+    ToolCallEvent(task=1, turn=1, id="call_1", name="bash", arguments='{"command": "pytest -q"}'),
+    ToolResultEvent(task=1, turn=1, id="call_1", name="bash", is_error=True, text="boom\nmore"),
     Retry(task=1, message="retry 1/6 in 2.0s after HTTP 503"),
     PrefixCacheEvent(task=1, action="saved", tokens=7650, ms=44.0, message="saved 7650 prefix tokens (168 MiB)"),
     TaskEnd(
@@ -52,8 +61,19 @@ EVENTS = [
             status="committed",
             verdict="verified",
             reason="the model called finish",
+            branch=BRANCH,
+            commit="0123456789abcdef",
+            tests=GateEvidence(baseline="3 passed", final="3 passed"),
         ),
     ),
+]
+PLAIN = [
+    f"task 1 started on branch {BRANCH}",
+    "turn 1: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
+    "turn 1  bash pytest -q → error: boom",
+    "model: retry 1/6 in 2.0s after HTTP 503",
+    "prefix cache: saved 7650 prefix tokens (168 MiB)",
+    f"task 1 verified on {BRANCH} (0123456789ab): 3 passed → 3 passed",
 ]
 
 
@@ -62,55 +82,163 @@ def test_plain_lines_when_not_a_terminal() -> None:
     with RunView(Console(file=output, force_terminal=False, width=60)) as view:
         for event in EVENTS:
             view.handle(event)
-    assert output.getvalue().splitlines() == [
-        "task 1 started on branch refactor-agent/r/1-rename",
-        "turn 1: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
-        "turn 1: bash (error)",
-        "model: retry 1/6 in 2.0s after HTTP 503",
-        "prefix cache: saved 7650 prefix tokens (168 MiB)",
-        "task 1 committed, verified: the model called finish",
-    ]
+    assert output.getvalue().splitlines() == PLAIN
 
 
-def test_live_panel_on_a_terminal_shows_speed_cache_and_drafts() -> None:
-    output = io.StringIO()
-    with RunView(Console(file=output, force_terminal=True, width=80)) as view:
-        for event in EVENTS:
-            view.handle(event)
-    screen = output.getvalue()
-    assert "42.0" in screen and "95%" in screen and "50%" in screen and "bash (error)" in screen
-
-
-PREFILL = [
-    TaskStart(task=1, text="Rename compute_area", branch="refactor-agent/r/1-rename"),
-    PrefillProgress(task=1, processed=120_000, total=480_000, cached=0),
+# One task's story as the cron log has it: environment, start, baseline, three tool calls, gate, repair, gate, end.
+STORY = [
+    EnvironmentProgress(message="building the environment image"),
+    EnvironmentReady(
+        record=EnvironmentRecord(source="detected", description="d", image="env:1", status="built", tests_collected=4)
+    ),
+    TaskStart(task=1, text="Make perimeter faster", branch=BRANCH),
+    GateStart(task=1, kind="baseline"),
+    Baseline(task=1, ran=True, cached=False, result="4 passed"),
+    ToolCallEvent(task=1, turn=1, id="a", name="read_file", arguments='{"path": "shapes/geometry.py"}'),
+    ToolResultEvent(task=1, turn=1, id="a", name="read_file", is_error=False, text="def perimeter(): ..."),
+    ToolCallEvent(task=1, turn=2, id="b", name="str_replace", arguments='{"path": "shapes/report.py", "old": "x"}'),
+    ToolResultEvent(
+        task=1,
+        turn=2,
+        id="b",
+        name="str_replace",
+        is_error=True,
+        text="old occurs 0 times in 'shapes/report.py'; it must occur exactly once (add surrounding lines)",
+    ),
+    ToolCallEvent(task=1, turn=3, id="c", name="bash", arguments='{"command": "sed -i s/a/b/ shapes/geometry.py"}'),
+    ToolResultEvent(task=1, turn=3, id="c", name="bash", is_error=False, text=""),
+    GateStart(task=1, kind="check", tests=4),
+    GateEvent(task=1, verdict="regressed", reason="1 test regressed", regressed=["t::test_perimeter"]),
+    Repair(task=1, round=1, reason="1 test regressed"),
+    GateEvent(task=1, verdict="regressed", reason="1 test regressed", regressed=["t::test_perimeter"]),
+    TaskEnd(
+        task=1,
+        outcome=TaskSummary(
+            index=1,
+            task="Make perimeter faster",
+            status="committed",
+            verdict="regressed",
+            reason="the model called finish; gate: 1 test regressed",
+            branch=BRANCH,
+            commit="65285b3adf34aaaa",
+            tests=GateEvidence(
+                baseline="4 passed",
+                final="3 passed, 1 failed",
+                regressed=["t::test_perimeter"],
+                failures={"t::test_perimeter": "assert 7 == 10\nmore"},
+                rounds=[1, 1],
+            ),
+        ),
+    ),
 ]
 
 
-def test_live_panel_shows_prefill_progress_as_a_bar() -> None:
+def _plain(events: list) -> list[str]:
     output = io.StringIO()
-    with RunView(Console(file=output, force_terminal=True, width=100)) as view:
-        for event in PREFILL:
+    with RunView(Console(file=output, force_terminal=False, width=80)) as view:
+        for event in events:
             view.handle(event)
-    screen = output.getvalue()
-    assert "120,000 / 480,000 prompt tokens" in screen
-    assert "━" in screen  # rich's bar
+    return output.getvalue().splitlines()
 
 
-def test_the_prefill_bar_goes_when_the_response_arrives() -> None:
-    output = io.StringIO()
-    with RunView(Console(file=output, force_terminal=True, width=100)) as view:
-        for event in [*PREFILL, EVENTS[1]]:
+def test_the_terminal_shows_every_line_the_log_shows() -> None:
+    plain = _plain(STORY)
+    assert len(plain) == 11, plain
+    console = Console(force_terminal=True, record=True, width=200, file=io.StringIO())
+    with RunView(console) as view:
+        for event in STORY:
             view.handle(event)
-    assert view.tasks[1]["prefill"] is None
+    screen = console.export_text()
+    assert [line for line in plain if line not in screen] == []
 
 
-def test_plain_output_does_not_log_prefill_progress() -> None:
-    output = io.StringIO()
-    with RunView(Console(file=output, force_terminal=False, width=60)) as view:
-        for event in PREFILL:
+def test_each_tool_call_is_one_line_with_its_argument_and_result() -> None:
+    plain = _plain(STORY)
+    assert "turn 1  read_file shapes/geometry.py → ok" in plain
+    assert (
+        "turn 2  str_replace shapes/report.py → error: old occurs 0 times in 'shapes/report.py'; it must occur "
+        "exactly once (add surrounding lines)"
+    ) in plain
+    assert "turn 3  bash sed -i s/a/b/ shapes/geometry.py → ok" in plain
+    hostile = ToolCallEvent(
+        task=1, turn=4, id="d", name="write_file", arguments='{"path": "a\\u001b[2J' + "x" * 80 + '"}'
+    )
+    result = ToolResultEvent(task=1, turn=4, id="d", name="write_file", is_error=True, text="\x1b]52;c;aGk=\x07 no")
+    (line,) = _plain([hostile, result])
+    assert "\x1b" not in line and line.startswith("turn 4  write_file a\\x1b[2Jxxx") and "…" in line
+    assert line.endswith("→ error: \\x1b]52;c;aGk=\\x07 no")
+
+
+def test_a_task_end_line_starts_with_its_verdict_word() -> None:
+    assert _plain(STORY)[-1] == (
+        f"task 1 REGRESSED (1 test) on {BRANCH} (65285b3adf34): t::test_perimeter: assert 7 == 10; "
+        "round 1: 1 regressed → round 2: 1"
+    )
+    failed = TaskSummary(
+        index=3,
+        task="Add hints",
+        status="failed",
+        verdict="failed",
+        reason="reached --max-turns 5 without finish",
+        rejected_calls={"str_replace": 4},
+        last_error="old occurs 0 times",
+    )
+    assert _plain([TaskEnd(task=3, outcome=failed)]) == [
+        "task 3 failed: reached --max-turns 5 without finish; 4 rejected tool calls (str_replace 4); "
+        "last: old occurs 0 times"
+    ]
+
+
+class _Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_panel_says_task_n_of_N_elapsed_left_and_now() -> None:
+    start = time.mktime((2026, 12, 2, 0, 48, 30, 0, 0, -1))
+    clock = _Clock(start)
+    console = Console(force_terminal=True, width=100, file=io.StringIO())
+    view = RunView(console, clock=clock)
+    until = time.mktime((2026, 12, 2, 6, 30, 0, 0, 0, -1))
+    for event in [
+        RunStart(run_id="r", tasks=4, deadline_at=until),
+        TaskStart(task=2, text="Make perimeter faster", branch="b"),
+    ]:
+        view.handle(event)
+    clock.now += 18
+    view.handle(PrefillProgress(task=2, processed=62_320, total=164_000))
+    panel = _render(view)
+    assert panel[0] == "task 2/4  0:18 elapsed  5:41:12 left (until 06:30)  Make perimeter faster"
+    assert panel[1] == "now: prefill 38% of 164k tokens"
+    view.handle(GenerationProgress(task=2, tokens=1204, elapsed_s=38.2))
+    assert _render(view)[1] == "now: generating 1,204 tokens (38 s)"
+    view.handle(EVENTS[1].model_copy(update={"task": 2, "turn": 4}))
+    view.handle(GateStart(task=2, kind="check", tests=4))
+    panel = _render(view)
+    assert panel[1] == "now: gate: running 4 tests"
+    assert panel[2] == "decode 42.0 tok/s · cache hit 95% · drafts 50% accepted · turn 4" and len(panel) == 3
+
+
+def _render(view: RunView) -> list[str]:
+    console = Console(width=100, file=io.StringIO(), record=True)
+    console.print(view._panel())
+    return console.export_text().splitlines()
+
+
+def test_json_view_writes_each_event_as_one_line_parse_event_reads() -> None:
+    events, errors = io.StringIO(), io.StringIO()
+    view = JsonView(Console(file=events), Console(file=errors))
+    with view:
+        for event in STORY:
             view.handle(event)
-    assert output.getvalue().splitlines() == ["task 1 started on branch refactor-agent/r/1-rename"]
+        view.log("installation OK")
+    lines = events.getvalue().splitlines()
+    assert [parse_event(line) for line in lines] == STORY
+    assert errors.getvalue() == "installation OK\n"
+    assert view.proof.sandbox_ran and view.proof.baseline == STORY[4]
 
 
 class ClosedPipe(io.StringIO):
@@ -129,7 +257,7 @@ def test_output_to_a_closed_pipe_goes_on_in_the_log_file(tmp_path) -> None:
     view.error("the sandbox image is missing")
     assert (tmp_path / "output.log").read_text().splitlines() == [
         "preflight: server ready",
-        "task 1 committed, verified: the model called finish",
+        PLAIN[-1],
         "error: the sandbox image is missing",
     ]
 
@@ -144,7 +272,7 @@ def test_plain_output_says_which_server_of_a_fleet_a_task_went_to() -> None:
 def _parallel_events() -> list:
     two = TaskStart(task=2, text="Add type hints", branch="refactor-agent/r/2-hints")
     reply = EVENTS[1].model_copy(update={"task": 2})
-    return [EVENTS[0], two, EVENTS[1], reply, EVENTS[2], EVENTS[-1], reply.model_copy(update={"turn": 2})]
+    return [EVENTS[0], two, EVENTS[1], reply, EVENTS[2], EVENTS[3], EVENTS[-1], reply.model_copy(update={"turn": 2})]
 
 
 def test_with_tasks_in_parallel_each_plain_line_says_its_task() -> None:
@@ -157,8 +285,8 @@ def test_with_tasks_in_parallel_each_plain_line_says_its_task() -> None:
         "task 2 started on branch refactor-agent/r/2-hints",
         "[task 1] turn 1: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
         "[task 2] turn 1: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
-        "[task 1] turn 1: bash (error)",
-        "task 1 committed, verified: the model called finish",
+        "[task 1] turn 1  bash pytest -q → error: boom",
+        PLAIN[-1],
         "turn 2: 1000 prompt tokens (950 cached), 40 generated, 10/20 drafts accepted, 2.5s",
     ], "once task 2 is alone, its lines need no name"
 
@@ -170,10 +298,12 @@ def test_with_tasks_in_parallel_the_panel_shows_each_task_in_flight() -> None:
             view.handle(event)
         view.handle(PrefillProgress(task=2, processed=1_000, total=4_000, cached=0))
         assert view.in_flight == [1, 2]
-        assert view.tasks[1]["tool"] == "bash (error)" and view.tasks[2]["tool"] == "-"
-        assert view.tasks[2]["prefill"] == (1_000, 4_000) and view.tasks[1]["prefill"] is None
-    screen = output.getvalue()
-    assert "1: Rename compute_area" in screen and "2: Add type hints" in screen
+        panel = _render(view)
+    assert panel[0].startswith("task 1  0:00 elapsed") and panel[0].endswith("Rename compute_area")
+    assert panel[1] == "now: tool: bash pytest -q"
+    assert panel[2].startswith("task 2  ") and panel[2].endswith("Add type hints")
+    assert panel[3] == "now: prefill 25% of 4,000 tokens"
+    assert panel[4].startswith("decode 42.0 tok/s") and len(panel) == 5, "the tuning numbers once"
 
 
 # A repository's own test output, as the baseline reports its last line: colours (pytest's --color=yes), a
@@ -255,7 +385,7 @@ def test_escape_sequences_and_markup_in_plain_lines_are_shown_as_text() -> None:
         "task 1 started on branch refactor-agent/r/1-x"  # its text is the live panel's
     ]
     assert f"gate: verified*, {EVERY_ESCAPE_SHOWN}" in lines
-    assert lines[-2].startswith("task 1 committed, verified* (0123456789ab): ")
+    assert lines[-2].startswith("task 1 verified* (0123456789ab): ")
     assert errors.getvalue() == f"error: {EVERY_ESCAPE_SHOWN}\n"
 
 
@@ -268,4 +398,4 @@ def test_escape_sequences_and_markup_in_the_live_panel_are_shown_as_text() -> No
     screen = output.getvalue()
     assert CLIPBOARD not in screen and "\x1b]52" not in screen and "\x1b[2J" not in screen
     assert "[/] [bold]x" in screen and "\\x1b]52;c;" in screen
-    assert "committed, verified*" in screen
+    assert "task 1 verified* (0123456789ab)" in screen

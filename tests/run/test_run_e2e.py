@@ -23,12 +23,15 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.protocol.config import LLMConfig, SamplingConfig
+from agent.protocol.events import parse_event
 from agent.protocol.records import TaskSummary
 from agent.record.journal import run_directories
+from agent.record.live import task_end_line
 from agent.record.metrics import percentile
 from agent.record.reasons import reason_line
 from agent.server.chat import OpenAIChatModel
 from agent.server.launcher import ServerState
+from agent.server.presets import EMBEDDED_REPLY_TOKENS
 from sandbox import DEFAULT_IMAGE
 
 from support.cli_runs import (
@@ -68,6 +71,9 @@ RENAME_SCRIPT = [
 ]
 
 
+SERVED = "DeepSeek-V4-Flash-0731-UD-IQ3_XXS"
+
+
 def invoke(repo: Path, server: ScriptedServer, runs_dir: Path, *extra: str) -> int:
     arguments = ["run", str(repo), "--task", "Rename compute_area to area", "--server", server.url]
     result = CliRunner().invoke(app, [*arguments, "--runs-dir", str(runs_dir), "--max-turns", "8", *extra])
@@ -78,7 +84,7 @@ def test_rename_across_files_lands_as_one_commit_on_a_branch(tmp_path: Path) -> 
     repo = make_repo(tmp_path / "repo")
     before = checkout_fingerprint(repo)
     runs_dir = tmp_path / "runs"
-    with ScriptedServer(list(RENAME_SCRIPT)) as server:
+    with ScriptedServer(list(RENAME_SCRIPT), model_path=f"/models/{SERVED}-00001-of-00003.gguf") as server:
         done = subprocess.run(
             [
                 sys.executable, "-m", "agent", "run", str(repo), "--task", "Rename compute_area to area",
@@ -97,8 +103,23 @@ def test_rename_across_files_lands_as_one_commit_on_a_branch(tmp_path: Path) -> 
     assert [c.hexsha for c in commits] == [task["commit"]]
     assert sorted(commits[0].stats.files) == ["pkg/geometry.py", "pkg/report.py", "tests/test_geometry.py"]
     assert f"Refactor-Agent-Run: {summary['run_id']}" in commits[0].message
-    assert f"Refactor-Agent-Model: {LLMConfig().model}" in commits[0].message.splitlines()
+    # The model the server runs (its /props), the name the run asked for beside it.
+    assert f"Refactor-Agent-Model: {SERVED}" in commits[0].message.splitlines()
+    assert f"Refactor-Agent-Model-Requested: {LLMConfig().model}" in commits[0].message.splitlines()
+    assert summary["served_model"] == task["model"] == SERVED and summary["model"] == LLMConfig().model
+    # `git log` and blame say whose change it is: the agent and its model wrote it, the user committed it.
+    assert (commits[0].author.name, commits[0].author.email) == (
+        f"refactor-agent ({SERVED})",
+        "refactor-agent@localhost",
+    )
+    assert (commits[0].committer.name, commits[0].committer.email) == ("Dev", "dev@example.com")
     assert commits[0].message.startswith("Rename compute_area to area")
+    # The end block: the tally, the report as a link, the command that reviews the run.
+    assert done.stdout.splitlines()[-3:] == [
+        f"run {summary['run_id']}: 1 verified",
+        f"report: {(run_dir / 'report.html').absolute().as_uri()}",
+        f"next: refactor-agent review {summary['run_id']}",  # found where the run wrote (last-runs.json)
+    ]
 
     test_result = next(e for e in transcript if e["type"] == "tool_result" and e["name"] == "run_tests")
     assert "exit code 0" in test_result["text"] and "2 passed" in test_result["text"]
@@ -541,7 +562,8 @@ def test_a_closed_stdout_sends_the_rest_to_the_log_and_the_run_goes_on(tmp_path:
     (task,) = summary["tasks"]
     assert task["status"] == "committed"
     log = (run_dir / "output.log").read_text()
-    assert f"task 1 committed, verified ({task['commit'][:12]})" in log and f"run {summary['run_id']}: {run_dir}" in log
+    assert f"task 1 verified on {task['branch']} ({task['commit'][:12]}): " in log
+    assert f"report: {(run_dir / 'report.html').absolute().as_uri()}" in log
 
 
 @pytest.mark.llama_server
@@ -554,6 +576,7 @@ def test_a_model_that_answers_without_tool_calls_stops_with_no_changes(
     arguments = ["run", str(repo), "--task", "Rename compute_area to area", "--server", llama_server.url]
     options = ["--runs-dir", str(tmp_path / "runs"), "--max-tokens", "48", "--seed", "1", "--max-turns", "3"]
     result = CliRunner().invoke(app, [*arguments, *options, "--model", "smollm2"])
+    assert run_directories(tmp_path / "runs"), result.output  # a run that stopped before its record says why
     (run_dir,) = run_directories(tmp_path / "runs")
     summary = json.loads((run_dir / "summary.json").read_text())
     events = [json.loads(line) for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
@@ -653,3 +676,47 @@ def test_two_tasks_in_parallel_on_the_slots_of_one_server_commit_in_their_own_do
             == f"NAME = {key!r}\n".encode()
         )
     assert run_containers(summary["run_id"]) == []
+
+
+@pytest.mark.llama_server
+def test_the_readme_main_job_on_the_embedded_model_ends_with_what_it_proved(
+    tmp_path: Path, llama_server_plain: ServerState
+) -> None:
+    """The first run a person makes (README): the embedded SmolLM2 with its reply cap, then an end block that says
+    what the run proved about the install, where the report is and what to do next."""
+    repo = make_repo(tmp_path / "repo")
+    runs_dir = tmp_path / "runs"
+    done = subprocess.run(
+        [
+            *AGENT, "run", str(repo), "--task", "Rename compute_area to area everywhere", "--effort", "max",
+            "--server", llama_server_plain.url, "--runs-dir", str(runs_dir),
+        ],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    run_dir, summary, transcript = read_run(runs_dir)
+    proved, report, following = done.stdout.splitlines()[-3:]
+    assert re.fullmatch(r"installation OK: server answered, sandbox ran, baseline \d+ passed", proved), done.stdout
+    assert report == f"report: {(run_dir / 'report.html').absolute().as_uri()}" and (run_dir / "report.html").is_file()
+    assert following == f"next: refactor-agent review {summary['run_id']}"
+    generated = [event["stats"]["completion_tokens"] for event in transcript if event["type"] == "response"]
+    assert generated and max(generated) <= EMBEDDED_REPLY_TOKENS, generated
+    assert summary["served_model"] == "SmolLM2-135M-Instruct.Q4_1" and summary["model"] == LLMConfig().model
+    (task,) = summary["tasks"]
+    assert task_end_line(TaskSummary.model_validate(task)) in done.stdout.splitlines(), "the task's end, with why"
+
+
+def test_run_json_prints_every_event_as_a_typed_json_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    runs_dir = tmp_path / "runs"
+    with ScriptedServer(list(RENAME_SCRIPT)) as server:
+        done = subprocess.run(
+            [*cli_command(repo, server, runs_dir, "Rename compute_area to area"), "--json"],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    events = [parse_event(line) for line in done.stdout.splitlines()]
+    _, summary, transcript = read_run(runs_dir)
+    assert [event.type for event in events] == [event["type"] for event in transcript]
+    assert events[0].type == "run_start" and events[-1].type == "run_end"
+    assert {"task_start", "tool_call", "tool_result", "gate_start", "gate", "task_end"} <= {e.type for e in events}
+    assert done.stderr.splitlines()[-3] == f"run {summary['run_id']}: 1 verified", done.stderr

@@ -22,9 +22,9 @@ from support.repos import make_repo
 
 # Each command's own parameters: what names the repository, the tasks or the run, and --config FILE.
 OWN = {
-    "run": {"repo", "task", "task_file", "resume", "config"},
-    "night": {"night_file", "resume", "plan", "only", "retry", "config"},
-    "resume": {"run_id", "runs_dir", "server"},
+    "run": {"repo", "task", "task_file", "resume", "config", "as_json"},
+    "night": {"night_file", "resume", "plan", "only", "retry", "config", "as_json"},
+    "resume": {"run_id", "runs_dir", "server", "as_json"},
     "eval": {"suite", "variant", "only", "oracle", "noop", "compare", "config"},
 }
 # The one pair that lands in neither model by itself: both make NightConfig.deadline_at.

@@ -22,7 +22,7 @@ from agent.run.stages.settle import already_committed, save_patch, settle, settl
 from agent.run.stages.task import TaskContext
 from agent.run.stages.workspace import open_workspace
 from agent.run.time_limit import TimeUp, skip_reason, task_end, time_limit
-from agent.worktree.workspace import Workspace, wip_ref
+from agent.worktree.workspace import Workspace, author_identity, wip_ref
 from sandbox import SandboxLost
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
     workspace = open_workspace(
         state, run_id=context.run_id, index=index, task=task, max_file_bytes=config.max_file_bytes, resumed=resumed
     )
+    served = run.served_model(context.server_url)
+    workspace.author = author_identity(config.author, served or run.model.name)  # the user stays the committer
     context.emit(
         TaskStart(
             text=task,
@@ -64,6 +66,7 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
         reason="",
         branch=workspace.branch,
         base_commit=workspace.base_commit,
+        model=served,
     )
     counters_before = context.probe.read() if context.probe is not None else None
     try:
@@ -76,7 +79,7 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
         run.requests += result.requests
         task_delta = delta(context.probe.read(), counters_before) if context.probe is not None else None
         measure(outcome, result.requests, task_delta, run.speculation)
-        outcome = settle(run.journal, workspace, outcome, result, check, run.trailers(context.index))
+        outcome = settle(run.journal, workspace, outcome, result, check, run.trailers(context.index, outcome.model))
     except TimeUp as up:
         _settle_unfinished(run, context, workspace, outcome, "timed_out", f"{up.reason}: stopped at {now_iso()}")
     except Interrupted as stop:
@@ -138,4 +141,4 @@ def _settle_unfinished(
         outcome.turns = context.loop.turn
         run.requests += context.loop.requests
         measure(outcome, context.loop.requests, None, run.speculation)
-    settle_unfinished(run.journal, workspace, outcome, status, run.trailers(context.index))
+    settle_unfinished(run.journal, workspace, outcome, status, run.trailers(context.index, outcome.model))
