@@ -66,9 +66,12 @@ def _search_path() -> str:
     return _plain("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
 
 
-def _crontab() -> list[str]:
+def _crontab() -> list[str] | None:
+    """The user's crontab lines; None where there is no cron at all (no `crontab` binary: systemd machines)."""
     try:
         listed = subprocess.run(["crontab", "-l"], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        return None
     except OSError as error:
         raise ScheduleError(f"crontab: cannot run it: {error.strerror}") from None
     if listed.returncode != 0:
@@ -211,8 +214,10 @@ def install(
                 f"enable it: systemctl{user} daemon-reload && systemctl{user} enable --now {unit_name(night)}.timer"
             )
             return
-        kept = [line for line in _crontab() if not _is_ours(line, night)]
-        _write_crontab([*kept, schedule])
+        lines = _crontab()
+        if lines is None:
+            raise ScheduleError("crontab: not installed; use --systemd")
+        _write_crontab([*[line for line in lines if not _is_ours(line, night)], schedule])
         typer.echo(f"crontab: {night} every day at {hour:02d}:{minute:02d}; log: {runs / LOG_NAME}")
 
     _one_line(act)
@@ -223,7 +228,7 @@ def list_schedules(unit_dir: UnitDirOption = None) -> None:
     """Night files scheduled by cron or systemd, with their time."""
 
     def act() -> None:
-        for line in _crontab():
+        for line in _crontab() or []:
             if _is_ours(line, None):
                 minute, hour = line.split()[:2]
                 night = line.split(MARKER, 1)[1].replace("\\%", "%")
@@ -249,7 +254,7 @@ def remove(
     def act() -> None:
         night = night_file.absolute()
         removed = []
-        lines = _crontab()
+        lines = _crontab() or []
         kept = [line for line in lines if not _is_ours(line, night)]
         if len(kept) != len(lines):
             _write_crontab(kept)

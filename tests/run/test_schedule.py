@@ -92,6 +92,27 @@ def test_systemd_units_go_to_the_given_directory(crontab: Path, night_file: Path
     assert list(units.iterdir()) == []
 
 
+def test_list_and_remove_work_without_a_crontab(
+    night_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A systemd machine has no `crontab` binary: the timers are listed and removed all the same."""
+    units = tmp_path / "units"
+    assert invoke("install", str(night_file), "--at", "02:30", "--systemd", "--unit-dir", str(units))[0] == 0
+    empty = tmp_path / "no-cron"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    code, output, errors = invoke("list", "--unit-dir", str(units))
+    assert (code, errors) == (0, "") and output.startswith(f"systemd  02:30  {night_file}  (")
+    code, output, errors = invoke("remove", str(night_file), "--unit-dir", str(units))
+    assert (code, errors) == (0, "") and output.startswith("removed refactor-agent-night-")
+    assert list(units.iterdir()) == []
+    assert invoke("install", str(night_file), "--at", "02:30") == (
+        2,
+        "",
+        "error: crontab: not installed; use --systemd\n",
+    )
+
+
 def test_a_bad_time_is_one_line_and_nothing_is_scheduled(crontab: Path, night_file: Path) -> None:
     code, _, errors = invoke("install", str(night_file), "--at", "25:00")
     assert (code, errors) == (2, "error: --at 25:00: not a time of day (HH:MM)\n")
