@@ -34,6 +34,8 @@ EXIT_USAGE = 2  # bad input or a failed preflight: nothing was done
 HELP_WIDTH = 100  # help wraps at the terminal's width, never wider than this
 # `--bogus` → `did you mean --base?` only when this close (difflib's ratio): click offers any loose match.
 _SUGGESTION_CUTOFF = 0.8
+# A command's line in a group's list is its docstring's whole first sentence, however long (help wraps it).
+_WHOLE_SENTENCE = 100_000
 # Parameters whose number is a time: the metavar says its unit.
 _SECONDS_SUFFIXES = ("timeout", "_s", "wait")
 
@@ -165,7 +167,7 @@ class _Conventions:
         return _exit_with_one_line(super().main, standalone, args=args, prog_name=prog_name, **kwargs)  # type: ignore[misc]
 
     def get_short_help_str(self, limit: int = 45) -> str:
-        return str(super().get_short_help_str(limit=HELP_WIDTH * 3))  # type: ignore[misc]
+        return str(super().get_short_help_str(limit=_WHOLE_SENTENCE))  # type: ignore[misc]
 
 
 class Command(_Conventions, TyperCommand):

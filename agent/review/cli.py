@@ -30,7 +30,7 @@ from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, lis
 from agent.review.repository import UserRepository, user_repository
 from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
 from agent.safety.printable import counted, printable
-from agent.settings.runs_dir import DEFAULT_RUNS_DIR, RunsNotFound, runs_dir_to_read
+from agent.settings.runs_dir import DEFAULT_RUNS_DIR, RunsNotFound, existing_runs_dir
 from agent.worktree.safe_git import GitError
 from agent.worktree.workspace import WorkspaceError
 from sandbox.errors import SandboxError
@@ -85,7 +85,7 @@ def _runs_dir(context: typer.Context, given: Path | None, run_id: str | None = N
     """A subcommand's --runs-dir, else the one given before it (`review --runs-dir D RUN`), else where the run
     (`run_id`: the one named) or the current repository's last runs are (agent/settings/runs_dir.py)."""
     inherited = context.parent.params.get("runs_dir") if context.parent is not None else None
-    return runs_dir_to_read(given or inherited, run_id)
+    return existing_runs_dir(given or inherited, run_id)
 
 
 def _run_of(target: str) -> str | None:
@@ -142,14 +142,15 @@ def overview(
     if context.invoked_subcommand is not None:
         return
     with _one_line_errors():
-        runs = list_runs(runs_dir_to_read(runs_dir))[:limit]
+        runs_dir = existing_runs_dir(runs_dir)
+        runs = list_runs(runs_dir)[:limit]
     if as_json:
         _print_json([run_json(record) for record in runs])
         return
     for record in runs:
         _say(run_line(record))
     if not runs:
-        _say(f"no runs in {runs_dir_to_read(runs_dir)}")
+        _say(f"no runs in {runs_dir}")
 
 
 @review_app.command(RUN_COMMAND)

@@ -30,7 +30,7 @@ from agent.settings.layers import (
 )
 from agent.settings.night_file import load_night
 from agent.settings.options import BY_NAME, takes_options
-from agent.settings.runs_dir import DEFAULT_RUNS_DIR, RunsNotFound, runs_dir_to_read, user_runs_dir
+from agent.settings.runs_dir import DEFAULT_RUNS_DIR, RunsNotFound, existing_runs_dir, user_runs_dir
 
 ResumeOption = Annotated[bool, typer.Option(help="Continue the unfinished run of the same tasks if there is one.")]
 JsonOption = Annotated[
@@ -156,7 +156,7 @@ def resume_run(
     """Continue a run that was killed (kill -9, OOM, reboot) or stopped: finished tasks are not redone, the task
     in flight goes on from its last completed step."""
     with one_line_errors(ResumeError, SettingsError, RunsNotFound):
-        runs = runs_dir_to_read(runs_dir, run_id)
+        runs = existing_runs_dir(runs_dir, run_id)
         if "/" in run_id or run_id.startswith(".") or not (runs / run_id).is_dir():
             where = runs if runs_dir is not None else f"{DEFAULT_RUNS_DIR} or {user_runs_dir()}"
             raise ResumeError(f"no run {run_id} in {where}")

@@ -39,7 +39,7 @@ from agent.run.run import TaskDispatch
 from agent.run.sandboxes import docker_sandboxes
 from agent.safety.printable import counted
 from agent.server.api import is_embedded
-from agent.settings.runs_dir import RunsNotFound, runs_dir_to_read
+from agent.settings.runs_dir import runs_dir_to_read
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from agent.worktree.workspace import WorkspaceError, open_repository
 
@@ -263,8 +263,5 @@ def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> N
 
 def review_command(run_id: str, runs_dir: Path) -> str:
     """`refactor-agent review RUN`, with --runs-dir when `review` run from here would not find the run."""
-    try:
-        found = runs_dir_to_read(None, run_id).absolute() == runs_dir.absolute()
-    except RunsNotFound:
-        found = False
+    found = runs_dir_to_read(None, run_id).absolute() == runs_dir.absolute()
     return f"refactor-agent review {run_id}" + ("" if found else f" --runs-dir {shlex.quote(str(runs_dir.absolute()))}")

@@ -40,7 +40,16 @@ def _holds(runs_dir: Path, run_id: str | None) -> bool:
 def runs_dir_to_read(given: Path | None, run_id: str | None = None, cwd: Path | None = None) -> Path:
     """The runs directory a reading command uses: the one given; else the first remembered for the repository
     `cwd` is in (holding `run_id`, when one is named); else, for a named run, any remembered one holding it; else
-    ./runs; else the user's own folder. Raises RunsNotFound when none of them exists."""
+    ./runs; else the user's own folder (which may not exist: `gc` then has nothing to do)."""
+    try:
+        return existing_runs_dir(given, run_id, cwd)
+    except RunsNotFound:
+        return user_runs_dir()
+
+
+def existing_runs_dir(given: Path | None, run_id: str | None = None, cwd: Path | None = None) -> Path:
+    """As runs_dir_to_read, for the commands that show runs (`review`, `resume`): RunsNotFound, saying where it
+    looked, when none of those places exists."""
     if given is not None:
         return given
     here = cwd or Path.cwd()
