@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from agent.gate.baseline import BaselineCache
 from agent.protocol.config import RetentionConfig
@@ -24,6 +24,14 @@ from agent.safety.printable import counted
 from agent.server.kv_store import KVCacheStore
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, SCRATCH_PREFIX, remove_run_scratch, stale_scratch
 from agent.worktree.safe_git import GitError
+from sandbox.errors import SandboxError
+
+
+class ImagePruner(Protocol):
+    """Where a run's environment images are: the Docker daemon (agent/run/sandboxes.py), or nowhere."""
+
+    def prune_images(self, keep: int, *, repositories: set[str], dry_run: bool) -> tuple[list[str], dict[str, str]]: ...
+
 
 Kind = Literal["run", "wip refs", "scratch directory", "baseline", "saved prefix", "environment image"]
 NOUNS: dict[Kind, tuple[str, str]] = {  # one, several: as gc's last line counts them
@@ -66,6 +74,7 @@ class Stores:
     prefix_dir: Path  # the servers' --slot-save-path
     scratch_root: Path | None = None  # None: the temporary directory
     repos: tuple[Path, ...] = ()  # more repositories than the run records name
+    images: ImagePruner | None = None  # where environment images are (the run's sandboxes); None: nowhere
 
 
 class Repositories:
@@ -155,15 +164,11 @@ def _prefixes(collection: Collection, directory: Path, cap_bytes: int) -> None:
         collection.removed.append(Removal("saved prefix", entry.digest, entry.bytes, why))
 
 
-def _images(collection: Collection, keep: int, repositories: set[str]) -> None:
+def _images(collection: Collection, keep: int, repositories: set[str], images: ImagePruner) -> None:
     """Environment images beyond the newest `keep` of each repository gc looked into; other repositories' images
     (another runs directory's, another user's) are not this runs directory's to bound."""
-    # lazy: docker-py loads when images are pruned, not with every command of the command line
-    from agent.environment.build import prune_images
-    from sandbox import SandboxError, docker_client
-
     try:
-        removed, kept = prune_images(docker_client(), keep, repositories=repositories, dry_run=collection.dry_run)
+        removed, kept = images.prune_images(keep, repositories=repositories, dry_run=collection.dry_run)
     except SandboxError as error:
         collection.kept.append(Kept("environment image", "", f"Docker is not reachable: {error}"))
         return
@@ -189,6 +194,34 @@ def collect_garbage(bounds: RetentionConfig, stores: Stores, *, dry_run: bool) -
     _scratch(collection, stores.scratch_root)
     _baselines(collection, stores.runs_dir, bounds.keep_baselines_s)
     _prefixes(collection, stores.prefix_dir, bounds.prefix_cache_bytes)
-    if names:
-        _images(collection, bounds.keep_images, names)
+    if names and stores.images is not None:
+        _images(collection, bounds.keep_images, names, stores.images)
     return collection
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
+def collection_lines(collection: Collection) -> list[str]:
+    """One line per thing removed (or, a dry run, that would be) and kept, then the totals."""
+    verb = "would remove" if collection.dry_run else "removed"
+    lines = []
+    for removal in collection.removed:
+        size = f" ({_size(removal.bytes)})" if removal.bytes is not None else ""
+        lines.append(f"{verb} {removal.kind} {removal.name}{size}: {removal.why}")
+    for kept in collection.kept:
+        lines.append(
+            f"kept {kept.kind} {kept.name}: {kept.why}" if kept.name else f"kept every {kept.kind}: {kept.why}"
+        )
+    totals = []
+    for kind, (one, several) in NOUNS.items():
+        removed = [removal for removal in collection.removed if removal.kind == kind]
+        size = sum(removal.bytes or 0 for removal in removed)
+        if removed:
+            totals.append(counted(len(removed), one, several) + (f" ({_size(size)})" if size else ""))
+    dry = "; nothing was removed (--dry-run)" if collection.dry_run else ""
+    return [*lines, f"gc: {verb} {', '.join(totals) or 'nothing'}{dry}"]

@@ -31,6 +31,7 @@ from agent.record.last_runs import remember
 from agent.record.live import RunView
 from agent.record.progress import read_progress
 from agent.record.report import verdict_counts
+from agent.retention.plan import Stores, collect_garbage, collection_lines
 from agent.run.compose import build_run
 from agent.run.interrupt import Interrupted, stop_signals
 from agent.run.lock import LockHeld, RepoLock
@@ -39,6 +40,7 @@ from agent.run.run import TaskDispatch
 from agent.run.sandboxes import docker_sandboxes
 from agent.safety.printable import counted
 from agent.server.api import is_embedded
+from agent.server.paths import default_kv_cache_dir
 from agent.settings.runs_dir import runs_dir_to_read
 from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
 from agent.worktree.workspace import WorkspaceError, open_repository
@@ -137,7 +139,9 @@ def _locked(
             view.error(str(error))
             return EXIT_USAGE
         if planned is None:
-            return _nothing_to_run(night, prepared, journal, view)
+            code = _nothing_to_run(night, prepared, journal, view)
+            _collect_garbage(night, prepared, view)
+            return code
         night = planned.night
     progress = previous = None
     if resume:
@@ -167,7 +171,26 @@ def _locked(
     _print_summary(view, summary, journal)
     if night.on_finish:
         _on_finish(night.on_finish, journal, summary, view)
+    _collect_garbage(night, prepared, view)
     return summary.exit_code
+
+
+def _collect_garbage(night: NightConfig, prepared: Prepared, view: RunView) -> None:
+    """A named night's end: what grows every night cut to its bounds (`gc = "off"`: not), one line per thing
+    removed; what is kept is `refactor-agent gc`'s to say."""
+    if night.name is None or not night.retention.after_night:
+        return
+    stores = Stores(
+        runs_dir=night.runs_dir,
+        prefix_dir=default_kv_cache_dir(),
+        repos=tuple(night.repositories()),
+        images=prepared.sandboxes,
+    )
+    collection = collect_garbage(night.retention, stores, dry_run=False)
+    if collection.removed:
+        collection.kept = []
+        for line in collection_lines(collection):
+            view.log(line)
 
 
 def _planned(

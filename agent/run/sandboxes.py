@@ -12,6 +12,7 @@ from typing import Protocol
 import docker
 import git
 
+from agent.environment.build import prune_images
 from agent.environment.stage import prepare_environment
 from agent.gate.baseline import image_identity
 from agent.protocol.config import RunConfig
@@ -57,6 +58,11 @@ class Sandboxes(Protocol):
 
     def remove_run(self, run_id: str) -> None:
         """Every sandbox of the run, now (a stop signal)."""
+        ...
+
+    def prune_images(self, keep: int, *, repositories: set[str], dry_run: bool) -> tuple[list[str], dict[str, str]]:
+        """The environment images of `repositories` beyond the newest `keep` of each, removed (or, dry_run, only
+        named); those kept with why. Raises SandboxError when there is no daemon to ask."""
         ...
 
 
@@ -116,6 +122,9 @@ class DockerSandboxes:
 
     def remove_run(self, run_id: str) -> None:
         remove_run_containers(self.client, run_id)
+
+    def prune_images(self, keep: int, *, repositories: set[str], dry_run: bool) -> tuple[list[str], dict[str, str]]:
+        return prune_images(self.client, keep, repositories=repositories, dry_run=dry_run)
 
 
 def docker_sandboxes() -> Sandboxes:

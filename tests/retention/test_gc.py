@@ -24,9 +24,10 @@ from sandbox.models import DEFAULT_IMAGE
 from support.environment_images import own_repository_name
 from support.killed_runs import THREE_STEPS, killed_run, wip_refs
 from support.local_sandbox import LocalSandboxes
+from support.nights import night_fixture
 from support.repos import checkout_fingerprint, git, make_repo
 from support.scripted_model import ScriptedModel, run_in_process
-from support.scripted_server import Hold, Reply
+from support.scripted_server import Hold, Reply, ScriptedServer
 
 # Older than the killed run (whose id is now): the newest of them is the one run within --keep-runs 1.
 GONE = "20261101-010000-aaaa"  # its branch deleted since: nothing holds its record any more
@@ -229,3 +230,30 @@ def test_old_environment_images_are_removed_and_used_ones_kept(tmp_path: Path) -
             assert any(line.startswith(f"kept environment image {tags[1]}: ") for line in lines), lines
         finally:
             used.remove(force=True)
+
+
+@pytest.mark.parametrize("switch", ["on", "off"])
+def test_a_night_ends_by_applying_the_bounds_unless_gc_is_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    fixture = night_fixture(tmp_path, monkeypatch)
+    baselines = fixture.runs / ".baselines"
+    baselines.mkdir(parents=True)
+    old_baseline = baselines / ("a" * 32 + ".json")
+    old_baseline.write_text("{}")
+    old = time.time() - 20 * DAY
+    os.utime(old_baseline, (old, old))
+    with ScriptedServer([]) as server:
+        # A repository the night skips (nothing to run): its end still applies the bounds.
+        fixture.night_file.write_text(
+            f'name = "nightly"\n[defaults]\nserver = "{server.url}"\nruns_dir = "{fixture.runs}"\ngc = "{switch}"\n'
+            f'[[repo]]\npath = "{fixture.repo}"\nif_path_exists = "setup.cfg"\ntasks = ["Add units"]\n'
+        )
+        result = CliRunner().invoke(app, ["night", str(fixture.night_file)], env={"XDG_STATE_HOME": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    removed = f"removed baseline {old_baseline.name} (2 B): older than 14 days"
+    if switch == "on":
+        assert removed in result.output.splitlines() and not old_baseline.exists()
+        assert "gc: removed 1 baseline (2 B)" in result.output.splitlines()
+    else:
+        assert removed not in result.output and old_baseline.exists()

@@ -209,3 +209,7 @@ class LocalSandboxes:
     def remove_run(self, run_id: str) -> None:
         for executor in self.opened:
             executor.close()
+
+    def prune_images(self, keep: int, *, repositories: set[str], dry_run: bool) -> tuple[list[str], dict[str, str]]:
+        """This machine is the environment: it has no environment images."""
+        return [], {}
