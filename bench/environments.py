@@ -126,6 +126,10 @@ def agent_commit() -> str:
     return described.stdout.strip()
 
 
+# The code this process imported: the checkout's HEAD may move on while a long run goes on with it.
+AGENT_COMMIT = agent_commit()
+
+
 def remove_images(client: docker.DockerClient, repository: str) -> None:
     """This repository's environment images, so the next prepare is a cold build."""
     prefix = f"{ENV_REPOSITORY}:{repository_slug(repository)}-"
@@ -191,7 +195,7 @@ def measure(
         repository=entry.repository,
         commit=entry.commit,
         measured_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        agent_commit=agent_commit(),
+        agent_commit=AGENT_COMMIT,
         suite_timeout_s=timeout_s,
     )
     try:

@@ -44,3 +44,15 @@ def test_a_missing_or_moved_checkout_is_a_row_saying_why(
     moved = bench.measure(None, tmp_path, entry, timeout_s=60, cold=False, check=False)
     assert moved.error is not None and "the manifest pins 000000000000" in moved.error
     assert not moved.meets and "the manifest pins" in bench.table([missing, moved])
+
+
+def test_a_row_names_the_code_that_ran_not_the_checkout_head_at_its_time(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Corpus run 5: commits made in the checkout during a long run were recorded as the code of the later rows,
+    while the process kept running the code it had imported."""
+    monkeypatch.setattr(bench, "OUT", tmp_path / "out")
+    monkeypatch.setattr(bench, "agent_commit", lambda: "moved-on")
+    entry = bench.CorpusEntry(name="tiny", repository="example/tiny", commit="0" * 40, shape="", why="")
+    row = bench.measure(None, tmp_path, entry, timeout_s=60, cold=False, check=False)
+    assert row.agent_commit == bench.AGENT_COMMIT != "moved-on"
