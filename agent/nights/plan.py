@@ -174,8 +174,6 @@ def _repo_plan(
             None if skipped is not None else _facts(safe_git, key, spec, earlier, fresh, default, checked_out_now, log)
         )
         action, reason = ("skip", f"repository skipped: {skipped}") if facts is None else decide(facts, **options)
-        if action == "rebase":  # no refresh without the model yet: the model works on the new base
-            action, reason = "run", f"{reason.split(':')[0]}: the model runs again on {default.commit[:12]}"
         index = len(runs) + 1 if action in RUNS else None
         if index is not None:
             runs.append((config, spec))

@@ -55,6 +55,9 @@ class Tonight:
                     night.runs_dir, repos[config.repo], self.git[config.repo], plan.night, {}, plan.run_id, log
                 )
 
+    def planned(self, index: int) -> PlannedTask:
+        return self.by_index[index][2]
+
     def trailers(self, index: int) -> dict[str, str]:
         return {TASK_TRAILER: self.by_index[index][2].key}
 

@@ -278,6 +278,7 @@ class Run:
             log_path=self.journal.directory / log_name,
             progress=lambda message: self.emit(EnvironmentProgress(message=message)),
             deadline=self.night.deadline_at.timestamp() if self.night.deadline_at is not None else None,
+            revision=state.base or "HEAD",  # a named night's tasks start from the default branch, not HEAD
         )
         self.record_environment(config, record)
 

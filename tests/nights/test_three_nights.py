@@ -52,25 +52,29 @@ def test_night_after_night_each_task_keeps_one_branch(tmp_path: Path, monkeypatc
     lines = plan.output.splitlines()
     assert lines[0] == f"{fixture.repo}: main at {main_2[:12]} (the checked-out branch; last night {main_1[:12]})"
     decisions = {line.split()[1]: line.split()[0] for line in lines[1:5]}
-    assert decisions == {STABLE[T1]: "retire", STABLE[T2]: "skip", STABLE[T3]: "run", STABLE[T4]: "run"}
+    assert decisions == {STABLE[T1]: "retire", STABLE[T2]: "skip", STABLE[T3]: "rebase", STABLE[T4]: "run"}
     assert "merged: the same patch is in main" in lines[1] or "merged: main holds all of its change" in lines[1]
     assert "discarded: its branch was deleted" in lines[2]
+    assert lines[3].endswith(f"main moved ({main_1[:12]} → {main_2[:12]}): rebase, run the tests, no model")
     assert "main moved and conflicts with it (pkg/geometry.py)" in lines[4]
-    assert (
-        lines[5]
-        == "night nightly: 2 to run with the model, 1 retired, 1 skipped; --plan: nothing ran, nothing was fetched"
+    assert lines[5] == (
+        "night nightly: 1 to run with the model, 1 to rebase, 1 retired, 1 skipped; "
+        "--plan: nothing ran, nothing was fetched"
     )
     assert (sorted(fixture.runs.iterdir()), fixture.record()) == (runs_before, record_before)  # nothing written
 
     second = fixture.night(scripts={**SCRIPTS, T4: reword("Rectangle area.")})  # the model's work on the new base
     assert second.exit_code == 0, second.output
-    assert not second.asked(T1) and not second.asked(T2)
+    assert not second.asked(T1) and not second.asked(T2) and not second.asked(T3)  # T3: rebased, no model
     assert second.asked(T4)
     branches_2 = fixture.branches()
     assert sorted(branches_2) == sorted([STABLE[T1], STABLE[T3], STABLE[T4]])
     for task in (T3, T4):  # replaced, not stacked: one commit on the new base
         assert git(fixture.repo, "rev-parse", f"{STABLE[task]}^").strip() == main_2
         assert branches_2[STABLE[task]] != branches[STABLE[task]]
+    rebased = git(fixture.repo, "log", "-1", "--format=%B", STABLE[T3])
+    assert f"Refactor-Agent-Rebased-Onto: {main_2}" in rebased and "Refactor-Agent-Verdict: verified" in rebased
+    assert "Refactor-Agent-Task: nightly/t-" in rebased
     assert set(fixture.history()) >= {
         ref for ref in fixture.history() if "/add-a-units-module/" in ref or "/reword-the-area-docstring/" in ref
     }
@@ -91,10 +95,26 @@ def test_shards_are_refused_until_they_are_built(tmp_path: Path, monkeypatch: py
     fixture = night_fixture(tmp_path, monkeypatch)
     for table in ('[[repo.task]]\ntext = "x"\nshard_by = "directory"\n',):
         fixture.night_file.write_text(f'[[repo]]\npath = "{fixture.repo}"\n{table}')
-        result = CliRunner().invoke(
-            app, ["night", str(fixture.night_file), "--plan"], env={"XDG_CONFIG_HOME": str(tmp_path)}
-        )
+        arguments = ["night", str(fixture.night_file), "--runs-dir", str(fixture.runs)]  # a real night
+        result = CliRunner().invoke(app, arguments, env={"XDG_CONFIG_HOME": str(tmp_path)})
         assert result.exit_code == 2, result.output
         assert result.stderr.endswith("is not supported yet: remove it from the night file\n")
         assert result.stderr.count("\n") == 1
         assert not fixture.runs.exists()  # nothing created
+
+
+def test_a_stale_task_that_regresses_on_the_new_base_is_done_again_by_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fixture = night_fixture(tmp_path, monkeypatch)
+    assert fixture.night(tasks=(T3,)).exit_code == 0
+    # main gains a test that the units module breaks: the rebase applies cleanly and regresses that test.
+    (fixture.repo / "tests/test_no_units.py").write_text(
+        "import pathlib\n\n\ndef test_no_units():\n    assert not pathlib.Path('pkg/units.py').exists()\n"
+    )
+    git(fixture.repo, "add", ".")
+    git(fixture.repo, "commit", "-q", "-m", "No units")
+    second = fixture.night(tasks=(T3,))
+    assert "rebase  " + STABLE[T3] in second.output  # planned as a rebase ...
+    assert second.asked(T3)  # ... which regressed: the model did it again on the new base
+    assert git(fixture.repo, "rev-parse", f"{STABLE[T3]}^").strip() == git(fixture.repo, "rev-parse", "main").strip()

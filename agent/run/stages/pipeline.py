@@ -1,7 +1,8 @@
 """One task through its stages, in order: workspace, then in its sandbox the baseline (while the repository is
-packed), the loop, the gate and its repair rounds, then settle. And the one policy for what stops a task: the
-night's deadline or its own limit (timed_out), a stop signal (interrupted), anything else costs this task only
-(failed, its diff kept); either way it is settled and its worktree removed."""
+packed), the loop, the gate and its repair rounds, then settle (a stale night task is first refreshed onto its
+new base without the model, and goes this way only when that conflicts or regresses). And the one policy for what
+stops a task: the night's deadline or its own limit (timed_out), a stop signal (interrupted), anything else costs
+this task only (failed, its diff kept); either way it is settled and its worktree removed."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from agent.run.stages.baseline import baseline_and_prompt
 from agent.run.stages.commands import CommandFailed
 from agent.run.stages.gate import gate_with_repairs
 from agent.run.stages.loop import run_loop, task_loop
+from agent.run.stages.refresh import refresh
 from agent.run.stages.sandbox import task_sandbox
 from agent.run.stages.settle import already_committed, save_patch, settle, settle_unfinished
 from agent.run.stages.task import TaskContext
-from agent.run.stages.workspace import open_workspace
+from agent.run.stages.workspace import open_workspace, state_git
 from agent.run.time_limit import TimeUp, skip_reason, task_end, time_limit
 from agent.worktree.workspace import Workspace, author_identity, wip_ref
 from sandbox import SandboxLost
@@ -28,6 +30,7 @@ from sandbox import SandboxLost
 if TYPE_CHECKING:
     from agent.gate.stage import GateRecord
     from agent.loop import LoopResult
+    from agent.protocol.nights import PlannedTask
     from agent.record.progress import TaskProgress
     from agent.run.run import Run
 
@@ -43,6 +46,12 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
         context.emit(TaskEnd(outcome=outcome))
         return outcome
     state = run.repos[config.repo]
+    planned = run.tonight.planned(index) if run.tonight is not None else None
+    if planned is not None and planned.action == "rebase":
+        refreshed = _refreshed(run, context, planned)
+        if refreshed is not None:
+            return refreshed
+        # It conflicts with the new base, or regresses there: the model does the task again on it.
     resumed = run.progress.in_flight.get(index) if run.progress is not None else None
     workspace = open_workspace(
         state, run_id=context.run_id, index=index, task=task, max_file_bytes=config.max_file_bytes, resumed=resumed
@@ -103,6 +112,50 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
         with contextlib.suppress(Exception):  # settled (task_end is written): the snapshots served their turn
             workspace.drop_ref(wip_ref(context.run_id, index))
         workspace.remove()
+    return outcome
+
+
+def _refreshed(run: Run, context: TaskContext, planned: PlannedTask) -> TaskSummary | None:
+    """A stale night task whose base moved: its commit replayed onto the new base and gated there, without the
+    model; the outcome to publish when it applied cleanly and did not regress, else None."""
+    state = run.repos[context.config.repo]
+    if planned.previous_tip is None or state.base is None or state.environment is None:
+        return None
+    started = time.monotonic()
+    safe_git = state_git(state)
+    try:
+        since = safe_git.run("merge-base", planned.previous_tip, state.base).decode().strip()
+        commits = safe_git.run("rev-list", "--reverse", f"{since}..{planned.previous_tip}").decode().split()
+        trial = refresh(
+            repo=state.repo,
+            sandboxes=run.sandboxes,
+            environment=state.environment,
+            config=context.config,
+            task=context.index,
+            branch=planned.branch,
+            tip=planned.previous_tip,
+            onto=state.base,
+            commits=commits,
+            cache=run.baselines,
+            run_id=context.run_id,
+            emit=context.emit,
+        )
+    except Exception:  # the model's way still works: the task is done again on the new base
+        return None
+    if trial.outcome != "clean" or trial.rebased_commit is None or trial.verdict is None:
+        return None
+    outcome = TaskSummary(
+        index=context.index,
+        task=context.task,
+        repo=str(context.config.repo),
+        status="committed",
+        verdict=trial.verdict,  # type: ignore[arg-type]
+        reason=f"rebased onto {state.base[:12]} without the model; gate: {trial.reason}",
+        base_commit=state.base,
+        commit=trial.rebased_commit,
+        wall_time_s=round(time.monotonic() - started, 3),
+    )
+    context.emit(TaskEnd(outcome=outcome))
     return outcome
 
 
