@@ -88,3 +88,52 @@ def test_the_next_night_supersedes_a_killed_one_and_leaves_one_branch_per_task(t
     done, _after = resume(tmp_path, killed, [])
     assert done.returncode == 2
     assert f"run {killed.name} was superseded by night " in done.stdout
+
+
+def test_a_kill_during_a_rebase_then_resume_publishes_it_once_and_asks_no_model(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "geometry")
+    runs, hold, holding = tmp_path / "runs", tmp_path / "hold", tmp_path / "holding"
+    waiter = tmp_path / "wait.py"  # the suite waits while `hold` exists: the rebase's baseline on the new base
+    waiter.write_text(
+        f"import pathlib, time\nhold = pathlib.Path({str(hold)!r})\n"
+        f"if hold.exists():\n    pathlib.Path({str(holding)!r}).touch()\n"
+        "while hold.exists():\n    time.sleep(0.1)\n"
+    )
+    night_file = tmp_path / "nightly.toml"
+    night_file.write_text(
+        f'[defaults]\nruns_dir = "{runs}"\ntest_cmd = "python3 {waiter} && python3 -m pytest -q"\n'
+        f'[[repo]]\npath = "{repo}"\ntasks = {json.dumps([T3])}\n'
+    )
+    scratch = tmp_path / "scratch"
+    with ScriptedServer(scripts={T3: SCRIPTS[T3]}) as server:
+        first = local_cli_here([*LOCAL_AGENT, "night", str(night_file), "--server", server.url], scratch)
+    assert first.returncode == 0, first.stdout
+    first_tip = git(repo, "rev-parse", "refactor-agent/nightly/add-a-units-module").strip()
+    (repo / "NEWS").write_text("main moved\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "News")
+    main = git(repo, "rev-parse", "main").strip()
+
+    hold.touch()
+    with ScriptedServer() as server:
+        process = start_killable([*LOCAL_AGENT, "night", str(night_file), "--server", server.url], scratch)
+        try:
+            wait_for(holding.exists, "the rebase's baseline on the new base")
+        finally:
+            process.kill()
+            process.wait(timeout=60)
+            kill_processes_under(scratch)
+        asked = list(server.requests)
+    hold.unlink()
+    assert git(repo, "rev-parse", "refactor-agent/nightly/add-a-units-module").strip() == first_tip  # untouched
+    _first_run, killed = run_directories(runs)
+
+    done, after = resume(tmp_path, killed, [])
+    assert done.returncode == 0, done.stdout
+    assert asked == [] and after == []  # refreshed twice, never by the model
+    assert branches(repo) == ["refactor-agent/nightly/add-a-units-module"]  # one branch, no work branch
+    assert git(repo, "rev-parse", "refactor-agent/nightly/add-a-units-module^").strip() == main
+    history = git(repo, "for-each-ref", "--format=%(refname)", "refs/refactor-agent/history/").split()
+    assert len(history) == 2 and history[-1].endswith(f"/{killed.name}")  # published once, by the resumed run
+    (record_file,) = (runs / ".tasks").glob("*.json")
+    assert json.loads(record_file.read_text())["pending"] == []
