@@ -1,6 +1,7 @@
 """Earlier results of a night's task, on private refs refs/refactor-agent/history/<night>/<slug>/<run-id>: not tags
 (never pushed with --tags, not fetched by clones, not in `git branch`), and they keep a deleted branch's commit
-readable for the merged checks."""
+readable for the merged checks. The newest keep_history of each task are kept (`refactor-agent gc`, a night's end),
+and always the one its branch is at."""
 
 from __future__ import annotations
 
@@ -20,3 +21,23 @@ def history_tips(git: SafeGit, branch: str) -> list[str]:
     listing = git.run("for-each-ref", "--format=%(refname) %(objectname)", prefix).decode("utf-8", errors="replace")
     rows = sorted(line.split(" ", 1) for line in listing.splitlines() if " " in line)
     return [commit for name, commit in rows if not name.endswith("-unfinished")]
+
+
+def prune(git: SafeGit, keep: int, *, dry_run: bool = False) -> list[str]:
+    """Remove each task's history refs beyond its newest `keep` (by run id: they sort by time), never one whose
+    commit its branch is at now; the refs removed. One transaction with the expected values: a ref that moved
+    meanwhile fails it whole and nothing is removed."""
+    listing = git.run("for-each-ref", "--format=%(refname) %(objectname)", HISTORY_PREFIX).decode("utf-8", "replace")
+    by_task: dict[str, list[tuple[str, str]]] = {}
+    for name, commit in (line.split(" ", 1) for line in listing.splitlines() if " " in line):
+        by_task.setdefault(name.rsplit("/", 1)[0], []).append((name, commit))
+    tips = git.run("for-each-ref", "--format=%(refname) %(objectname)", f"refs/heads/{BRANCH_PREFIX}").decode()
+    branch_tips = dict(line.split(" ", 1) for line in tips.splitlines() if " " in line)
+    doomed = []
+    for task, refs in by_task.items():
+        tip = branch_tips.get(f"refs/heads/{BRANCH_PREFIX}{task.removeprefix(HISTORY_PREFIX)}")
+        doomed += [(name, commit) for name, commit in sorted(refs)[:-keep] if commit != tip]
+    if doomed and not dry_run:
+        commands = "".join(f"delete {name} {commit}\n" for name, commit in doomed)
+        git.run("update-ref", "--stdin", input=f"start\n{commands}prepare\ncommit\n".encode())
+    return [name for name, _ in doomed]

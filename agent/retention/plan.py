@@ -2,9 +2,9 @@
 each would remove, removes it (unless it is a dry run) and says per thing what went and what stayed and why.
 
 What it may touch: run directories in the runs directory, refactor-agent's private refs in the repositories
-(refs/refactor-agent/wip/), scratch directories of processes that have ended, baselines, saved prefixes and the
-environment images of the repositories it looked into. Never a branch, a working tree, an index or HEAD of the
-user's.
+(refs/refactor-agent/wip/ and history/), scratch directories of processes that have ended, baselines, saved
+prefixes and the environment images of the repositories it looked into. Never a branch, a working tree, an index or
+HEAD of the user's.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from agent.gate.baseline import BaselineCache
+from agent.nights import history
 from agent.protocol.config import RetentionConfig
 from agent.record.prune import RunRecordFate, remove_run_record, run_record_fates
 from agent.review.records import ReviewError
@@ -33,10 +34,11 @@ class ImagePruner(Protocol):
     def prune_images(self, keep: int, *, repositories: set[str], dry_run: bool) -> tuple[list[str], dict[str, str]]: ...
 
 
-Kind = Literal["run", "wip refs", "scratch directory", "baseline", "saved prefix", "environment image"]
+Kind = Literal["run", "wip refs", "history ref", "scratch directory", "baseline", "saved prefix", "environment image"]
 NOUNS: dict[Kind, tuple[str, str]] = {  # one, several: as gc's last line counts them
     "run": ("run", "runs"),
     "wip refs": ("set of wip refs", "sets of wip refs"),
+    "history ref": ("history ref", "history refs"),
     "scratch directory": ("scratch directory", "scratch directories"),
     "baseline": ("baseline", "baselines"),
     "saved prefix": ("saved prefix", "saved prefixes"),
@@ -139,6 +141,18 @@ def _wip_refs(collection: Collection, fates: list[RunRecordFate], repositories: 
                 collection.kept.append(Kept("wip refs", f"of run {run_id} in {path}", str(error)))
 
 
+def _history(collection: Collection, keep: int, repositories: Repositories) -> None:
+    """A night's earlier results beyond the newest `keep` of each task (nights/history.py)."""
+    for path, repository in list(repositories.opened()):
+        try:
+            removed = history.prune(repository.git, keep, dry_run=collection.dry_run)
+        except GitError as error:
+            collection.kept.append(Kept("history ref", f"in {path}", str(error)))
+            continue
+        why = f"beyond the newest {keep} of its task"
+        collection.removed += [Removal("history ref", f"{ref} in {path}", None, why) for ref in removed]
+
+
 def _scratch(collection: Collection, root: Path | None) -> None:
     for prefix, what in ((SCRATCH_PREFIX, "a run"), (BUILD_SCRATCH_PREFIX, "an environment build")):
         for directory, record in stale_scratch(root=root, prefix=prefix):
@@ -190,6 +204,7 @@ def collect_garbage(bounds: RetentionConfig, stores: Stores, *, dry_run: bool) -
                 repositories.get(Path(repo))
         _runs(collection, fates)
         _wip_refs(collection, fates, repositories)
+        _history(collection, bounds.keep_history, repositories)
         names = {path.name for path, _ in repositories.opened()}
     _scratch(collection, stores.scratch_root)
     _baselines(collection, stores.runs_dir, bounds.keep_baselines_s)

@@ -86,14 +86,14 @@ class Option:
         return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=self.default, annotation=annotation)
 
 
-def _count_bound(name: str, help: str, *, example: int, commands: frozenset[Command] = RETENTION) -> Option:
+def _count_bound(name: str, help: str, *, example: int) -> Option:
     """A retention bound that counts what is kept (runs, history refs, images): at least one."""
     return Option(
         name,
         int,
         help,
         "night",
-        commands,
+        RETENTION,
         night=f"retention.{name}",
         shown_default=True,
         layer=Annotated[int, Field(ge=1)],
@@ -443,12 +443,7 @@ def _options() -> tuple[Option, ...]:
             metavar="COMMAND",
         ),
         _count_bound("keep_runs", "Finished run records kept in the runs directory (refactor-agent gc).", example=10),
-        _count_bound(
-            "keep_history",
-            "Earlier results kept per night task, as private history refs.",
-            example=3,
-            commands=frozenset({"night"}),  # gc has no history refs to prune until a night publishes them
-        ),
+        _count_bound("keep_history", "Earlier results kept per night task, as private history refs.", example=3),
         Option(
             "keep_baselines",
             str | None,

@@ -257,3 +257,30 @@ def test_a_night_ends_by_applying_the_bounds_unless_gc_is_off(
         assert "gc: removed 1 baseline (2 B)" in result.output.splitlines()
     else:
         assert removed not in result.output and old_baseline.exists()
+
+
+def test_history_refs_beyond_the_bound_go_and_the_one_the_branch_is_at_stays(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "billing")
+    prefix = "refs/refactor-agent/history/nightly/add-units/"
+    commits = []
+    for night in range(1, 5):  # four nights' results of one task, oldest first
+        git(repo, "commit", "-q", "--allow-empty", "-m", f"night {night}")
+        commits.append(git(repo, "rev-parse", "HEAD").strip())
+        git(repo, "update-ref", f"{prefix}2026110{night}-010000-abcd", commits[-1])
+    git(repo, "update-ref", "refs/refactor-agent/history/nightly/other/20261101-010000-abcd", commits[0])
+    git(repo, "branch", "refactor-agent/nightly/add-units", commits[0])  # the user put it back to night 1's
+    branches = git(repo, "for-each-ref", "refs/heads")
+    places = ["--runs-dir", str(tmp_path / "runs"), "--repo", str(repo), "--prefix-dir", str(tmp_path / "none")]
+    result = CliRunner().invoke(app, ["gc", *places, "--keep-history", "2"], env={"DOCKER_HOST": NO_DOCKER})
+    assert result.exit_code == 0, result.output
+    left = git(repo, "for-each-ref", "--format=%(refname)", "refs/refactor-agent/history/").split()
+    assert left == [
+        f"{prefix}20261101-010000-abcd",  # beyond the bound, but its branch is at it
+        f"{prefix}20261103-010000-abcd",
+        f"{prefix}20261104-010000-abcd",
+        "refs/refactor-agent/history/nightly/other/20261101-010000-abcd",  # another task's only one
+    ]
+    assert f"removed history ref {prefix}20261102-010000-abcd in {repo}: beyond the newest 2 of its task" in (
+        result.output.splitlines()
+    )
+    assert git(repo, "for-each-ref", "refs/heads") == branches
