@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import io
+import os
+import re
+import subprocess
 import time
+from pathlib import Path
 
 from rich.console import Console
 
@@ -31,6 +35,10 @@ from agent.protocol.records import EnvironmentRecord, GateEvidence, TaskSummary
 from agent.protocol.stats import RequestStats
 from agent.record.json_view import JsonView
 from agent.record.live import RunView
+
+from support.cli_runs import LOCAL_AGENT, cli_command, cli_environment
+from support.repos import make_repo
+from support.scripted_server import Reply, ScriptedServer
 
 BRANCH = "refactor-agent/r/1-rename"
 EVENTS = [
@@ -399,3 +407,62 @@ def test_escape_sequences_and_markup_in_the_live_panel_are_shown_as_text() -> No
     assert CLIPBOARD not in screen and "\x1b]52" not in screen and "\x1b[2J" not in screen
     assert "[/] [bold]x" in screen and "\\x1b]52;c;" in screen
     assert "task 1 verified* (0123456789ab)" in screen
+
+
+def _through_a_terminal(command: list[str], scratch: Path) -> str:
+    """What a person at a terminal sees of `command`: its output through a pseudo-terminal, one piece a line."""
+    leader, follower = os.openpty()
+    environment = {**cli_environment(scratch), "COLUMNS": "100", "LINES": "40", "TERM": "xterm-256color"}
+    process = subprocess.Popen(
+        command, cwd=scratch.parent, env=environment, stdin=follower, stdout=follower, stderr=follower
+    )
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal's other side closed: the run ended
+            break
+        if not chunk:
+            break
+        seen += chunk
+    process.wait(timeout=120)
+    os.close(leader)
+    # The panel is redrawn in place (cursor up, erase line): each such code ends what was written before it.
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r", "\n", seen.decode("utf-8", errors="replace"))
+
+
+def test_a_run_in_a_terminal_prints_every_line_its_log_would(tmp_path: Path) -> None:
+    """The same scripted task run twice, piped (the cron log) and in a real pseudo-terminal (the live panel): every
+    line of the first, its run id and timings aside, is on the terminal too."""
+    script = [
+        Reply(tool_calls=[("search", {"pattern": "compute_area"})]),
+        Reply(tool_calls=[("str_replace", {"path": "pkg/geometry.py", "old": "nowhere", "new": "x"})]),
+        Reply(tool_calls=[("finish", {"summary": "Nothing to rename after all"})]),
+    ]
+    outputs = []
+    for where in ("piped", "terminal"):
+        repo = make_repo(tmp_path / where / "repo")
+        with ScriptedServer(list(script)) as server:
+            command = cli_command(repo, server, tmp_path / where / "runs", "Rename compute_area", cli=LOCAL_AGENT)
+            scratch = tmp_path / where / "scratch"
+            if where == "piped":
+                done = subprocess.run(
+                    command, cwd=tmp_path, env=cli_environment(scratch), capture_output=True, text=True
+                )
+                outputs.append(done.stdout + done.stderr)
+            else:
+                outputs.append(_through_a_terminal(command, scratch))
+    piped, terminal = (
+        [_masked(line, tmp_path / where) for line in output.splitlines() if line.strip()]
+        for output, where in zip(outputs, ("piped", "terminal"), strict=True)
+    )
+    assert len(piped) >= 8 and "turn 2  str_replace pkg/geometry.py → error: " in outputs[0]
+    assert [line for line in piped if line not in set(terminal)] == []
+    assert any(line.startswith("now: ") for line in terminal), "the panel was shown"
+
+
+def _masked(line: str, where: Path) -> str:
+    """A line without what differs from run to run: its folder, the run id, timings, token counts."""
+    line = re.sub(r"\d{8}-\d{6}-[0-9a-f]{4}", "RUN", line.rstrip().replace(str(where), "HERE"))
+    return re.sub(r"\d", "0", line)
