@@ -286,9 +286,9 @@ class RunView:
 
     def _panel(self) -> Group:
         """Two lines per task in flight (between tasks, the last one's), then the tuning numbers once."""
-        shown = [self.tasks[index] for index in self.in_flight] or [
-            self.tasks[index] for index in list(self.tasks)[-1:]
-        ]
+        # Copies first: rich redraws from its own thread while tasks in parallel threads add to these.
+        tasks, in_flight = dict(self.tasks), list(self.in_flight)
+        shown = [tasks[index] for index in in_flight if index in tasks] or list(tasks.values())[-1:]
         lines: list[Text] = []
         for state in shown:
             lines += [self._headline(state), Text(f"now: {state.now}", no_wrap=True, overflow="ellipsis")]
