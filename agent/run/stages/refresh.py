@@ -1,6 +1,6 @@
 """The refresh stage: a branch's commits replayed onto a new base in a detached scratch checkout and the gate run
 there, without the model (minutes of tests instead of hours of generation). `review rebase` tries a run's
-verified branches with it.
+verified branches with it; a night brings a stale task's branch onto the new base with it (pipeline.py).
 
 The gate runs in the environment the caller prepared for the new base (the environment stage reuses the image
 when the new base's dependencies are the same and builds one from its digest when they changed): the baseline on
