@@ -76,7 +76,7 @@ def test_a_branch_replays_onto_the_moved_main_and_is_verified_there_without_a_mo
     message = run_git(repo, "log", "-1", "--format=%B", rebased)
     assert f"Refactor-Agent-Rebased-Onto: {onto}" in message and "Refactor-Agent-Verdict: verified" in message
     assert run_git(repo, "diff", "--name-only", onto, rebased).split() == ["pkg/units.py", "tests/test_units.py"]
-    assert [event.type for event in events] == ["baseline", "gate"]
+    assert [event.type for event in events if event.type in ("baseline", "gate")] == ["baseline", "gate"]
     assert run_git(repo, "rev-parse", BRANCH).strip() == tip, "nothing moves: the caller points a branch at it"
     assert checkout_fingerprint(repo) == before
 
