@@ -215,6 +215,7 @@ class AgentLoop:
         self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         if is_error:
             self.rejected[call.name] = self.rejected.get(call.name, 0) + 1
-            self.last_error = next((line.strip() for line in text.splitlines() if line.strip()), "")[:LAST_ERROR_CHARS]
+            first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+            self.last_error = first.removeprefix("error: ")[:LAST_ERROR_CHARS]  # the reason line says it was one
         self.checkpoint()
         self.emit(ToolResultEvent(turn=self.turn, id=call.id, name=call.name, is_error=is_error, text=text))

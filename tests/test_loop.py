@@ -198,7 +198,7 @@ def test_rejected_tool_calls_are_counted_by_tool_with_the_last_error(tmp_path: P
     assert result.outcome == "max_turns"
     assert result.rejected == {"str_replace": 2, "view_file": 1}
     last = next(e.text for e in reversed(events) if e.type == "tool_result" and e.is_error)
-    assert result.last_error == last.splitlines()[0] and "\n" not in result.last_error
+    assert result.last_error == last.splitlines()[0].removeprefix("error: ") and "\n" not in result.last_error
 
 
 def test_a_capped_reply_without_a_tool_call_stops_with_its_token_count(tmp_path: Path) -> None:

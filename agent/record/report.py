@@ -19,8 +19,12 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
 from agent.protocol.records import EnvironmentRecord, RunSummary, TaskSummary
+from agent.record.reasons import reason_line, verdict_word, why_line
 from agent.safety import markdown as md
+from agent.safety.printable import counted
 
+# `2 passed, 1 failed`: the passed count of a suite's description (agent.gate.results.SuiteRun.describe).
+_PASSED = re.compile(r"([\d,]+) passed")
 # journal.append_patch writes "# task <n>: <task>" before each task's diff; diff lines never start with "#".
 _TASK_HEADER = re.compile(r"^# task (\d+): ", re.MULTILINE)
 
@@ -87,21 +91,50 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str]:
-    """The row every view shows for a task, as text, in column order."""
+def _passed(description: str) -> int:
+    found = _PASSED.search(description)
+    return int(found.group(1).replace(",", "")) if found else 0
+
+
+def tests_delta(task: TaskSummary) -> str:
+    """`3→3 passed`, `3→2 passed −1`, `3→4 passed +1`; `3→? (did not run)`; `-` when no suite ran."""
+    tests = task.tests
+    if tests is None or tests.baseline is None or tests.baseline.startswith("did not run"):
+        return "-"
+    before = _passed(tests.baseline)
+    if tests.final is None or tests.final.startswith("did not run"):
+        return f"{before}→? (did not run)"
+    after = _passed(tests.final)
+    change = f" −{before - after}" if after < before else f" +{after - before}" if after > before else ""
+    return f"{before}→{after} passed{change}"
+
+
+def files_cell(changes: list[FileChange]) -> str:
+    """`3 +5/-5`: files, lines added and removed; `-` when none."""
+    if not changes:
+        return "-"
+    return f"{len(changes)} +{sum(c.added for c in changes)}/-{sum(c.removed for c in changes)}"
+
+
+def reviewer_row(task: TaskSummary, changes: list[FileChange]) -> dict[str, str]:
+    """What to merge, at a glance: the five columns every view's task table shows (100 columns, a phone)."""
+    return {
+        "#": str(task.index),
+        "verdict": task.shown_verdict,
+        "task": task.task,
+        "tests Δ": tests_delta(task),
+        "files ±": files_cell(changes),
+    }
+
+
+def performance_row(task: TaskSummary, branch_state: str | None = None) -> dict[str, str]:
+    """The operator's columns (`review RUN --wide`, the report's Performance section): where, how long, how fast."""
     metrics = task.metrics
     return {
         "#": str(task.index),
-        "task": task.task,
-        "verdict": task.shown_verdict,
         "branch": task.branch or "-",
         "commit": (task.commit or "")[:12] or "-",
-        "files": str(len(changes)),
-        "+/-": f"+{sum(c.added for c in changes)}/-{sum(c.removed for c in changes)}",
-        "tests": tests_cell(task),
-        "regressed/fixed/flaky": (
-            f"{len(task.tests.regressed)}/{len(task.tests.fixed)}/{len(task.tests.flaky)}" if task.tests else "-"
-        ),
+        **({"branch state": branch_state} if branch_state is not None else {}),
         "turns": str(task.turns),
         "wall": f"{task.wall_time_s:.0f}s",
         "prompt tokens": str(metrics.prompt_tokens) if metrics else "-",
@@ -111,20 +144,80 @@ def task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str]
     }
 
 
+def task_figures(task: TaskSummary, changes: list[FileChange]) -> dict[str, str]:
+    """Every figure of a task, for `review RUN --json`: the reviewer's columns, the operator's, and the older
+    columns (files, +/-, tests, regressed/fixed/flaky) that JSON readers may rely on."""
+    return {
+        **reviewer_row(task, changes),
+        "branch": task.branch or "-",
+        "commit": (task.commit or "")[:12] or "-",
+        "files": str(len(changes)),
+        "+/-": f"+{sum(c.added for c in changes)}/-{sum(c.removed for c in changes)}",
+        "tests": tests_cell(task),
+        "regressed/fixed/flaky": (
+            f"{len(task.tests.regressed)}/{len(task.tests.fixed)}/{len(task.tests.flaky)}" if task.tests else "-"
+        ),
+        **{key: value for key, value in performance_row(task).items() if key not in ("#", "branch", "commit")},
+    }
+
+
+@dataclass(frozen=True)
+class BaseFailures:
+    """The tests already failing on a base commit before any task: every task on it inherits them."""
+
+    repo: str
+    base_commit: str
+    tests: frozenset[str]
+
+    def line(self, several_repositories: bool) -> str:
+        where = f"{Path(self.repo).name} at " if several_repositories else ""
+        names = ", ".join(sorted(self.tests))
+        shown = f"{counted(len(self.tests), 'test')}: {names}"
+        return f"already failing on the base {where}{self.base_commit[:10]} (before any task): {shown}"
+
+
+def base_failures(summary: RunSummary) -> list[BaseFailures]:
+    """Per (repository, base commit), what failed there before any task (still failing or fixed by a task): said
+    once per run, not in every task."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for task in summary.tasks:
+        if task.tests is not None and task.base_commit:
+            key = (task.repo or summary.repo, task.base_commit)
+            found.setdefault(key, set()).update(task.tests.still_failing, task.tests.fixed)
+    return [BaseFailures(repo, base, frozenset(tests)) for (repo, base), tests in found.items() if tests]
+
+
+def base_failure_lines(summary: RunSummary) -> list[str]:
+    return [failures.line(len(summary.repos) > 1) for failures in base_failures(summary)]
+
+
+def _on_base(summary: RunSummary, task: TaskSummary) -> frozenset[str]:
+    key = (task.repo or summary.repo, task.base_commit)
+    return next((f.tests for f in base_failures(summary) if (f.repo, f.base_commit) == key), frozenset())
+
+
+def why_lines(summary: RunSummary) -> list[str]:
+    """One line for each task that is not verified: why."""
+    return [why_line(task) for task in summary.tasks if task.verdict != "verified"]
+
+
 def tests_cell(task: TaskSummary) -> str:
     if task.tests is None:
         return "-"
     return f"{task.tests.baseline or 'none'} → {task.tests.final or 'not run'}"
 
 
-def evidence_lines(task: TaskSummary) -> list[tuple[str, list[str]]]:
-    """(kind, first names) for every non-empty evidence list, with a count of the rest."""
+def evidence_lines(task: TaskSummary, on_base: frozenset[str] = frozenset()) -> list[tuple[str, list[str]]]:
+    """(kind, first names) for every non-empty evidence list, with a count of the rest. Still failing is left out
+    when it is what already failed on the base (`on_base`, said once for the run)."""
     if task.tests is None:
         return []
     found = []
     for kind in EVIDENCE_LISTS:
         names = getattr(task.tests, kind)
-        if names:
+        if kind == "still_failing" and names and set(names) == on_base:
+            found.append(("still failing", [f"the {counted(len(names), 'test')} already failing on the base"]))
+        elif names:
             shown = names[:LISTED_PER_KIND]
             rest = [f"... and {len(names) - len(shown)} more"] if len(names) > len(shown) else []
             found.append((f"{kind.replace('_', ' ')} ({len(names)})", shown + rest))
@@ -146,15 +239,24 @@ def verdict_counts(summary: RunSummary) -> str:
 
 
 def _totals(summary: RunSummary) -> str:
-    statuses = verdict_counts(summary)
+    return f"{counted(len(summary.tasks), 'task')}: {verdict_counts(summary)}; wall {summary.wall_time_s:.0f}s"
+
+
+def _performance_totals(summary: RunSummary) -> str:
     metrics = summary.metrics
-    tokens = (
-        f"; {metrics.prompt_tokens} prompt tokens, cache hit {_ratio(metrics.cache_hit_ratio)}, "
+    if metrics is None:
+        return "no requests measured"
+    return (
+        f"{metrics.prompt_tokens} prompt tokens, cache hit {_ratio(metrics.cache_hit_ratio)}, "
         f"acceptance {_ratio(metrics.acceptance_rate)}, accepted per pass {_number(metrics.accepted_per_pass)}"
-        if metrics
-        else ""
     )
-    return f"{len(summary.tasks)} tasks: {statuses}; wall {summary.wall_time_s:.0f}s{tokens}"
+
+
+def model_line(summary: RunSummary) -> str:
+    """The model the server said it runs, beside the name asked for when they differ."""
+    if summary.served_model and summary.served_model != summary.model:
+        return f"{summary.served_model} (served; requested {summary.model})"
+    return summary.model
 
 
 def _environment_line(environment: EnvironmentRecord) -> str:
@@ -162,8 +264,8 @@ def _environment_line(environment: EnvironmentRecord) -> str:
     if environment.status == "failed":
         tail = " / ".join(environment.log_tail[-3:])
         return f"FAILED, tasks unverified: {environment.error} (log: {environment.log})" + (f": {tail}" if tail else "")
-    counted = f", {environment.tests_collected} tests collected" if environment.tests_collected is not None else ""
-    return f"{environment.status} {environment.image} ({environment.source}){counted}"
+    collected = f", {environment.tests_collected} tests collected" if environment.tests_collected is not None else ""
+    return f"{environment.status} {environment.image} ({environment.source}){collected}"
 
 
 def _environment(summary: RunSummary) -> str:
@@ -177,7 +279,7 @@ def _header_lines(summary: RunSummary) -> list[tuple[str, str]]:
     return [
         ("run", summary.run_id),
         ("repositories", ", ".join(summary.repos)) if len(summary.repos) > 1 else ("repository", summary.repo),
-        ("model", summary.model),
+        ("model", model_line(summary)),
         ("server", summary.server_url),
         ("started", summary.started_at or "-"),
         ("ended", summary.ended_at or "running"),
@@ -187,65 +289,147 @@ def _header_lines(summary: RunSummary) -> list[tuple[str, str]]:
     ]
 
 
+def _md_table(rows: list[dict[str, str]]) -> list[str]:
+    if not rows:
+        return []
+    columns = list(rows[0])
+    lines = ["", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    return lines + ["| " + " | ".join(md.inline(row[column]) for column in columns) + " |" for row in rows]
+
+
+def repair_history(task: TaskSummary) -> str | None:
+    """`round 1: 2 regressed → round 2: 1`: what each gate check found, when there was more than one."""
+    rounds = task.tests.rounds if task.tests is not None else []
+    if len(rounds) < 2:
+        return None
+    return " → ".join([f"round 1: {rounds[0]} regressed", *(f"round {n}: {c}" for n, c in enumerate(rounds[1:], 2))])
+
+
+def rejected_calls(task: TaskSummary) -> str | None:
+    """`str_replace 4, view_file 1; last: old occurs 0 times ...`: the tool calls that came back as errors."""
+    if not task.rejected_calls:
+        return None
+    by_tool = ", ".join(f"{name} {number}" for name, number in sorted(task.rejected_calls.items()))
+    return by_tool + (f"; last: {task.last_error}" if task.last_error else "")
+
+
+def _message_label(task: TaskSummary) -> str:
+    return "Commit message (the model's):" if task.commit else "The model's answer:"
+
+
+def _markdown_task(summary: RunSummary, task: TaskSummary, diff: str) -> list[str]:
+    lines = ["", f"## Task {task.index}: {md.inline(task.task)}", ""]
+    lines.append(f"{md.inline(verdict_word(task))}: {md.inline(reason_line(task))}")
+    if len(summary.repos) > 1:  # a night over several repositories: say which one
+        lines += ["", f"Repository: {md.code(task.repo or '-')}"]
+    lines += [f"- warning: {md.inline(warning)}" for warning in task.warnings]
+    if task.summary:
+        lines += ["", _message_label(task), "", md.fenced(task.summary)]
+    if (rejected := rejected_calls(task)) is not None:
+        lines += ["", f"Rejected tool calls: {md.inline(rejected)}"]
+    if task.tests is not None:
+        lines += ["", f"Tests: {md.inline(tests_cell(task))}"]
+        if (history := repair_history(task)) is not None:
+            lines += ["", f"Repair history: {md.inline(history)}"]
+        for test, failure in task.tests.failures.items():
+            lines += ["", f"Failure of {md.code(test)}:", "", md.fenced(failure)]
+        for kind, names in evidence_lines(task, _on_base(summary, task)):
+            lines += ["", f"{md.inline(kind)}:", ""] + [f"- {md.code(name)}" for name in names]
+    changes = file_changes(diff)
+    if changes:
+        lines += ["", "Files:", ""] + [f"- {md.code(c.path)} +{c.added}/-{c.removed}" for c in changes]
+    return lines
+
+
 def render_markdown(summary: RunSummary, diffs: dict[int, str]) -> str:
     lines = [f"# refactor-agent run {md.inline(summary.run_id)}", ""]
     lines += [f"- **{label}**: {md.inline(value)}" for label, value in _header_lines(summary)]
     lines += [f"- **warning**: {md.inline(warning)}" for warning in summary.warnings]
-    rows = [task_figures(task, file_changes(diffs.get(task.index, ""))) for task in summary.tasks]
-    if rows:
-        columns = list(rows[0])
-        lines += ["", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-        lines += ["| " + " | ".join(md.inline(row[column]) for column in columns) + " |" for row in rows]
+    lines += _md_table([reviewer_row(task, file_changes(diffs.get(task.index, ""))) for task in summary.tasks])
+    if base := base_failure_lines(summary):
+        lines += ["", *map(md.inline, base)]
+    if why := why_lines(summary):
+        lines += ["", *(f"- {md.inline(line)}" for line in why)]
     for task in summary.tasks:
-        lines += ["", f"## Task {task.index}: {md.inline(task.task)}", ""]
-        lines.append(f"{md.inline(task.shown_verdict)}: {md.inline(task.reason)}")
-        if len(summary.repos) > 1:  # a night over several repositories: say which one
-            lines += ["", f"Repository: {md.code(task.repo or '-')}"]
-        lines += [f"- warning: {md.inline(warning)}" for warning in task.warnings]
-        if task.summary:
-            lines += ["", "Commit message (the model's):", "", md.fenced(task.summary)]
-        if task.tests is not None:
-            lines += ["", f"Tests: {md.inline(tests_cell(task))}"]
-            for kind, names in evidence_lines(task):
-                lines += ["", f"{md.inline(kind)}:", ""] + [f"- {md.code(name)}" for name in names]
-        changes = file_changes(diffs.get(task.index, ""))
-        if changes:
-            lines += ["", "Files:", ""] + [f"- {md.code(c.path)} +{c.added}/-{c.removed}" for c in changes]
+        lines += _markdown_task(summary, task, diffs.get(task.index, ""))
+    lines += ["", "## Performance", "", md.inline(_performance_totals(summary))]
+    lines += _md_table([performance_row(task) for task in summary.tasks])
     return "\n".join(lines) + "\n"
 
 
+# The task table fits a phone (390 px) and a desktop: fixed layout, long words wrap anywhere; the operator's table
+# scrolls inside its own box instead of widening the page.
 _PAGE_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1f2328; }
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1f2328; overflow-wrap: anywhere; }
 table { border-collapse: collapse; margin: 1rem 0; }
 th, td { border: 1px solid #d0d7de; padding: 0.25rem 0.5rem; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; }
-dl.run { display: grid; grid-template-columns: max-content auto; gap: 0.2rem 1rem; }
+table.tasks { width: 100%; table-layout: fixed; }
+table.tasks td, table.tasks th { overflow-wrap: anywhere; }
+col.index { width: 2.5em; } col.verdict { width: 7em; } col.tests { width: 7.5em; } col.files { width: 5.5em; }
+div.wide { overflow-x: auto; }
+div.wide td { white-space: nowrap; }
+dl.run { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 0.2rem 1rem; }
+dd { margin: 0; overflow-wrap: anywhere; }
 dt { font-weight: 600; }
 .verdict { font-weight: 600; }
 .warning { color: #9a6700; }
-pre.message { background: #f6f8fa; padding: 0.5rem; white-space: pre-wrap; }
+p.why { margin: 0.25rem 0; }
+pre.message { background: #f6f8fa; padding: 0.5rem; white-space: pre-wrap; overflow-wrap: anywhere; }
 details { margin: 0.5rem 0 1rem; }
 .highlight pre { padding: 0.5rem; overflow-x: auto; }
+@media (max-width: 600px) {
+  body { margin: 0.5rem; }
+  table.tasks { font-size: 0.85em; }
+  th, td { padding: 0.2rem 0.3rem; }
+}
 """
+_TASK_COLUMNS = (
+    '<colgroup><col class="index"><col class="verdict"><col><col class="tests"><col class="files"></colgroup>'
+)
 
 
-def _verdict_html(task: TaskSummary) -> str:
+def _verdict_html(task: TaskSummary, shown: str | None = None) -> str:
     colour = VERDICT_COLOURS.get(task.verdict, "#1f2328")
-    return f'<span class="verdict" style="color: {colour}">{html.escape(task.shown_verdict)}</span>'
+    return f'<span class="verdict" style="color: {colour}">{html.escape(shown or task.shown_verdict)}</span>'
 
 
-def _task_section(task: TaskSummary, diff: str, formatter: HtmlFormatter) -> str:
+def _html_rows(rows: list[tuple[TaskSummary, dict[str, str]]], row_class: str) -> tuple[str, str]:
+    """(head, body) of a table of rows; the verdict cell coloured."""
+    columns = list(rows[0][1])
+    head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+    body = "\n".join(
+        f'<tr class="{row_class}">'
+        + "".join(
+            f"<td>{_verdict_html(task) if column == 'verdict' else html.escape(figures[column])}</td>"
+            for column in columns
+        )
+        + "</tr>"
+        for task, figures in rows
+    )
+    return head, body
+
+
+def _task_section(summary: RunSummary, task: TaskSummary, diff: str, formatter: HtmlFormatter) -> str:
     parts = [
         f'<section class="task" id="task-{task.index}">',
         f"<h2>Task {task.index}: {html.escape(task.task)}</h2>",
-        f"<p>{_verdict_html(task)}: {html.escape(task.reason)}</p>",
+        f"<p>{_verdict_html(task, verdict_word(task))}: {html.escape(reason_line(task))}</p>",
     ]
     parts += [f'<p class="warning">warning: {html.escape(warning)}</p>' for warning in task.warnings]
     if task.summary:
+        parts.append(f"<p>{html.escape(_message_label(task))}</p>")
         parts.append(f'<pre class="message">{html.escape(task.summary)}</pre>')
+    if (rejected := rejected_calls(task)) is not None:
+        parts.append(f'<p class="rejected">Rejected tool calls: {html.escape(rejected)}</p>')
     if task.tests is not None:
         parts.append(f'<p class="tests">Tests: {html.escape(tests_cell(task))}</p>')
-        for kind, names in evidence_lines(task):
+        if (history := repair_history(task)) is not None:
+            parts.append(f'<p class="repairs">Repair history: {html.escape(history)}</p>')
+        for test, failure in task.tests.failures.items():
+            parts.append(f"<p>Failure of <code>{html.escape(test)}</code>:</p>")
+            parts.append(f'<pre class="message">{html.escape(failure)}</pre>')
+        for kind, names in evidence_lines(task, _on_base(summary, task)):
             items = "".join(f"<li><code>{html.escape(name)}</code></li>" for name in names)
             parts.append(f'<div class="evidence"><strong>{html.escape(kind)}</strong><ul>{items}</ul></div>')
     if diff:
@@ -269,26 +453,27 @@ def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
         f"<dt>{html.escape(label)}</dt><dd>{html.escape(value)}</dd>" for label, value in _header_lines(summary)
     )
     warnings = "".join(f'<p class="warning">warning: {html.escape(text)}</p>' for text in summary.warnings)
-    rows = [(task, task_figures(task, file_changes(diffs.get(task.index, "")))) for task in summary.tasks]
-    table = ""
-    if rows:
-        columns = list(rows[0][1])
-        head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
-        body = "\n".join(
-            '<tr class="task-row">'
-            + "".join(
-                f"<td>{_verdict_html(task) if column == 'verdict' else html.escape(figures[column])}</td>"
-                for column in columns
-            )
-            + "</tr>"
-            for task, figures in rows
+    changes = {task.index: file_changes(diffs.get(task.index, "")) for task in summary.tasks}
+    table = performance = ""
+    if summary.tasks:
+        head, body = _html_rows([(task, reviewer_row(task, changes[task.index])) for task in summary.tasks], "task-row")
+        table = f'<table class="tasks">{_TASK_COLUMNS}<thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
+        head, body = _html_rows([(task, performance_row(task)) for task in summary.tasks], "performance-row")
+        performance = (
+            f'<div class="wide"><table class="performance"><thead><tr>{head}</tr></thead>'
+            f"<tbody>\n{body}\n</tbody></table></div>"
         )
-        table = f'<table class="tasks"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
-    sections = "\n".join(_task_section(task, diffs.get(task.index, ""), formatter) for task in summary.tasks)
+    base = "".join(f'<p class="base">{html.escape(line)}</p>' for line in base_failure_lines(summary))
+    why = "".join(f'<p class="why">{html.escape(line)}</p>' for line in why_lines(summary))
+    sections = "\n".join(_task_section(summary, task, diffs.get(task.index, ""), formatter) for task in summary.tasks)
     title = f"refactor-agent run {html.escape(summary.run_id)}"
     return (
         "<!DOCTYPE html>\n"
-        f'<html lang="en"><head><meta charset="utf-8"><title>{title}</title>\n'
+        f'<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{title}</title>\n"
         f"<style>{_PAGE_STYLE}{formatter.get_style_defs('.highlight')}</style></head>\n"
-        f'<body><h1>{title}</h1>\n<dl class="run">{header}</dl>\n{warnings}\n{table}\n{sections}\n</body></html>\n'
+        f'<body><h1>{title}</h1>\n<dl class="run">{header}</dl>\n{warnings}\n{table}\n{base}\n{why}\n{sections}\n'
+        f'<section class="performance"><h2>Performance</h2>\n<p>{html.escape(_performance_totals(summary))}</p>\n'
+        f"{performance}</section>\n</body></html>\n"
     )

@@ -23,6 +23,7 @@ from rich.syntax import Syntax
 from agent.commands import EXIT_FAILED, CommandGroup, Commands, failure, one_line_errors
 from agent.protocol.config import RunConfig
 from agent.protocol.records import TaskSummary
+from agent.review.branch_state import branch_state, shown
 from agent.review.change import TaskChange, read_change
 from agent.review.pager import TerminalPager
 from agent.review.pull_request import pull_request, pull_request_markdown
@@ -37,8 +38,12 @@ from sandbox.errors import SandboxError
 
 RUN_COMMAND = "tasks"
 RECENT_RUNS = 20
-# A piped table has no terminal to size it by (unless COLUMNS says); this keeps the report's fifteen columns readable.
-PIPED_TABLE_WIDTH = 240
+# A piped table has no terminal to size it by (unless COLUMNS says): the reviewer's five columns fit this, and
+# --wide's operator columns that.
+PIPED_TABLE_WIDTH = 100
+PIPED_WIDE_TABLE_WIDTH = 240
+# `discard --only empty`: the branches of tasks that made no commit (runs before such branches were deleted).
+EMPTY = "empty"
 
 
 class ReviewGroup(Commands):
@@ -125,6 +130,11 @@ def _repository(record: RunRecord, repo: Path | None, task: TaskSummary | None =
         yield repository
 
 
+def _empty(task: TaskSummary) -> str | None:
+    """`empty` for a task that made no commit: `discard --only empty` picks its branch."""
+    return EMPTY if task.commit is None else None
+
+
 def _change(runs_dir: Path, target: str, repo: Path | None) -> TaskChange:
     ref: TaskRef = find_task(runs_dir, target)
     with _repository(ref.run, repo, ref.task) as repository:
@@ -155,18 +165,35 @@ def overview(
 
 @review_app.command(RUN_COMMAND)
 def tasks(
-    context: typer.Context, run: RunArgument, runs_dir: RunsDirOption = None, as_json: JsonOption = False
+    context: typer.Context,
+    run: RunArgument,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Also branch, commit, branch state, turns, wall time, tokens, cache.")
+    ] = False,
+    runs_dir: RunsDirOption = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """A run's tasks as in its report: verdict, branch, tests before → after, files, tokens (or `review RUN`)."""
+    """A run's tasks as in its report: verdict, task, tests Δ, files ±, then why each task that is not verified
+    is so (or `review RUN`)."""
     with _one_line_errors():
         record = load_run(_runs_dir(context, runs_dir, run), run)
+        states = _branch_states(record) if wide else None
     if _as_json(context, as_json):
         _print_json({"run": record.summary.model_dump(mode="json"), "rows": task_rows(record)})
         return
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=PIPED_TABLE_WIDTH)
-    console.print(run_table(record))
+        console = Console(width=PIPED_WIDE_TABLE_WIDTH if wide else PIPED_TABLE_WIDTH)
+    console.print(run_table(record, states))
+
+
+def _branch_states(record: RunRecord) -> dict[int, str]:
+    """Each task's branch state now, in its own repository (a night has several)."""
+    states: dict[int, str] = {}
+    for task in record.summary.tasks:
+        with _repository(record, None, task) as repository:
+            states[task.index] = shown(branch_state(repository, task))
+    return states
 
 
 @review_app.command()
@@ -209,6 +236,12 @@ def pr(
     """A pull-request description in Markdown: what changed and why, test evidence, files, risks, how it was made."""
     with _one_line_errors():
         change = _change(_runs_dir(context, runs_dir, _run_of(target)), target, repo)
+        task = change.ref.task
+        if task.commit is None:  # nothing to merge: the evidence is in `review show`
+            raise ReviewError(
+                f"task {task.index} of run {change.ref.run.run_id} has no commit ({task.verdict}); "
+                f"see review show {change.ref.run.run_id}/{task.index}"
+            )
     config = change.ref.run.config()
     title, body = pull_request(change, config)
     if output is not None:
@@ -307,21 +340,28 @@ def discard(
     context: typer.Context,
     run: RunArgument,
     only: Annotated[
-        Literal["regressed", "failed"] | None, typer.Option(help="Only the branches of tasks with this verdict.")
+        Literal["regressed", "failed", "empty"] | None,
+        typer.Option(help="Only the branches of tasks with this verdict, or those of tasks that made no commit."),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
     runs_dir: RunsDirOption = None,
     repo: RepoOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Delete RUN's task branches (all, or --only regressed|failed); asks first unless --yes."""
+    """Delete RUN's task branches (all, or --only regressed|failed|empty); asks first unless --yes."""
     with _one_line_errors():
         record = load_run(_runs_dir(context, runs_dir, run), run)
-        chosen = [task for task in record.summary.tasks if task.branch and only in (None, task.verdict)]
+        chosen = [task for task in record.summary.tasks if task.branch and only in (None, task.verdict, _empty(task))]
         deleted: list[str] = []
         kept: dict[str, str] = {}
         with _repository(record, repo) as repository:
-            present = {task.branch: tip for task in chosen if task.branch and (tip := repository.tip(task.branch))}
+            present = {
+                task.branch: tip
+                for task in chosen
+                if task.branch
+                and (tip := repository.tip(task.branch))
+                and (only != EMPTY or tip == task.base_commit)  # an empty branch that moved holds someone's work
+            }
             if present and not yes:
                 branches = counted(len(present), "branch", "branches")
                 if not sys.stdin.isatty():

@@ -8,9 +8,15 @@ from fnmatch import fnmatch
 from pathlib import PurePosixPath
 
 from agent.protocol.config import RunConfig
+from agent.protocol.records import TaskSummary, unmarked
+from agent.record.reasons import reason_line
 from agent.record.report import evidence_lines, tests_cell
 from agent.review.change import TaskChange
 from agent.safety import markdown as md
+from agent.safety.printable import counted
+
+# Regressed tests the warning and the risk notes name; the rest are counted (the evidence lists them).
+NAMED_REGRESSIONS = 10
 
 # Files whose change alters how the code is built, configured, tested or deployed: a reviewer looks twice.
 CONFIG_PATTERNS = (
@@ -42,11 +48,61 @@ def is_config_file(path: str) -> bool:
     return any(fnmatch(name, pattern) for pattern in CONFIG_PATTERNS) or path.startswith(CI_DIRECTORIES)
 
 
+def _regressed(task: TaskSummary) -> list[str]:
+    return task.tests.regressed if task.tests is not None else []
+
+
+def _named(tests: list[str]) -> str:
+    more = f" and {len(tests) - NAMED_REGRESSIONS} more" if len(tests) > NAMED_REGRESSIONS else ""
+    return _names(tests[:NAMED_REGRESSIONS]) + more
+
+
+def warning(task: TaskSummary) -> list[str]:
+    """The body's opening for a branch that is not plainly verified: GitHub's warning alert, before anything."""
+    verdict = unmarked(task.verdict)
+    if verdict == "verified" and task.shown_verdict == task.verdict:
+        return []
+    headline = f"Not verified: {md.inline(task.shown_verdict)}."
+    if verdict == "regressed" and (regressed := _regressed(task)):
+        fails = "fails" if len(regressed) == 1 else "fail"
+        said = md.inline(f"{counted(len(regressed), 'test')} that passed on the base {fails} with this change:")
+        detail = f"{said} {_named(regressed)}."
+    elif verdict == "verified":  # marked: the suite ran with the task's own version of its test infrastructure
+        headline = "Verified with test infrastructure this change modified."
+        detail = f"The suite ran with this branch's {_names(_infrastructure(task))}."
+    else:
+        detail = md.inline(f"{reason_line(task)}.")
+    return ["> [!WARNING]", f"> **{headline}** {detail} Read the evidence before merging.", ""]
+
+
+def _infrastructure(task: TaskSummary) -> list[str]:
+    return task.tests.test_infrastructure if task.tests is not None else []
+
+
+def _verdict_notes(task: TaskSummary) -> list[str]:
+    """The risks the verdict itself carries, first among the risk notes."""
+    verdict = unmarked(task.verdict)
+    rounds = task.tests.repair_rounds if task.tests is not None else 0
+    repairs = f" ({counted(rounds, 'repair round')} did not fix it)" if rounds else ""
+    if verdict == "regressed":
+        notes = [
+            f"Regressed: {md.code(test)} passed on the base and fails here{repairs}."
+            for test in _regressed(task)[:NAMED_REGRESSIONS]
+        ]
+        if len(_regressed(task)) > NAMED_REGRESSIONS:
+            notes.append(f"... and {len(_regressed(task)) - NAMED_REGRESSIONS} more regressed tests.")
+        syntax = task.tests.syntax_errors if task.tests is not None else []
+        return notes + [f"No longer parses: {md.code(error)}." for error in syntax]
+    if verdict == "verified":
+        return []
+    return [f"Not verified ({md.inline(verdict)}): {md.inline(reason_line(task))}."]
+
+
 def risk_notes(change: TaskChange) -> list[str]:
     paths = [file.path for file in change.files]
     task = change.ref.task
-    infrastructure = task.tests.test_infrastructure if task.tests is not None else []
-    notes = []
+    infrastructure = _infrastructure(task)
+    notes = _verdict_notes(task)
     if infrastructure:
         notes.append(
             f"Changes the test infrastructure its verdict rests on: {_names(infrastructure)}. The suite ran with "
@@ -72,9 +128,10 @@ def _names(paths: list[str]) -> str:
 
 
 def _verdict(change: TaskChange) -> str:
-    """The body's first line: our verdict, before anything the model wrote."""
+    """Our verdict, before anything the model wrote: with the gate's reason when verified, else why it is not."""
     task = change.ref.task
-    return f"**Verdict: {md.inline(task.shown_verdict)}**: {md.inline(task.reason)}"
+    why = task.reason if task.verdict == "verified" else reason_line(task)
+    return f"**Verdict: {md.inline(task.shown_verdict)}**: {md.inline(why)}"
 
 
 def _evidence(change: TaskChange) -> list[str]:
@@ -93,7 +150,7 @@ def pull_request(change: TaskChange, config: RunConfig | None) -> tuple[str, str
     """(title, body): the body opens with our verdict; the model's message follows as a block nothing in it can
     close, then our evidence."""
     task, run = change.ref.task, change.ref.run
-    body = [_verdict(change), "", "## What changed and why", "", "In the model's words:", ""]
+    body = [*warning(task), _verdict(change), "", "## What changed and why", "", "In the model's words:", ""]
     body += [md.fenced(change.body or change.title), ""]
     body += ["## Test evidence", "", *_evidence(change), ""]
     body += ["## Files touched", ""]
@@ -107,14 +164,17 @@ def pull_request(change: TaskChange, config: RunConfig | None) -> tuple[str, str
         "",
         "## Risk notes",
         "",
-        *([f"- {note}" for note in notes] or ["- None found (no tests, configuration or deletions touched)."]),
+        *(
+            [f"- {note}" for note in notes]
+            or ["- None found (verified; no tests, configuration or deletions touched)."]
+        ),
     ]
     effort = f", reasoning effort {md.code(config.llm.effort)}" if config else ""
     made = [
         f"- refactor-agent run {md.code(run.run_id)}, task {task.index}: {md.inline(task.task)}",
         f"- Model: {md.code(run.summary.model)}{effort}",
         f"- Branch {md.code(task.branch or '-')}" + (f", commit {md.code(change.tip)}" if change.tip else ""),
-        f"- {task.turns} model turns, {task.wall_time_s:.0f}s",
+        f"- {counted(task.turns, 'model turn')}, {task.wall_time_s:.0f}s",
     ]
     body += ["", "## How this was made", "", *made]
     return change.title, "\n".join(body) + "\n"

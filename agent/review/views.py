@@ -4,29 +4,39 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
+from agent.record.reasons import reason_line, verdict_word
 from agent.record.report import (
     VERDICT_COLOURS,
+    base_failure_lines,
     evidence_lines,
     file_changes,
+    performance_row,
+    rejected_calls,
+    repair_history,
+    reviewer_row,
     task_figures,
     tests_cell,
     verdict_counts,
     verdict_tally,
+    why_lines,
 )
 from agent.review.change import TaskChange
 from agent.review.records import RunRecord
-from agent.safety.printable import rich_text
+from agent.safety.printable import counted, rich_text
 
-WRAPPED_COLUMNS = ("task", "tests")
+# The column that gives way when the terminal is narrow: cut with an ellipsis, never wrapped (one line per task).
+SHRINKING_COLUMN = "task"
 
 
 def run_line(record: RunRecord) -> str:
     summary = record.summary
     state = "" if summary.ended_at else "  (running or cut short)"
     return (
-        f"{summary.run_id}  {summary.repo}  {len(summary.tasks)} tasks  {verdict_counts(summary)}"
+        f"{summary.run_id}  {summary.repo}  {counted(len(summary.tasks), 'task')}  {verdict_counts(summary)}"
         f"  wall {summary.wall_time_s:.0f}s{state}"
     )
 
@@ -51,17 +61,32 @@ def task_rows(record: RunRecord) -> list[dict[str, str]]:
     return [task_figures(task, file_changes(diffs.get(task.index, ""))) for task in record.summary.tasks]
 
 
-def run_table(record: RunRecord) -> Table:
-    rows = task_rows(record)
+def run_table(record: RunRecord, branch_states: dict[int, str] | None = None) -> Group:
+    """The reviewer's table (`#  verdict  task  tests Δ  files ±`, one line per task, readable at 80 columns), then
+    what already failed on the base and why each task that is not verified is so. With `branch_states` (--wide): the
+    operator's columns and each branch's state too."""
+    summary = record.summary
+    diffs = record.diffs()
+    title = f"run {record.run_id}  {summary.repo}  {counted(len(summary.tasks), 'task')}: {verdict_counts(summary)}"
     # Text, never markup: a `[/]` in a repository's path or a task would otherwise end the command.
-    table = Table(title=rich_text(f"run {record.run_id}  {record.summary.repo}"), title_justify="left")
-    for column in rows[0] if rows else ("#", "task", "verdict"):
-        # Names a reviewer copies (branch, commit) stay whole; prose wraps.
-        table.add_column(column, overflow="fold", no_wrap=column not in WRAPPED_COLUMNS)
-    for task, row in zip(record.summary.tasks, rows, strict=True):
+    table = Table(title=rich_text(title), title_justify="left", box=None)
+    rows = []
+    for task in summary.tasks:
+        row = reviewer_row(task, file_changes(diffs.get(task.index, "")))
+        if branch_states is not None:
+            row |= performance_row(task, branch_states.get(task.index, "-"))
+        rows.append(row)
+    for column in rows[0] if rows else ("#", "verdict", "task"):
+        table.add_column(column, no_wrap=column != SHRINKING_COLUMN)
+    for task, row in zip(summary.tasks, rows, strict=True):
         colour = f"bold {VERDICT_COLOURS.get(task.verdict, '')}"
-        table.add_row(*(rich_text(value, colour if column == "verdict" else "") for column, value in row.items()))
-    return table
+        cells = [rich_text(value, colour if column == "verdict" else "") for column, value in row.items()]
+        for cell, column in zip(cells, row, strict=True):
+            if column == SHRINKING_COLUMN:
+                cell.no_wrap, cell.overflow = True, "ellipsis"
+        table.add_row(*cells)
+    notes = [*base_failure_lines(summary), *why_lines(summary)]
+    return Group(table, *([Text("")] if notes else []), *map(rich_text, notes))
 
 
 def evidence_text(change: TaskChange) -> str:
@@ -70,10 +95,16 @@ def evidence_text(change: TaskChange) -> str:
     lines = [
         f"task {task.index} of run {run.run_id}: {task.task}",
         f"branch: {task.branch or '-'}" + (f"  commit: {change.tip}" if change.tip else ""),
-        f"verdict: {task.shown_verdict}: {task.reason}",
+        f"verdict: {verdict_word(task)}: {reason_line(task)}",
     ]
+    if (rejected := rejected_calls(task)) is not None:
+        lines.append(f"rejected tool calls: {rejected}")
     if task.tests is not None:
         lines.append(f"tests: {tests_cell(task)}")
+        if (history := repair_history(task)) is not None:
+            lines.append(f"repair history: {history}")
+        for test, failure in task.tests.failures.items():
+            lines += [f"failure of {test}:", *(f"    {line}" for line in failure.splitlines())]
         for kind, names in evidence_lines(task):
             lines += [f"{kind}:"] + [f"  {name}" for name in names]
     lines += [f"warning: {warning}" for warning in task.warnings]

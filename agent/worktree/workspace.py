@@ -563,6 +563,15 @@ class Workspace:
         self.git.run("update-ref", "--no-deref", "HEAD", sha, head)
         return sha
 
+    def drop_branch(self) -> None:
+        """Delete the task's branch, which holds no commit of the task: no empty branch is left to review. Ours only,
+        only while it is still at the base commit (one that moved holds someone's work), after remove() (no
+        worktree holds it then)."""
+        if self.branch is None or not self.branch.startswith(BRANCH_PREFIX):
+            raise WorkspaceError(f"refusing to delete {self.branch}: only {BRANCH_PREFIX}* branches are ours")
+        with _WORKTREE_CHANGES:
+            self.user_side.run("update-ref", "-d", f"refs/heads/{self.branch}", self.base_commit)
+
     def remove(self) -> None:
         """Drop the scratch checkout; the branch and its commits stay in the user's repository."""
         try:

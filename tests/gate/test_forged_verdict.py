@@ -164,7 +164,9 @@ def test_a_forging_conftest_on_a_failing_branch_is_marked_everywhere(tmp_path: P
     assert "1 verified*" in review()
     assert "verdict: verified*: " in review("show", "run-under-test/1")
     body = review("pr", "run-under-test/1")
-    assert body.splitlines()[2].startswith("**Verdict: verified\\***: "), "the body opens with our verdict"
+    lines = body.splitlines()
+    assert lines[2] == "> [!WARNING]" and "this branch's `conftest.py`" in lines[3], "the body opens with a warning"
+    assert lines[5].startswith("**Verdict: verified\\***: "), "then our verdict"
     risks = body.partition("## Risk notes")[2].partition("## ")[0]
     assert "Changes the test infrastructure its verdict rests on: `conftest.py`." in risks
     assert "None found" not in risks

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -67,13 +70,19 @@ def test_markdown_report_has_a_row_per_task_and_escapes_cells(tmp_path: Path) ->
     journal, summary, _ = _run_with_two_tasks(tmp_path)
     journal.write_summary(summary)
     report = (journal.directory / "report.md").read_text()
-    rows = [line for line in report.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
-    assert len(rows) == 2
-    assert "Rename compute_area \\| to area" in rows[0] and "+3/-1" in rows[0] and "| regressed |" in rows[0]
-    assert "| 3 passed → 2 passed, 1 failed | 1/0/0 |" in rows[0]
-    assert "| failed |" in rows[1]
-    assert "failed: internal error: boom" in report
+    reviewer, _, performance = report.partition("## Performance")
+    rows = [line for line in reviewer.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert rows == [
+        "| 1 | regressed | Rename compute_area \\| to area \\<now\\> | 3→2 passed −1 | 2 +3/-1 |",
+        "| 2 | failed | Nothing to do | \\- | \\- |",
+    ]
+    assert "| # | verdict | task | tests Δ | files ± |" in reviewer
+    assert "- 1 REGRESSED (1 test): tests/t.py::test\\_\\<x\\>" in reviewer, "why, under the table"
+    assert "- 2 failed: internal error: boom" in reviewer
+    assert "Tests: 3 passed → 2 passed, 1 failed" in report
     assert "regressed (1):\n\n- `tests/t.py::test_<x>`" in report
+    assert "refactor-agent/r/1-rename | 0123456789ab |" in performance, "the operator's columns, apart"
+    assert "prompt tokens" not in reviewer
 
 
 class _Page(HTMLParser):
@@ -112,34 +121,135 @@ class _Page(HTMLParser):
             self._cell.append(data)
 
 
-@pytest.mark.browser
-def test_html_report_renders_in_a_real_browser(tmp_path: Path) -> None:
-    journal, summary, _ = _run_with_two_tasks(tmp_path)
-    journal.write_summary(summary)
+def _rendered_dom(page: Path, *flags: str) -> str:
+    """The DOM headless chromium made of the page."""
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is installed by scripts/test.sh"
-    rendered = subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--dump-dom",
-            (journal.directory / "report.html").as_uri(),
-        ],
+    return subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", *flags, "--dump-dom", page.as_uri()],
         capture_output=True,
         text=True,
         timeout=CHROMIUM_TIMEOUT_S,
         check=True,
     ).stdout
+
+
+@pytest.mark.browser
+def test_html_report_renders_in_a_real_browser(tmp_path: Path) -> None:
+    journal, summary, _ = _run_with_two_tasks(tmp_path)
+    journal.write_summary(summary)
+    rendered = _rendered_dom(journal.directory / "report.html")
     page = _Page()
     page.feed(rendered)
     assert [row[:3] for row in page.rows] == [
-        ["1", "Rename compute_area | to area <now>", "regressed"],
-        ["2", "Nothing to do", "failed"],
+        ["1", "regressed", "Rename compute_area | to area <now>"],
+        ["2", "failed", "Nothing to do"],
     ]
     assert page.details == 1 and page.open_details == 0, "one diff, collapsed until asked for"
     assert page.inserted_spans == 3 + 2, "Pygments marks the 3 added lines and the 2 '+++' file headers"
     assert page.scripts_or_links == 0, "self-contained: nothing to fetch"
     assert "<b>callers</b>" not in rendered and "&lt;b&gt;callers&lt;/b&gt;" in rendered
     assert "<code>tests/t.py::test_&lt;x&gt;</code>" in rendered
+
+
+def _night_of_four(tmp_path: Path) -> RunJournal:
+    """A night as a reviewer meets it: verified, regressed, failed and no_changes, long names and paths."""
+    diff = _real_diff(tmp_path)
+    journal = RunJournal(tmp_path / "runs", "20261201-232754-24b5")
+    journal.append_patch("task 1: Rename", diff.encode(), total_bytes=len(diff), full_change=None)
+    branch = "refactor-agent/20261201-232754-24b5/{}-a-long-slug-made-from-the-task-text-of-this-task"
+    evidence = {"baseline": "3 passed, 1 failed", "base_commit": "b1451e7546aa"}
+    summary = RunSummary(
+        run_id=journal.run_id, repo="/srv/" + "deeply/nested/" * 8 + "repo", model="m", server_url="http://x/v1"
+    )
+    summary.tasks = [
+        TaskSummary(
+            index=1,
+            task="Rename compute_area to area everywhere, in every module, test and document of the package",
+            status="committed",
+            verdict="verified",
+            reason="the model called finish",
+            base_commit=evidence["base_commit"],
+            tests=GateEvidence(baseline=evidence["baseline"], final="3 passed, 1 failed", still_failing=["t::k"]),
+            branch=branch.format(1),
+            commit="2ac2ce436883aaaa",
+            metrics=summarize([]),
+        ),
+        TaskSummary(
+            index=2,
+            task="Make perimeter faster",
+            status="committed",
+            verdict="regressed",
+            reason="gate: 1 test regressed",
+            base_commit=evidence["base_commit"],
+            tests=GateEvidence(
+                baseline=evidence["baseline"],
+                final="2 passed, 2 failed",
+                regressed=["tests/test_geometry.py::test_perimeter_of_a_very_long_parametrised_case[" + "x" * 80 + "]"],
+                failures={"tests/test_geometry.py::test_perimeter": "assert 7 == 10"},
+                still_failing=["t::k"],
+                rounds=[1, 1, 1],
+            ),
+            branch=branch.format(2),
+            commit="65285b3adf34bbbb",
+        ),
+        TaskSummary(
+            index=3,
+            task="Add type hints to describe",
+            status="failed",
+            verdict="failed",
+            reason="reached --max-turns 5 without finish",
+            rejected_calls={"str_replace": 4},
+            last_error="old occurs 0 times in 'shapes/report.py'; it must occur exactly once (add surrounding lines)",
+        ),
+        TaskSummary(
+            index=4,
+            task="Document the geometry module",
+            status="no_changes",
+            verdict="no_changes",
+            reason="the model answered without calling a tool",
+            summary="The module is already documented well enough; I see nothing to change." + "y" * 200,
+        ),
+    ]
+    journal.write_summary(summary)
+    return journal
+
+
+MEASURE_PAGE = """<!DOCTYPE html><html><body style="margin:0">
+<iframe id="f" src="report.html" style="width:{width}px;height:900px;border:0"></iframe>
+<script>
+document.getElementById("f").addEventListener("load", () => {{
+  const d = document.getElementById("f").contentDocument, t = d.querySelector("table.tasks");
+  document.body.setAttribute("data-measure", JSON.stringify({{client: d.documentElement.clientWidth,
+    tableRight: Math.round(t.getBoundingClientRect().right), docScroll: d.documentElement.scrollWidth,
+    verdicts: [...t.querySelectorAll("span.verdict")].map(s => s.textContent),
+    why: [...d.querySelectorAll("p.why")].map(p => p.textContent)}}));
+}});
+</script></body></html>
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [390, 1400])
+def test_the_task_table_fits_a_phone_and_a_desktop(tmp_path: Path, width: int) -> None:
+    """Headless chromium's window is never narrower than 500 px: an iframe gives the page a real 390 px viewport."""
+    journal = _night_of_four(tmp_path)
+    measure = journal.directory / "measure.html"
+    measure.write_text(MEASURE_PAGE.format(width=width))
+    # The measuring page reads the report's DOM through its iframe: file:// access, and time for the load event.
+    dom = _rendered_dom(
+        measure, "--allow-file-access-from-files", "--virtual-time-budget=5000", "--window-size=1600,1000"
+    )
+    found = re.search(r'data-measure="([^"]*)"', dom)
+    assert found, dom[:2000]
+    measured = json.loads(html.unescape(found.group(1)))
+    assert measured["client"] <= width
+    assert measured["tableRight"] <= measured["client"], measured
+    assert measured["docScroll"] <= measured["client"], measured
+    assert measured["verdicts"] == ["verified", "regressed", "failed", "no_changes"]
+    assert [line.split(":")[0] for line in measured["why"]] == ["2 REGRESSED (1 test)", "3 failed", "4 no_changes"]
+    assert (
+        "3 failed: reached --max-turns 5 without finish; 4 rejected tool calls (str_replace 4); last: "
+        in (measured["why"][1])
+    )
+    assert measured["why"][2].startswith('4 no_changes: the model said: "The module is already documented well')

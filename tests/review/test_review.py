@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,8 @@ from typer.testing import CliRunner
 
 import agent
 from agent.cli import app
-from agent.protocol.config import RunConfig
-from agent.protocol.model import LLMError
+from agent.protocol.config import NightConfig, RunConfig
+from agent.protocol.model import RetriesExhausted
 from agent.protocol.records import RunSummary
 
 from support.repos import SAMPLE_FILES, checkout_fingerprint, make_repo
@@ -37,7 +38,10 @@ KNOWN_BUG = "tests/test_known_bug.py::test_known_bug"
 BRANCH_1 = f"refactor-agent/{NIGHT}/1-document-the-area-function"
 BRANCH_2 = f"refactor-agent/{NIGHT}/2-reword-the-area-docstring"
 BRANCH_3 = f"refactor-agent/{NIGHT}/3-break-the-area"
-BRANCH_4 = f"refactor-agent/{NIGHT}/4-lose-the-server"
+LATER_BRANCH = f"refactor-agent/{LATER}/1-look-around"
+LOST = "model server failed 2 times, last: APIConnectionError: Connection error."
+MISSING_TEXT = "old occurs 0 times in 'pkg/report.py'"
+ANSWER = "The module is already documented well enough; I see nothing to change."
 # An escape sequence the model wrote (clear the screen, retitle the window): text for the reviewer, never codes.
 HOSTILE_LINE = "# \x1b[2J\x1b]0;owned\x07"
 BROKEN_GEOMETRY = (
@@ -51,6 +55,8 @@ def finish(summary: str) -> Reply:
 
 
 NIGHT_TASKS = ["Document the area function", "Reword the area docstring", "Break the area", "Lose the server"]
+# Run with --max-turns 3: rejected tool calls until the turns are spent, then a plain answer.
+SHORT_TASKS = ["Type the report", "Document the geometry module"]
 NIGHT_SCRIPT = [
     # 1: verified, touching a test, a configuration file, a deletion and a file too large to commit.
     Reply(
@@ -85,27 +91,34 @@ NIGHT_SCRIPT = [
     finish("Break the area"),
     finish("done"),
     finish("really done"),
-    # 4: failed.
-    LLMError("the server went away"),
+    # 4: failed: the server stopped answering.
+    RetriesExhausted(LOST),
+    # 5: failed: three rejected calls, --max-turns 3.
+    *[Reply(tool_calls=[("str_replace", {"path": "pkg/report.py", "old": "no such text", "new": "x"})])] * 3,
+    # 6: no_changes: an answer, no tool call.
+    Reply(content=ANSWER),
 ]
 
 
-def _run(repo: Path, runs_dir: Path, run_id: str, tasks: list[str], script: list) -> None:
+def _run(repo: Path, runs_dir: Path, run_id: str, tasks: list[str], script: list, short: list[str] = ()) -> None:
     config = RunConfig(repo=repo, tasks=tasks, runs_dir=runs_dir, max_turns=10, max_file_bytes=1000)
-    run_in_process(config, ScriptedModel(script), run_id=run_id)
+    groups = [config, *([config.model_copy(update={"tasks": list(short), "max_turns": 3})] if short else [])]
+    run_in_process(NightConfig(repos=groups, runs_dir=runs_dir), ScriptedModel(script), run_id=run_id)
 
 
 @pytest.fixture(scope="module")
 def night(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A repository and a runs directory after two real runs: NIGHT (four tasks), then LATER (one, no changes)."""
+    """A repository and a runs directory after two real runs: NIGHT (six tasks), then LATER (one, verified)."""
     root = tmp_path_factory.mktemp("night")
     known_bug = {"tests/test_known_bug.py": "def test_known_bug():\n    assert 1 + 1 == 3\n", "NOTES.txt": "notes\n"}
     repo = make_repo(root / "repo", {**SAMPLE_FILES, **known_bug})
-    _run(repo, root / "runs", NIGHT, NIGHT_TASKS, NIGHT_SCRIPT)
-    _run(repo, root / "runs", LATER, ["Look around"], [finish("nothing to change")])
+    _run(repo, root / "runs", NIGHT, NIGHT_TASKS, NIGHT_SCRIPT, SHORT_TASKS)
+    add_notes = Reply(tool_calls=[("create_file", {"path": "MORE_NOTES.txt", "content": "more\n"})])
+    _run(repo, root / "runs", LATER, ["Look around"], [add_notes, finish("Add notes")])
     night = RunSummary.model_validate_json((root / "runs" / NIGHT / "summary.json").read_text())
-    assert [task.verdict for task in night.tasks] == ["verified", "verified", "regressed", "failed"], "the set-up"
-    assert [task.branch for task in night.tasks] == [BRANCH_1, BRANCH_2, BRANCH_3, BRANCH_4]
+    verdicts = ["verified", "verified", "regressed", "failed", "failed", "no_changes"]
+    assert [task.verdict for task in night.tasks] == verdicts, "the set-up"
+    assert [task.branch for task in night.tasks] == [BRANCH_1, BRANCH_2, BRANCH_3, None, None, None]
     assert night.tasks[0].uncommitted_files.keys() == {"big.txt"}
     return root
 
@@ -152,14 +165,18 @@ def test_review_lists_runs_newest_first_with_their_verdict_counts(copy: Night) -
     before = checkout_fingerprint(copy.repo)
     lines = copy.review().splitlines()
     assert len(lines) == 2, "the runs directory's .baselines/ is no run"
-    assert lines[0].startswith(f"{LATER}  {copy.repo}  1 tasks  1 no_changes  wall ")
+    assert lines[0].startswith(f"{LATER}  {copy.repo}  1 task  1 verified  wall ")
     # Task 1 changed pytest.ini: its verdict rests on the configuration it changed, and is counted apart.
-    assert lines[1].startswith(f"{NIGHT}  {copy.repo}  4 tasks  1 failed, 1 regressed, 1 verified, 1 verified*  wall ")
+    tally = "2 failed, 1 no_changes, 1 regressed, 1 verified, 1 verified*"
+    assert lines[1].startswith(f"{NIGHT}  {copy.repo}  6 tasks  {tally}  wall ")
     listed = json.loads(copy.review("--json"))
     assert [run["run_id"] for run in listed] == [LATER, NIGHT]
-    assert listed[1]["verdicts"] == {"failed": 1, "regressed": 1, "verified": 1, "verified*": 1}
-    assert listed[1]["tasks"] == 4
+    assert listed[1]["verdicts"] == {"failed": 2, "no_changes": 1, "regressed": 1, "verified": 1, "verified*": 1}
+    assert listed[1]["tasks"] == 6
     assert checkout_fingerprint(copy.repo) == before
+
+
+REVIEWER_COLUMNS = ("#", "verdict", "task", "tests Δ", "files ±")
 
 
 def _report_rows(report_md: str) -> list[list[str]]:
@@ -177,20 +194,28 @@ def _report_rows(report_md: str) -> list[list[str]]:
 def test_review_run_shows_the_rows_of_the_morning_report(copy: Night, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     shown = json.loads(copy.review(NIGHT, "--json"))
-    rows = [list(row.values()) for row in shown["rows"]]
-    assert rows == _report_rows((copy.runs / NIGHT / "report.md").read_text())
-    assert [row["verdict"] for row in shown["rows"]] == ["verified*", "verified", "regressed", "failed"]
-    assert shown["rows"][2]["regressed/fixed/flaky"] == "2/0/0"
+    rows = [[row[column] for column in REVIEWER_COLUMNS] for row in shown["rows"]]
+    reviewer_part = (copy.runs / NIGHT / "report.md").read_text().partition("## Performance")[0]
+    assert rows == _report_rows(reviewer_part)
+    verdicts = ["verified*", "verified", "regressed", "failed", "failed", "no_changes"]
+    assert [row["verdict"] for row in shown["rows"]] == verdicts
+    assert shown["rows"][2]["regressed/fixed/flaky"] == "2/0/0", "every key stays in the JSON rows"
+    assert shown["rows"][2]["tests Δ"] == "2→0 passed −2"
     table = copy.review(NIGHT)
     assert all(verdict in table for verdict in ("verified", "regressed", "failed"))
-    assert BRANCH_1 in table and BRANCH_3 in table, "branch names whole, to copy"
+    assert BRANCH_1 not in table, "the operator's columns are under --wide"
     assert copy.review("tasks", NIGHT) == table
+    wide = copy.review(NIGHT, "--wide")
+    assert BRANCH_1 in wide and BRANCH_3 in wide, "branch names whole, to copy"
+    assert re.search(rf"{re.escape(BRANCH_1)}\s+\w{{12}}\s+present\s", wide), wide
 
 
 def test_show_prints_the_message_the_evidence_and_the_diff(copy: Night) -> None:
     before = checkout_fingerprint(copy.repo)
     shown = copy.review("show", f"{NIGHT}/3")
-    assert "verdict: regressed: " in shown
+    assert "verdict: REGRESSED (2 tests): tests/test_geometry.py::test_area: assert 5 == 6 and 1 more; " in shown
+    assert "repair history: round 1: 2 regressed → round 2: 2 → round 3: 2" in shown
+    assert "failure of tests/test_geometry.py::test_area:\n    assert 5 == 6\n" in shown
     assert "tests: 2 passed, 1 failed → 3 failed" in shown
     assert "regressed (2):\n  tests/test_geometry.py::test_area\n  tests/test_geometry.py::test_describe" in shown
     assert "    really done" in shown, "the commit message, from the branch"
@@ -199,7 +224,9 @@ def test_show_prints_the_message_the_evidence_and_the_diff(copy: Night) -> None:
     by_branch = copy.review("show", BRANCH_3)
     assert by_branch == shown
     latest = copy.review("show", "1")
-    assert f"task 1 of run {LATER}: Look around" in latest and "no changes" in latest
+    assert f"task 1 of run {LATER}: Look around" in latest and "+more" in latest
+    answered = copy.review("show", f"{NIGHT}/6")
+    assert f'verdict: no_changes: the model said: "{ANSWER}"' in answered and "no changes" in answered
     data = json.loads(copy.review("show", BRANCH_1, "--json"))
     assert data["commit"] == copy.tip(BRANCH_1) and data["deleted"] == ["NOTES.txt"]
     assert {file["path"] for file in data["files"]} == {
@@ -251,7 +278,7 @@ def test_show_on_a_terminal_goes_through_the_pager_highlighted(copy: Night, tmp_
     text = paged.read_text()
     assert b"return width" not in written, "the diff went to the pager, not around it"
     assert "\x1b[" in text, "highlighted"
-    assert "verdict: regressed" in text and "return width + height" in text
+    assert "verdict: REGRESSED (2 tests)" in text and "return width + height" in text
     assert SHOWN_HOSTILE_LINE in text and "\x1b]0;owned" not in text, "the model's escape codes shown as text"
     assert checkout_fingerprint(copy.repo) == before
 
@@ -260,7 +287,13 @@ def test_pr_is_markdown_with_evidence_files_risks_and_provenance(copy: Night, tm
     before = checkout_fingerprint(copy.repo)
     text = copy.review("pr", f"{NIGHT}/1")
     sections = [line for line in text.splitlines() if line.startswith("#")]
-    assert text.splitlines()[2].startswith("**Verdict: verified\\***: the model called finish; gate: "), "ours first"
+    lines = text.splitlines()
+    assert lines[2:4] == [
+        "> [!WARNING]",
+        "> **Verified with test infrastructure this change modified.** The suite ran with this branch's "
+        "`pytest.ini`. Read the evidence before merging.",
+    ], "ours first"
+    assert lines[5].startswith("**Verdict: verified\\***: the model called finish; gate: ")
     assert sections == [
         "# Document compute_area",
         "## What changed and why",
@@ -335,7 +368,7 @@ def test_rebase_applies_only_the_branch_that_stays_clean_and_names_branches_that
     test_doc += "    assert compute_area.__doc__.startswith('Area')\n"
     main = _commit_on_main(copy, "tests/test_doc_style.py", test_doc)
     before = checkout_fingerprint(copy.repo)
-    tips = {branch: copy.tip(branch) for branch in (BRANCH_1, BRANCH_2, BRANCH_3, BRANCH_4)}
+    tips = {branch: copy.tip(branch) for branch in (BRANCH_1, BRANCH_2, BRANCH_3)}
     report = json.loads(copy.review("rebase", NIGHT, "--onto", "main", "--apply", "--json"))
     trials = {trial["branch"]: trial for trial in report["branches"]}
     assert list(trials) == [BRANCH_1, BRANCH_2], "only the verified branches"
@@ -365,8 +398,8 @@ def test_rebase_applies_only_the_branch_that_stays_clean_and_names_branches_that
         "pytest.ini",
         "tests/test_docs.py",
     ]
-    assert {branch: copy.tip(branch) for branch in (BRANCH_2, BRANCH_3, BRANCH_4)} == {
-        branch: tips[branch] for branch in (BRANCH_2, BRANCH_3, BRANCH_4)
+    assert {branch: copy.tip(branch) for branch in (BRANCH_2, BRANCH_3)} == {
+        branch: tips[branch] for branch in (BRANCH_2, BRANCH_3)
     }
     assert checkout_fingerprint(copy.repo) == before, "main, the index, the work tree and the worktrees untouched"
 
@@ -411,9 +444,9 @@ def test_discard_deletes_the_chosen_branches_and_asks_first(copy: Night) -> None
     assert said.splitlines() == [f"deleted 1 branch of run {NIGHT}", f"  {BRANCH_3}"]
     assert copy.tip(BRANCH_3) is None and copy.tip(BRANCH_1) is not None
     rest = json.loads(copy.review("discard", NIGHT, "--yes", "--json"))
-    assert rest == {"deleted": [BRANCH_1, BRANCH_2, BRANCH_4], "kept": {}}
+    assert rest == {"deleted": [BRANCH_1, BRANCH_2], "kept": {}}
     assert copy.git("for-each-ref", "refs/heads/refactor-agent/" + NIGHT) == ""
-    assert copy.tip(f"refactor-agent/{LATER}/1-look-around") is not None, "another run's branch stays"
+    assert copy.tip(LATER_BRANCH) is not None, "another run's branch stays"
     assert checkout_fingerprint(copy.repo) == before
 
 
@@ -430,7 +463,7 @@ def test_discard_keeps_a_branch_that_is_checked_out(copy: Night) -> None:
     ("arguments", "line"),
     [
         (["20261201-013000-a1b3"], f"no run '20261201-013000-a1b3'; nearest: {NIGHT}"),
-        (["show", f"{NIGHT}/9"], f"no task {NIGHT}/9: the run's tasks are 1, 2, 3, 4"),
+        (["show", f"{NIGHT}/9"], f"no task {NIGHT}/9: the run's tasks are 1, 2, 3, 4, 5, 6"),
         (["show", BRANCH_1 + "x"], f"no branch or task '{BRANCH_1}x'; nearest: {BRANCH_1}"),
         (["pr", "nothing-like-it"], "no branch or task 'nothing-like-it'; there are: "),
         (["rebase", NIGHT, "--onto", "mian"], "no ref 'mian'; nearest: main"),
@@ -442,3 +475,87 @@ def test_unknown_names_get_one_line_with_the_nearest_and_exit_2(copy: Night, arg
     said = copy.review(*arguments, code=2)
     assert said.count("\n") == 1 and said.startswith(f"error: {line}"), said
     assert checkout_fingerprint(copy.repo) == before
+
+
+def _review_at(copy: Night, columns: int, *arguments: str) -> str:
+    result = CliRunner(env={"COLUMNS": str(columns)}).invoke(app, ["review", *arguments, "--runs-dir", str(copy.runs)])
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return result.stdout
+
+
+@pytest.mark.parametrize("columns", [100, 80])
+def test_review_run_fits_100_columns_one_line_per_task(copy: Night, columns: int) -> None:
+    shown = _review_at(copy, columns, NIGHT)
+    lines = shown.splitlines()
+    assert all(len(line) <= columns for line in lines), [line for line in lines if len(line) > columns]
+    assert any(re.match(r"^\s*#\s+verdict\s+task\s+tests Δ\s+files ±\s*$", line) for line in lines), lines[:4]
+    verdicts = ["verified*", "verified", "regressed", "failed", "failed", "no_changes"]
+    for index, verdict in enumerate(verdicts, start=1):
+        assert any(re.match(rf"^\s*{index}\s+{re.escape(verdict)}\s+\S", line) for line in lines), (index, shown)
+    assert re.search(r"^\s*3\s+regressed\s+Break the area\s+2→0 passed −2\s+1 \+2/-1\s*$", shown, re.M), shown
+
+
+def test_review_run_says_why_each_task_is_not_verified(copy: Night) -> None:
+    shown = _review_at(copy, 1000, NIGHT)
+    why = [line for line in shown.splitlines() if re.match(r"^[3-6] ", line)]
+    assert why == [
+        "3 REGRESSED (2 tests): tests/test_geometry.py::test_area: assert 5 == 6 and 1 more; "
+        "round 1: 2 regressed → round 2: 2 → round 3: 2",
+        f"4 failed: lost the model server: {LOST}",
+        f"5 failed: reached --max-turns 3 without finish; 3 rejected tool calls (str_replace 3); last: {MISSING_TEXT}; "
+        "it must occur exactly once (add surrounding lines)",
+        f'6 no_changes: the model said: "{ANSWER}"',
+    ]
+    report = (copy.runs / NIGHT / "report.md").read_text()
+    assert all(line.replace("_", "\\_") in report or line in report for line in why[1:2])
+
+
+def test_what_fails_on_the_base_is_said_once_per_run(copy: Night) -> None:
+    shown = _review_at(copy, 1000, NIGHT)
+    base = copy.summary().tasks[0].base_commit
+    assert shown.count(KNOWN_BUG) == 1
+    assert f"already failing on the base {base[:10]} (before any task): 1 test: {KNOWN_BUG}" in shown
+    report = (copy.runs / NIGHT / "report.md").read_text()
+    assert report.count(KNOWN_BUG) == 1, "once, under the run's table"
+    assert "the 1 test already failing on the base" in report
+
+
+def test_the_pr_of_a_regressed_branch_opens_with_a_warning_and_lists_the_regressions_as_risks(copy: Night) -> None:
+    text = copy.review("pr", f"{NIGHT}/3")
+    body = text.partition("\n\n")[2]
+    tokens = MarkdownIt("commonmark").parse(body)
+    assert tokens[0].type == "blockquote_open", "the warning comes first"
+    quote = "".join(token.content for token in tokens[: [t.type for t in tokens].index("blockquote_close")])
+    assert quote.startswith("[!WARNING]\n**Not verified: regressed.** 2 tests that passed on the base fail")
+    risks = text.partition("## Risk notes")[2].partition("## ")[0]
+    for test in ("tests/test_geometry.py::test_area", "tests/test_geometry.py::test_describe"):
+        assert f"- Regressed: `{test}` passed on the base and fails here (2 repair rounds did not fix it)." in risks
+    assert "None found" not in risks
+    assert "- 4 model turns" in text or "model turns" in text
+
+
+def test_a_task_without_a_commit_has_no_pr(copy: Night) -> None:
+    for index, verdict in ((4, "failed"), (6, "no_changes")):
+        result = CliRunner().invoke(app, ["review", "pr", f"{NIGHT}/{index}", "--runs-dir", str(copy.runs)])
+        assert result.exit_code == 2 and result.stdout == ""
+        assert result.stderr == (
+            f"error: task {index} of run {NIGHT} has no commit ({verdict}); see review show {NIGHT}/{index}\n"
+        )
+    assert "the model said" in copy.review("show", f"{NIGHT}/6"), "the evidence is still shown"
+
+
+def test_discard_only_empty_deletes_the_branches_of_tasks_without_a_commit(copy: Night) -> None:
+    """A run from before empty branches were deleted: task 5's branch sits at the base commit."""
+    summary = copy.summary()
+    old_branch = f"refactor-agent/{NIGHT}/5-type-the-report"
+    copy.git("branch", old_branch, summary.tasks[4].base_commit)
+    moved_branch = f"refactor-agent/{NIGHT}/6-document-the-geometry-module"
+    copy.git("branch", moved_branch, BRANCH_1)  # someone's work on it since: kept
+    tasks = list(summary.tasks)
+    tasks[4] = tasks[4].model_copy(update={"branch": old_branch})
+    tasks[5] = tasks[5].model_copy(update={"branch": moved_branch})
+    (copy.runs / NIGHT / "summary.json").write_text(summary.model_copy(update={"tasks": tasks}).model_dump_json())
+    said = copy.review("discard", NIGHT, "--only", "empty", "--yes")
+    assert said.splitlines() == [f"deleted 1 branch of run {NIGHT}", f"  {old_branch}"]
+    assert copy.tip(old_branch) is None and copy.tip(moved_branch) is not None
+    assert all(copy.tip(branch) is not None for branch in (BRANCH_1, BRANCH_2, BRANCH_3))

@@ -247,7 +247,8 @@ def test_failure_paths_end_with_a_status_and_a_complete_transcript(
     if status == "no_changes":
         assert "timed out after 1s" in results[0]
         assert "outside the workspace" in results[1]
-    assert not list(git.Repo(repo).iter_commits(f"main..{task['branch']}"))
+    started = next(e["branch"] for e in transcript if e["type"] == "task_start")
+    assert task["branch"] is None and started not in [head.name for head in git.Repo(repo).heads], "no branch left"
     patch = (run_dir / "patch.diff").read_text()
     assert kept in patch  # a failed task's work is kept for the morning
 
@@ -406,9 +407,12 @@ def test_two_tasks_share_the_repository_prefix(tmp_path: Path) -> None:
     first, second = (request["messages"] for request in server.requests)
     assert first[0] == second[0]
     assert first[1]["content"] != second[1]["content"]
-    _, summary, _ = read_run(tmp_path / "runs")
+    run_dir, summary, _ = read_run(tmp_path / "runs")
     assert [t["status"] for t in summary["tasks"]] == ["no_changes", "no_changes"]
-    assert summary["tasks"][0]["branch"] != summary["tasks"][1]["branch"]
+    first_branch, second_branch = (e["branch"] for e in transcript_of(run_dir) if e["type"] == "task_start")
+    assert first_branch != second_branch
+    assert [t["branch"] for t in summary["tasks"]] == [None, None], "no commit, no branch left"
+    assert not git.Repo(repo).git.for_each_ref("refs/heads/refactor-agent/")
     # A drafter configured (/slots) that made no drafts is the run's warning, not only each task's.
     assert summary["speculation_configured"] is True
     assert any("no drafts were made in 2 requests" in warning for warning in summary["warnings"])

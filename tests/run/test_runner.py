@@ -171,3 +171,16 @@ def test_rejected_calls_reach_the_record_of_a_failed_task(tmp_path: Path) -> Non
     (task,) = summary.tasks
     assert task.verdict == "failed" and task.rejected_calls == {"str_replace": 3}
     assert reason_line(task).startswith("reached --max-turns 3 without finish; 3 rejected tool calls (str_replace 3)")
+
+
+def test_a_task_that_made_no_commit_leaves_no_branch(tmp_path: Path) -> None:
+    repo = sample_repo(tmp_path)
+    add = Reply(tool_calls=[("create_file", {"path": "pkg/extra.py", "content": "VALUE = 2\n"})])
+    gone = RetriesExhausted("model server failed 2 times, last: APIConnectionError: Connection error.")
+    tasks = ["Add pkg.extra", "Lose the server", "Look around"]
+    summary, _, _ = run(tmp_path, repo, [add, finish("Add pkg.extra"), add, gone, finish("nothing to do")], tasks)
+    assert [task.verdict for task in summary.tasks] == ["verified", "failed", "no_changes"]
+    assert [task.branch is None for task in summary.tasks] == [False, True, True]
+    branches = git.Repo(repo).git.for_each_ref("--format=%(refname)", "refs/heads/refactor-agent/").split()
+    assert branches == [f"refs/heads/{summary.tasks[0].branch}"], "only the task that committed keeps a branch"
+    assert "pkg/extra.py" in (tmp_path / "runs" / "run-under-test" / "patch.diff").read_text().split("# task 2")[1]

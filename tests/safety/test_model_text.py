@@ -18,6 +18,7 @@ from agent.review.change import TaskChange
 from agent.review.pull_request import pull_request, pull_request_markdown
 from agent.review.records import RunRecord, TaskRef
 from agent.review.views import evidence_text, run_table
+from agent.safety import markdown as md
 from agent.safety.printable import printable
 
 from support.repos import git, make_repo
@@ -105,14 +106,14 @@ def test_the_model_text_in_report_md_cannot_hide_the_verdict_or_the_evidence(tmp
     assert "\x1b" not in markdown, "control characters shown, not written"
     tokens = _parse(markdown)
     _assert_only_ours(tokens)
-    assert _headings(tokens) == ["refactor-agent run 20261201-010000-abcd", f"Task 1: {TASK}"]
+    assert _headings(tokens) == ["refactor-agent run 20261201-010000-abcd", f"Task 1: {TASK}", "Performance"]
     (fence,) = [token for token in tokens if token.type == "fence"]
     assert fence.content == printable(SUMMARY) + "\n", "the whole message in one block, nothing else in it"
     after = tokens[tokens.index(fence) :]
     assert {REGRESSED, HOSTILE_FILE, DELETED} <= set(_code_spans(after)), "the evidence comes after, as names"
-    section = [n for n, token in enumerate(tokens) if token.type == "heading_open"][-1]
+    section = [n for n, token in enumerate(tokens) if token.type == "heading_open"][-2]
     first = next(n for n in range(section, len(tokens)) if tokens[n].type == "paragraph_open")
-    assert _shown(tokens[first + 1]) == f"regressed: {REASON}", "the task opens with our verdict"
+    assert _shown(tokens[first + 1]) == f"REGRESSED (1 test): {REGRESSED}", "the task opens with our verdict"
     assert first < tokens.index(fence)
     cells = [_shown(token) for token in tokens[: tokens.index(fence)] if token.type == "inline"]
     assert TASK in cells and "regressed" in cells, "the task row's cells, whole"
@@ -152,7 +153,13 @@ def test_the_pr_body_opens_with_our_verdict_and_keeps_the_evidence_outside_the_m
     title, body = pull_request(change, None)
     assert title == "Rename compute_area"
     assert "\x1b" not in body
-    assert body.startswith("**Verdict: regressed**: the model called finish"), "ours first, not the model's"
+    warning, verdict = body.splitlines()[:2], body.splitlines()[3]
+    assert warning == [
+        "> [!WARNING]",
+        "> **Not verified: regressed.** 1 test that passed on the base fails with this change: "
+        f"{md.code(REGRESSED)}. Read the evidence before merging.",
+    ], "ours first, not the model's"
+    assert verdict == f"**Verdict: regressed**: {md.inline(REGRESSED)}"
     tokens = _parse(pull_request_markdown(change, None))
     _assert_only_ours(tokens)
     assert _headings(tokens) == [

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from agent.run.run import Run
 
 
+# Tasks settled without a commit whose branch is deleted at their end.
+EMPTY_BRANCH_STATUSES = ("failed", "no_changes")
+
+
 def run_task(run: Run, context: TaskContext) -> TaskSummary:
     started = time.monotonic()
     config, index, task = context.config, context.index, context.task
@@ -108,10 +112,18 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
     finally:
         context.workspace = None
         outcome.wall_time_s = round(time.monotonic() - started, 3)
+        # A settled task that made no commit leaves no branch (its work so far is in patch.diff); an interrupted
+        # one keeps it: resume reopens it.
+        empty = outcome.commit is None and outcome.status in EMPTY_BRANCH_STATUSES
+        if empty:
+            outcome.branch = None
         context.emit(TaskEnd(outcome=outcome))
         with contextlib.suppress(Exception):  # settled (task_end is written): the snapshots served their turn
             workspace.drop_ref(wip_ref(context.run_id, index))
         workspace.remove()
+        if empty:
+            with contextlib.suppress(Exception):  # moved since (someone's work) or gone: not ours to delete then
+                workspace.drop_branch()
     return outcome
 
 

@@ -1,0 +1,95 @@
+"""A task branch's state in a real repository: present, pushed, merged (fast-forward, cherry-picked), deleted, moved
+outside refactor-agent; and none for a task that made no commit."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agent.protocol.records import TaskSummary
+from agent.review.branch_state import branch_state, shown
+from agent.review.repository import user_repository
+
+from support.repos import git, make_repo
+
+BRANCH = "refactor-agent/20261201-232754-24b5/1-rename"
+
+
+def _task_branch(tmp_path: Path) -> tuple[Path, TaskSummary]:
+    """A repository whose task branch holds one commit on top of main, as a run leaves it."""
+    repo = make_repo(tmp_path / "repo")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", "-q", "-b", BRANCH)
+    (repo / "pkg" / "extra.py").write_text("VALUE = 2\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "Add pkg.extra")
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", "-q", "main")
+    task = TaskSummary(
+        index=1,
+        task="Rename",
+        status="committed",
+        verdict="verified",
+        reason="",
+        branch=BRANCH,
+        base_commit=base,
+        commit=commit,
+    )
+    return repo, task
+
+
+def _state(repo: Path, task: TaskSummary) -> str:
+    with user_repository(repo) as repository:
+        return shown(branch_state(repository, task))
+
+
+def _push(repo: Path, tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "remote.git")], check=True)
+    git(repo, "remote", "add", "origin", str(tmp_path / "remote.git"))
+    git(repo, "push", "-q", "origin", BRANCH)
+
+
+def _delete(repo: Path) -> None:
+    git(repo, "branch", "-q", "-D", BRANCH)
+
+
+def _merge_fast_forward(repo: Path) -> None:
+    git(repo, "merge", "-q", "--ff-only", BRANCH)
+    _delete(repo)
+
+
+def _cherry_pick(repo: Path) -> None:
+    (repo / "README").write_text("main moved on\n")
+    git(repo, "add", "README")
+    git(repo, "commit", "-q", "-m", "main moved on")
+    git(repo, "cherry-pick", BRANCH)
+    _delete(repo)
+
+
+def _move(repo: Path) -> None:
+    git(repo, "branch", "-q", "-f", BRANCH, "main")
+
+
+CASES = {
+    "present": (lambda repo, tmp: None, "present"),
+    "pushed": (_push, "pushed"),
+    "merged by fast-forward": (lambda repo, tmp: _merge_fast_forward(repo), "merged"),
+    "cherry-picked": (lambda repo, tmp: _cherry_pick(repo), "merged"),
+    "deleted": (lambda repo, tmp: _delete(repo), "deleted"),
+    "moved outside": (lambda repo, tmp: _move(repo), "moved outside refactor-agent"),
+}
+
+
+@pytest.mark.parametrize(("change", "expected"), CASES.values(), ids=CASES.keys())
+def test_each_state_from_a_real_repository(tmp_path: Path, change: Callable[[Path, Path], None], expected: str) -> None:
+    repo, task = _task_branch(tmp_path)
+    change(repo, tmp_path)
+    assert _state(repo, task) == expected
+
+
+def test_a_task_without_a_commit_has_no_branch_state(tmp_path: Path) -> None:
+    repo, task = _task_branch(tmp_path)
+    assert _state(repo, task.model_copy(update={"commit": None, "branch": None})) == "-"
