@@ -4,7 +4,8 @@ pull-request body).
 
 - `verdict_word(task)`: `verified`, `verified*`, `REGRESSED (1 test)`, `failed`, `no_changes`, ...;
 - `reason_line(task)`: the why, without the verdict word (`task 3 failed: <reason_line>`);
-- `why_line(task)`: `3 failed: <reason_line>`, the line a run's table lists under itself.
+- `why_line(task)`: `3 failed: <reason_line>`, the line a run's table lists under itself;
+- `verdict_reason(task)`: what `review show` and the PR put after the verdict (a verified task: the gate's words).
 
 Failed: the loop's reason with the rejected tool calls by tool and the last error; lost infrastructure (the model
 server, the sandbox) says so. Regressed: the first regressed test with the first line of its failure and the
@@ -45,6 +46,12 @@ def reason_line(task: TaskSummary) -> str:
         case _:
             line = task.reason
     return printable(line, one_line=True)
+
+
+def verdict_reason(task: TaskSummary) -> str:
+    """What follows `verdict: ` where the tests are shown beside it (`review show`, the PR): the loop's and the
+    gate's own words for a verified task, the reason line otherwise."""
+    return printable(task.reason, one_line=True) if task.verdict == "verified" else reason_line(task)
 
 
 def why_line(task: TaskSummary) -> str:

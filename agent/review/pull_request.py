@@ -9,7 +9,7 @@ from pathlib import PurePosixPath
 
 from agent.protocol.config import RunConfig
 from agent.protocol.records import TaskSummary, unmarked
-from agent.record.reasons import reason_line
+from agent.record.reasons import reason_line, verdict_reason
 from agent.record.report import evidence_lines, tests_cell
 from agent.review.change import TaskChange
 from agent.safety import markdown as md
@@ -130,8 +130,7 @@ def _names(paths: list[str]) -> str:
 def _verdict(change: TaskChange) -> str:
     """Our verdict, before anything the model wrote: with the gate's reason when verified, else why it is not."""
     task = change.ref.task
-    why = task.reason if task.verdict == "verified" else reason_line(task)
-    return f"**Verdict: {md.inline(task.shown_verdict)}**: {md.inline(why)}"
+    return f"**Verdict: {md.inline(task.shown_verdict)}**: {md.inline(verdict_reason(task))}"
 
 
 def _evidence(change: TaskChange) -> list[str]:

@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from agent.record.reasons import reason_line, verdict_word
+from agent.record.reasons import verdict_reason, verdict_word
 from agent.record.report import (
     VERDICT_COLOURS,
     base_failure_lines,
@@ -68,8 +68,8 @@ def run_table(record: RunRecord, branch_states: dict[int, str] | None = None) ->
     summary = record.summary
     diffs = record.diffs()
     title = f"run {record.run_id}  {summary.repo}  {counted(len(summary.tasks), 'task')}: {verdict_counts(summary)}"
-    # Text, never markup: a `[/]` in a repository's path or a task would otherwise end the command.
-    table = Table(title=rich_text(title), title_justify="left", box=None)
+    # A line of its own, not the table's title: that would wrap at the table's width, not the terminal's.
+    table = Table(box=None)
     rows = []
     for task in summary.tasks:
         row = reviewer_row(task, file_changes(diffs.get(task.index, "")))
@@ -82,11 +82,12 @@ def run_table(record: RunRecord, branch_states: dict[int, str] | None = None) ->
         colour = f"bold {VERDICT_COLOURS.get(task.verdict, '')}"
         cells = [rich_text(value, colour if column == "verdict" else "") for column, value in row.items()]
         for cell, column in zip(cells, row, strict=True):
-            if column == SHRINKING_COLUMN:
+            if column == SHRINKING_COLUMN and branch_states is None:  # --wide makes no promise on width: it wraps
                 cell.no_wrap, cell.overflow = True, "ellipsis"
         table.add_row(*cells)
     notes = [*base_failure_lines(summary), *why_lines(summary)]
-    return Group(table, *([Text("")] if notes else []), *map(rich_text, notes))
+    # Text, never markup: a `[/]` in a repository's path or a task would otherwise end the command.
+    return Group(rich_text(title), table, *([Text("")] if notes else []), *map(rich_text, notes))
 
 
 def evidence_text(change: TaskChange) -> str:
@@ -95,7 +96,7 @@ def evidence_text(change: TaskChange) -> str:
     lines = [
         f"task {task.index} of run {run.run_id}: {task.task}",
         f"branch: {task.branch or '-'}" + (f"  commit: {change.tip}" if change.tip else ""),
-        f"verdict: {verdict_word(task)}: {reason_line(task)}",
+        f"verdict: {verdict_word(task)}: {verdict_reason(task)}",
     ]
     if (rejected := rejected_calls(task)) is not None:
         lines.append(f"rejected tool calls: {rejected}")

@@ -43,7 +43,7 @@ def test_a_failing_before_command_fails_the_task_before_any_model_request(tmp_pa
     assert (task.status, task.verdict) == ("failed", "failed")
     assert task.reason == "before command \"echo 'codemod broke' >&2; exit 3\" exited 3: codemod broke"
     assert model.requests == []
-    assert task.commit is None and git(repo, "for-each-ref", "refs/heads/refactor-agent/") != ""
+    assert task.commit is None and git(repo, "for-each-ref", "refs/heads/refactor-agent/") == "", "no commit, no branch"
 
 
 def test_a_failing_after_command_is_a_repair_round_with_its_output(tmp_path: Path) -> None:
