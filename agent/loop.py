@@ -1,21 +1,27 @@
 """The agent loop: ask the model, run its tool calls, append, repeat. Exceptions carry the control flow.
 
 The message list is append-only and the system message and tool list never change within a task, so every
-request's rendered prompt starts with the previous one's and llama-server serves it from its KV cache.
+request's rendered prompt starts with the previous one's and llama-server serves it from its KV cache. Only a
+compaction (agent/conversation/) replaces the list, when the next request would not fit the server's window; the
+system message stays, byte for byte.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agent.protocol.events import Event, Request, Response, ToolCallEvent, ToolResultEvent
-from agent.protocol.model import AssistantTurn, ChatModel, LLMError, ServerLost, ToolCall
+from agent.protocol.model import AssistantTurn, ChatModel, ContextOverflow, LLMError, ServerLost, ToolCall
+from agent.protocol.records import CompactionRecord
 from agent.protocol.stats import RequestStats
 from agent.safety.control_text import neutralised_message
 from tools.base import FinishRequested, ToolContext
 from tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from agent.conversation.compactor import Compacted, Compactor
 
 Emit = Callable[[Event], None]
 LoopOutcome = Literal["finished", "stopped", "max_turns", "error"]
@@ -67,6 +73,7 @@ class LoopResult:
     last_error: str = ""  # the first line of the last rejected call's result
     lost: Literal["server"] | None = None
     capped: int | None = None  # tokens of a reply cut at its cap with no tool call
+    compactions: list[CompactionRecord] = field(default_factory=list)
 
 
 # A reply cut by max_tokens ends inside its last call, whatever its arguments happen to parse to: none is run.
@@ -101,6 +108,7 @@ class AgentLoop:
         max_tokens: int | None = None,
         notice: Callable[[], str | None] | None = None,
         checkpoint: Callable[[], None] | None = None,
+        compactor: Compactor | None = None,
     ) -> None:
         self.model = model
         self.registry = registry
@@ -112,9 +120,12 @@ class AgentLoop:
         self.notice = notice or (lambda: None)
         # Called after each tool result, before it is emitted: the runner keeps the task's files then (resume).
         self.checkpoint = checkpoint or (lambda: None)
+        # None: the window is not known (a scripted model with no server): a request over it fails the task.
+        self.compactor = compactor
         self.tool_schemas = registry.schemas()
         self.messages: list[dict[str, Any]] = []
         self.requests: list[RequestStats] = []
+        self.compactions: list[CompactionRecord] = []
         self.turn = 0
         self._recorded = 0
         self.rejected: dict[str, int] = {}
@@ -153,6 +164,7 @@ class AgentLoop:
                 end.summary,
                 self.turn,
                 self.requests,
+                compactions=self.compactions,
                 rejected=dict(self.rejected),
                 last_error=self.last_error,
                 lost=end.lost if isinstance(end, ModelFailed) else None,
@@ -168,14 +180,8 @@ class AgentLoop:
         if notice is not None:
             self.messages.append({"role": "user", "content": notice})
         self.turn += 1
-        self._record_request()
-        try:
-            reply = self.model.complete(self.messages, self.tool_schemas)
-        except LLMError as error:
-            raise ModelFailed(error) from error
-        self.requests.append(reply.stats)
-        self.messages.append(reply.to_message())
-        self.emit(Response(turn=self.turn, message=self.messages[-1], stats=reply.stats))
+        reply = self._ask()
+        self._answered(reply)
         if not reply.tool_calls:
             capped = reply.stats.completion_tokens if reply.finish_reason == "length" else None
             raise Stopped(_why_no_call(reply), summary=reply.content, capped=capped)
@@ -185,6 +191,58 @@ class AgentLoop:
             return
         for call in reply.tool_calls:
             self._execute(call)
+
+    def _ask(self) -> AssistantTurn:
+        """The turn's reply. With a compactor the conversation is compacted first when the request would pass its
+        threshold, and compacted and sent once more when the server answers that it does not fit, or when the reply
+        filled the window without a tool call (the next request would be larger still)."""
+        compactor = self.compactor
+        try:
+            if compactor is not None:
+                self._replace(compactor.before_request(self.messages, self.turn, self._send))
+            try:
+                reply = self._request()
+            except ContextOverflow as overflow:
+                if compactor is None:
+                    raise
+                self._replace(compactor.overflowed(self.messages, self.turn, overflow, self._send))
+                return self._request()
+            if compactor is not None and not reply.tool_calls and compactor.ran_into_window(reply.stats):
+                self._answered(reply)  # in the transcript and the task's figures, not in the conversation
+                self.messages.pop()
+                filled = reply.stats.prompt_tokens + reply.stats.completion_tokens
+                self._replace(compactor.compact(self.messages, self.turn, "window", filled, self._send))
+                return self._request()
+            return reply
+        except LLMError as error:
+            raise ModelFailed(error) from error
+
+    def _request(self) -> AssistantTurn:
+        self._record_request()
+        return self._send(self.messages)
+
+    def _send(self, messages: list[dict[str, Any]]) -> AssistantTurn:
+        """One request with the task's tools (the compactor's handoff summary asks through it too)."""
+        return self.model.complete(messages, self.tool_schemas)
+
+    def _answered(self, reply: AssistantTurn) -> None:
+        self.requests.append(reply.stats)
+        self.messages.append(reply.to_message())
+        self.emit(Response(turn=self.turn, message=self.messages[-1], stats=reply.stats))
+        if self.compactor is not None:
+            self.compactor.replied(self.messages, reply.stats)
+
+    def _replace(self, compacted: Compacted | None) -> None:
+        """The compacted conversation in place of the live one; its event holds all of it but the system message,
+        so the next request records only what comes after."""
+        if compacted is None:
+            return
+        self.messages = compacted.messages
+        self._recorded = len(self.messages)
+        if compacted.event.summary_stats is not None:
+            self.requests.append(compacted.event.summary_stats)
+        self.compactions.append(compacted.event.record())
+        self.emit(compacted.event)
 
     def _record_request(self) -> None:
         """Log only what is new since the last request: the repository is in the first one, not in every one."""

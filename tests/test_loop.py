@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import json
+import re
 from pathlib import Path
 
 import pytest
 
+from agent.conversation.compactor import Compactor
+from agent.conversation.window import ContextWindow
 from agent.loop import AgentLoop, LoopResult
 from agent.protocol.config import LLMConfig
 from agent.server.chat import OpenAIChatModel
@@ -14,9 +18,9 @@ from tools.base import ToolContext
 from tools.registry import default_registry
 
 from support.local_sandbox import LocalExecutor
-from support.repos import make_repo
+from support.repos import SAMPLE_FILES, make_repo
 from support.scripted_model import ScriptedModel
-from support.scripted_server import Fail, Reply, ScriptedServer
+from support.scripted_server import Fail, Reply, ScriptedServer, rendered_prompt, tokens_of
 
 
 def run_loop(
@@ -214,3 +218,97 @@ def test_a_server_that_stops_answering_is_lost_not_an_answer(tmp_path: Path) -> 
     assert result.outcome == "error" and result.lost == "server"
     overflow, _, _ = run_loop(tmp_path / "overflow", [], n_ctx=100)  # the server answered: the prompt is too long
     assert overflow.outcome == "error" and overflow.lost is None
+
+
+def _compactor(n_ctx: int, tools: list[dict]) -> Compactor:
+    """A compactor whose count is the scripted model's and server's own: 4 characters a token of the rendering."""
+    count = lambda messages: tokens_of(rendered_prompt({"messages": messages, "tools": tools}))  # noqa: E731
+    return Compactor(ContextWindow(n_ctx, 0.85, count), lambda: "[ledger] files changed so far: 0")
+
+
+def _big_repo(tmp_path: Path) -> Path:
+    big = "".join(f"value_{n} = {n}\n" for n in range(400))
+    return make_repo(tmp_path / "repo", {**SAMPLE_FILES, "pkg/big.py": big})
+
+
+def _views(count: int) -> list[Reply]:
+    return [Reply(tool_calls=[("view_file", {"path": "pkg/big.py"})], reasoning="Let me look. " * 40)] * count
+
+
+def test_over_the_threshold_the_loop_compacts_before_the_request(tmp_path: Path) -> None:
+    model = ScriptedModel([*_views(8), Reply(tool_calls=[("finish", {"summary": "done"})])])
+    events: list = []
+    registry = default_registry()
+    compactor = _compactor(10_000, registry.schemas())
+    context = ToolContext(LocalExecutor(_big_repo(tmp_path)), None, 30, 4_000)
+    loop = AgentLoop(model, registry, context, max_turns=12, emit=events.append, compactor=compactor)
+    result = loop.run("SYSTEM " * 200, "Rename compute_area to area")
+    assert result.outcome == "finished"
+    compactions = [event for event in events if event.type == "compaction"]
+    assert compactions and all(event.stage == "stubs" for event in compactions)
+    threshold = compactor.window.threshold
+    assert all(event.tokens_before >= threshold > event.tokens_after for event in compactions)
+    assert [record.tokens_after for record in result.compactions] == [event.tokens_after for event in compactions]
+    # The compaction comes before the request it is for, and that request records nothing old again.
+    first = events.index(compactions[0])
+    assert events[first + 1].type == "request" and events[first + 1].new_messages == []
+    assert all(request[0] == model.requests[0][0] for request in model.requests), "the system message never changes"
+    assert all(stats.prompt_tokens < threshold for stats in result.requests)
+
+
+def test_a_task_whose_system_and_task_do_not_fit_fails_before_the_first_request(tmp_path: Path) -> None:
+    model = ScriptedModel(_views(1))
+    registry = default_registry()
+    context = ToolContext(LocalExecutor(make_repo(tmp_path / "repo")), None, 30, 4_000)
+    loop = AgentLoop(
+        model, registry, context, max_turns=10, emit=lambda event: None, compactor=_compactor(1_000, registry.schemas())
+    )
+    result = loop.run("SYSTEM " * 2_000, "Rename compute_area to area")
+    assert result.outcome == "error" and model.requests == []
+    expected = r"the system message and the task take [\d,]+ of the 1,000-token window, past the 850 "
+    assert re.match(expected, result.reason)
+
+
+def test_exceed_context_size_compacts_and_retries(tmp_path: Path) -> None:
+    """The server's own answer (HTTP 400 exceed_context_size_error) on the wire: compacted, sent once more."""
+    overflow = {
+        "error": {
+            "code": 400,
+            "type": "exceed_context_size_error",
+            "message": "request (9000 tokens) exceeds the available context size (8000 tokens), try increasing it",
+            "n_prompt_tokens": 9000,
+            "n_ctx": 8000,
+        }
+    }
+    script = [*_views(4), Fail(400, overflow), Reply(tool_calls=[("finish", {"summary": "done"})])]
+    events: list = []
+    registry = default_registry()
+    context = ToolContext(LocalExecutor(_big_repo(tmp_path)), None, 30, 4_000)
+    with ScriptedServer(script) as server:
+        model = OpenAIChatModel(LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=1))
+        loop = AgentLoop(
+            model, registry, context, max_turns=10, emit=events.append, compactor=_compactor(65_536, registry.schemas())
+        )
+        result = loop.run("SYSTEM " * 200, "Rename compute_area to area")
+        sent = server.requests
+    assert result.outcome == "finished"
+    (compaction,) = [event for event in events if event.type == "compaction"]
+    assert (compaction.reason, compaction.tokens_before, compaction.turn) == ("overflow", 9000, 5)
+    assert len(sent) == 6 and sent[5]["messages"] == [sent[4]["messages"][0], *compaction.messages]
+    assert len(sent[5]["messages"]) == len(sent[4]["messages"]), "stubs: every call keeps its result"
+
+
+def test_a_reply_that_filled_the_window_is_dropped_and_the_request_compacted(tmp_path: Path) -> None:
+    registry = default_registry()
+    compactor = _compactor(12_000, registry.schemas())
+    endless = Reply(reasoning="I keep thinking. " * 2_000)  # no tool call, generated until the window was full
+    model = ScriptedModel([*_views(4), endless, Reply(tool_calls=[("finish", {"summary": "done"})])])
+    events: list = []
+    context = ToolContext(LocalExecutor(_big_repo(tmp_path)), None, 30, 4_000)
+    loop = AgentLoop(model, registry, context, max_turns=10, emit=events.append, compactor=compactor)
+    result = loop.run("SYSTEM " * 200, "Rename compute_area to area")
+    assert result.outcome == "finished" and result.summary == "done"
+    (compaction,) = [event for event in events if event.type == "compaction"]
+    assert compaction.reason == "window" and compaction.turn == 5
+    assert all("I keep thinking" not in json.dumps(message) for message in model.requests[-1])
+    assert len(result.requests) == 6, "the dropped reply's tokens still count"

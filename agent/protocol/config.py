@@ -192,6 +192,12 @@ class RunConfig(BaseModel):
     before: list[str] = Field([], description="commands run in the sandbox before the model's work")
     after: list[str] = Field([], description="commands run in the sandbox before each gate check")
     select: RepoSelect | None = Field(None, description="the [[repo]]'s predicates (a night file's)")
+    compact_at: float = Field(
+        0.85,
+        gt=0,
+        le=1,
+        description="share of the server's window past which the conversation is compacted instead of overflowing",
+    )
 
 
 class NightConfig(BaseModel):

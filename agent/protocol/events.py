@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from agent.protocol.records import EnvironmentRecord, TaskSummary
+from agent.protocol.records import CompactionRecord, EnvironmentRecord, TaskSummary
 from agent.protocol.stats import RequestStats
 
 
@@ -114,6 +114,38 @@ class ToolResultEvent(_Event):
     text: str
 
 
+class Compaction(_Event):
+    """The conversation compacted to fit the server's window (agent/conversation/): what went and the tokens before
+    and after. `messages` is the whole conversation after it but the system message, which never changes: resume
+    rebuilds from it, and later requests extend it."""
+
+    type: Literal["compaction"] = "compaction"
+    turn: int
+    stage: Literal["stubs", "summary"]  # older turns trimmed; or replaced by the model's handoff summary
+    # The next request past the threshold; the server's exceed_context_size_error; a reply that filled the window.
+    reason: Literal["threshold", "overflow", "window"]
+    tokens_before: int
+    tokens_after: int
+    threshold: int
+    n_ctx: int
+    results_stubbed: int = 0
+    reasoning_dropped: int = 0
+    arguments_shortened: int = 0
+    turns_dropped: int = 0
+    chars_elided: int = 0
+    summary_stats: RequestStats | None = None  # the handoff summary's request
+    messages: list[dict[str, Any]]
+
+    def record(self) -> CompactionRecord:
+        return CompactionRecord(
+            turn=self.turn,
+            stage=self.stage,
+            reason=self.reason,
+            tokens_before=self.tokens_before,
+            tokens_after=self.tokens_after,
+        )
+
+
 class Retry(_Event):
     type: Literal["retry"] = "retry"
     message: str
@@ -186,6 +218,7 @@ Event = Annotated[
     | Response
     | ToolCallEvent
     | ToolResultEvent
+    | Compaction
     | Retry
     | PrefillProgress
     | GenerationProgress

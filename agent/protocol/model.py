@@ -16,7 +16,13 @@ class LLMError(Exception):
 
 
 class ContextOverflow(LLMError):
-    pass
+    """The request does not fit the server's window; with the server's own counts when it said them (its
+    exceed_context_size_error carries `n_prompt_tokens` and `n_ctx`)."""
+
+    def __init__(self, reason: str, *, prompt_tokens: int | None = None, n_ctx: int | None = None) -> None:
+        super().__init__(reason)
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
 
 
 class ModelUnavailable(LLMError):

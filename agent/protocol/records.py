@@ -92,6 +92,16 @@ class EnvironmentRecord(BaseModel):
     skipped: list[str] = []  # sources found and not used, each with the reason
 
 
+class CompactionRecord(BaseModel):
+    """One compaction of a task's conversation, as the report shows it (the transcript's event has the rest)."""
+
+    turn: int
+    stage: Literal["stubs", "summary"]
+    reason: Literal["threshold", "overflow", "window"]
+    tokens_before: int
+    tokens_after: int
+
+
 class TaskSummary(BaseModel):
     index: int
     task: str
@@ -107,6 +117,7 @@ class TaskSummary(BaseModel):
     wall_time_s: float = 0.0
     tests: GateEvidence | None = None
     metrics: MetricsSummary | None = None
+    compactions: list[CompactionRecord] = []  # the conversation compacted to fit the server's window
     warnings: list[str] = []
     # Files the commit left out (too large, new or tracked and grown; a nested repository): why.
     uncommitted_files: dict[str, str] = {}

@@ -3,9 +3,9 @@
 Failures are sorted into what the loop can act on: transient (retried here with backoff, RetryPolicy; a stream that
 ends without a finish reason is one, StreamCut), output that
 broke the tool-call format (the server's parser refused it, or left tool-call markup in the text: resampled here,
-counted), a prompt over the context (ContextOverflow, ends the task) and
-the rest (ModelUnavailable, ends the task). A stream with nothing from the server (no token, no prefill progress) for
-`idle_timeout_s` is abandoned and retried; `request_timeout_s` bounds a whole request.
+counted), a prompt over the context (ContextOverflow with the server's counts: the loop compacts the conversation)
+and the rest (ModelUnavailable, ends the task). A stream with nothing from the server (no token, no prefill progress)
+for `idle_timeout_s` is abandoned and retried; `request_timeout_s` bounds a whole request.
 """
 
 from __future__ import annotations
@@ -134,6 +134,24 @@ def _is_context_overflow(error: openai.APIStatusError) -> bool:
     return error.status_code == 400 and "exceed_context_size" in _error_text(error)
 
 
+def _overflow(error: openai.APIStatusError) -> ContextOverflow:
+    """llama-server's exceed_context_size_error with its counts: `{"error": {..., "n_prompt_tokens": 4527,
+    "n_ctx": 4096}}` (tools/server/server-common.cpp)."""
+    body = error.body if isinstance(error.body, dict) else {}
+    inner = body.get("error", body)
+    counts = inner if isinstance(inner, dict) else {}
+
+    def count(key: str) -> int | None:
+        value = counts.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    return ContextOverflow(
+        f"prompt exceeds the server's context: {_error_text(error)}",
+        prompt_tokens=count("n_prompt_tokens"),
+        n_ctx=count("n_ctx"),
+    )
+
+
 class OpenAIChatModel:
     def __init__(
         self,
@@ -223,7 +241,7 @@ class OpenAIChatModel:
             return self._retry.call(attempt, self._transient_reason)
         except openai.APIStatusError as error:
             if _is_context_overflow(error):
-                raise ContextOverflow(f"prompt exceeds the server's context: {_error_text(error)}") from error
+                raise _overflow(error) from error
             raise ModelUnavailable(
                 f"server rejected the request ({error.status_code}): {_error_text(error)}"
             ) from error

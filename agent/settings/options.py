@@ -400,6 +400,16 @@ def _options() -> tuple[Option, ...]:
             run=("max_tokens_per_task",),
             example=100_000,
         ),
+        Option(
+            "compact_at",
+            float,
+            "Share of the server's window past which the conversation is compacted instead of overflowing.",
+            "task",
+            task_settings,
+            run=("compact_at",),
+            shown_default=True,
+            example=0.7,
+        ),
         # until and deadline land in NightConfig.deadline_at together (deadline_at() in layers.py).
         Option(
             "until",

@@ -217,6 +217,7 @@ class ScriptedServer(LoopbackServer):
         self._release = threading.Event()
         self.requests: list[dict[str, Any]] = []
         self.tokenized: list[str] = []  # every text sent to /tokenize
+        self.counted: list[dict[str, Any]] = []  # every body sent to /v1/chat/completions/input_tokens
         self.prompts: list[str] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -234,8 +235,12 @@ class ScriptedServer(LoopbackServer):
             previous = self.prompts[-1] if self.prompts else ""
             self.prompts.append(prompt)
             script = self._script_for(body)
-            step = script.pop(0) if script else Reply(content="Nothing more to do.")
-        return step, tokens_of(prompt), tokens_of(prompt[: common_prefix(prompt, previous)])
+            prompt_n = tokens_of(prompt)
+            if prompt_n > self.n_ctx:  # answered with exceed_context_size_error: the script's step is not used up
+                step: Step = Reply()
+            else:
+                step = script.pop(0) if script else Reply(content="Nothing more to do.")
+        return step, prompt_n, tokens_of(prompt[: common_prefix(prompt, previous)])
 
     def _script_for(self, body: dict[str, Any]) -> list[Step]:
         first_user = next((m for m in body.get("messages", []) if m.get("role") == "user"), {})
@@ -329,6 +334,9 @@ class ScriptedServer(LoopbackServer):
                         self._json(*server.kv.action(slot, action, body.get("filename", ""), server.slots))
                 elif server.kv is not None and self.path == "/v1/completions":
                     self._prefill_tokens(body)
+                elif self.path == "/v1/chat/completions/input_tokens":
+                    server.counted.append(body)
+                    self._json(200, {"input_tokens": tokens_of(rendered_prompt(body))})
                 else:
                     self._json(404, {"error": {"code": 404, "message": "not found", "type": "not_found_error"}})
 
