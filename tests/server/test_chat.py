@@ -145,9 +145,13 @@ def test_markup_the_repository_spells_is_an_answer_not_a_broken_call() -> None:
 
 
 def test_context_overflow_is_its_own_error() -> None:
-    with ScriptedServer(n_ctx=10) as server, pytest.raises(ContextOverflow, match="exceed_context_size_error"):
+    with (
+        ScriptedServer(n_ctx=10) as server,
+        pytest.raises(ContextOverflow, match="exceed_context_size_error") as raised,
+    ):
         client(server).complete(MESSAGES, TOOLS)
     assert len(server.requests) == 1  # never retried: the same prompt would overflow again
+    assert raised.value.n_ctx == 10 and raised.value.prompt_tokens is not None and raised.value.prompt_tokens > 10
 
 
 def test_persistent_failure_gives_up_with_the_last_reason() -> None:
