@@ -101,6 +101,16 @@ class CompactionRecord(BaseModel):
     tokens_before: int
     tokens_after: int
 
+    def describe(self) -> str:
+        """`turn 14: older results stubbed (past the threshold), 3,512 → 2,341 tokens`, as every view says it."""
+        what = "older results stubbed" if self.stage == "stubs" else "older turns summarised"
+        why = {
+            "threshold": "past the threshold",
+            "overflow": "the server's window overflowed",
+            "window": "a reply filled the window",
+        }[self.reason]
+        return f"turn {self.turn}: {what} ({why}), {self.tokens_before:,} → {self.tokens_after:,} tokens"
+
 
 class TaskSummary(BaseModel):
     index: int

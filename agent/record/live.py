@@ -21,6 +21,7 @@ from rich.text import Text
 
 from agent.protocol.events import (
     Baseline,
+    Compaction,
     EnvironmentProgress,
     EnvironmentReady,
     Event,
@@ -132,6 +133,7 @@ class _TaskPanel:
     tok_s: float | None = None
     cache: float | None = None
     acceptance: float | None = None
+    compactions: int = 0
     calls: dict[str, ToolCallEvent] = field(default_factory=dict)  # by id, until their result comes
 
     def tuning(self) -> str:
@@ -140,6 +142,8 @@ class _TaskPanel:
             parts.append(f"cache hit {self.cache:.0%}")
         if self.acceptance is not None:
             parts.append(f"drafts {self.acceptance:.0%} accepted")
+        if self.compactions:
+            parts.append(f"compactions {self.compactions}")
         return " · ".join([*parts, f"turn {self.turn}"])
 
 
@@ -258,6 +262,9 @@ class RunView:
                     self.in_flight.remove(outcome.index)
                 state.now = f"{verdict_word(outcome)}"
                 return task_end_line(outcome)
+            case Compaction():
+                state.compactions += 1
+                return f"conversation compacted, {event.record().describe()} (window {event.n_ctx:,})"
             case Retry():
                 state.now = f"model: {printable(event.message, one_line=True)}"
                 return f"model: {event.message}"

@@ -3,8 +3,9 @@
 Tasks with a task_end event are finished and not redone. The task in flight continues: its conversation is
 rebuilt from the request events (each carries the messages that were new since the previous request, exactly as
 sent, so the rebuilt prefix is byte-identical and the server's KV cache still matches), then the last response
-and the tool results that arrived after it. A tool call without a result was cut off by the process's death:
-it gets a result saying so, and is never run again.
+and the tool results that arrived after it. A compaction event replaces the conversation rebuilt so far with the
+compacted one it carries (the system message, which it leaves out, stays). A tool call without a result was cut off
+by the process's death: it gets a result saying so, and is never run again.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent.protocol.config import NightConfig
-from agent.protocol.events import Request, Response, TaskEnd, TaskStart, ToolResultEvent, parse_event
-from agent.protocol.records import RunSummary, TaskSummary
+from agent.protocol.events import Compaction, Request, Response, TaskEnd, TaskStart, ToolResultEvent, parse_event
+from agent.protocol.records import CompactionRecord, RunSummary, TaskSummary
 from agent.protocol.stats import RequestStats
 from agent.record.journal import NIGHT_RECORD, run_directories
 
@@ -43,6 +44,7 @@ class TaskProgress:
     recorded: int = 0  # how many of `messages` the transcript's request events hold
     turn: int = 0
     requests: list[RequestStats] = field(default_factory=list)
+    compactions: list[CompactionRecord] = field(default_factory=list)
     cut_off_calls: int = 0
 
 
@@ -98,6 +100,13 @@ def _task_progress(events: list[Any], start: TaskStart) -> TaskProgress:
             progress.requests.append(event.stats)
         elif isinstance(event, ToolResultEvent) and response is not None:
             results[event.id] = event.text
+        elif isinstance(event, Compaction):
+            # The compacted conversation holds the last response and its results: nothing is pending after it.
+            progress.messages = [*progress.messages[:1], *event.messages]
+            response, results = None, {}
+            progress.compactions.append(event.record())
+            if event.summary_stats is not None:
+                progress.requests.append(event.summary_stats)
     progress.recorded = len(progress.messages)
     if response is not None:
         progress.messages.append(response)

@@ -136,6 +136,7 @@ def performance_row(task: TaskSummary, branch_state: str | None = None) -> dict[
         "commit": (task.commit or "")[:12] or "-",
         **({"branch state": branch_state} if branch_state is not None else {}),
         "turns": str(task.turns),
+        "compactions": str(len(task.compactions)),
         "wall": f"{task.wall_time_s:.0f}s",
         "prompt tokens": str(metrics.prompt_tokens) if metrics else "-",
         "cache hit": _ratio(metrics.cache_hit_ratio) if metrics else "-",
@@ -327,6 +328,9 @@ def _markdown_task(summary: RunSummary, task: TaskSummary, diff: str) -> list[st
         lines += ["", _message_label(task), "", md.fenced(task.summary)]
     if (rejected := rejected_calls(task)) is not None:
         lines += ["", f"Rejected tool calls: {md.inline(rejected)}"]
+    if task.compactions:
+        lines += ["", "Compacted to fit the server's window:", ""]
+        lines += [f"- {md.inline(record.describe())}" for record in task.compactions]
     if task.tests is not None:
         lines += ["", f"Tests: {md.inline(tests_cell(task))}"]
         if (history := repair_history(task)) is not None:
@@ -422,6 +426,9 @@ def _task_section(summary: RunSummary, task: TaskSummary, diff: str, formatter: 
         parts.append(f'<pre class="message">{html.escape(task.summary)}</pre>')
     if (rejected := rejected_calls(task)) is not None:
         parts.append(f'<p class="rejected">Rejected tool calls: {html.escape(rejected)}</p>')
+    if task.compactions:
+        items = "".join(f"<li>{html.escape(record.describe())}</li>" for record in task.compactions)
+        parts.append(f'<div class="compactions">Compacted to fit the server\'s window:<ul>{items}</ul></div>')
     if task.tests is not None:
         parts.append(f'<p class="tests">Tests: {html.escape(tests_cell(task))}</p>')
         if (history := repair_history(task)) is not None:

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from agent.protocol.events import (
     Baseline,
+    Compaction,
     EnvironmentProgress,
     EnvironmentReady,
     GateEvent,
@@ -466,3 +467,27 @@ def _masked(line: str, where: Path) -> str:
     """A line without what differs from run to run: its folder, the run id, timings, token counts."""
     line = re.sub(r"\d{8}-\d{6}-[0-9a-f]{4}", "RUN", line.rstrip().replace(str(where), "HERE"))
     return re.sub(r"\d", "0", line)
+
+
+COMPACTION = Compaction(
+    task=1,
+    turn=14,
+    stage="stubs",
+    reason="threshold",
+    tokens_before=3_512,
+    tokens_after=2_341,
+    threshold=3_481,
+    n_ctx=4_096,
+    messages=[],
+)
+
+
+def test_a_compaction_is_a_line_and_counted_in_the_panel() -> None:
+    assert _plain([EVENTS[0], COMPACTION])[-1] == (
+        "conversation compacted, turn 14: older results stubbed (past the threshold), 3,512 → 2,341 tokens "
+        "(window 4,096)"
+    )
+    view = RunView(Console(force_terminal=True, width=120, file=io.StringIO()))
+    for event in [EVENTS[0], COMPACTION, COMPACTION]:
+        view.handle(event)
+    assert "compactions 2" in _render(view)[-1]

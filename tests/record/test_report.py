@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol.records import GateEvidence, RunSummary, TaskSummary
+from agent.protocol.records import CompactionRecord, GateEvidence, RunSummary, TaskSummary
 from agent.record.journal import RunJournal
 from agent.record.metrics import summarize
 from agent.record.report import file_changes, split_patch
@@ -83,6 +83,25 @@ def test_markdown_report_has_a_row_per_task_and_escapes_cells(tmp_path: Path) ->
     assert "regressed (1):\n\n- `tests/t.py::test_<x>`" in report
     assert "refactor-agent/r/1-rename | 0123456789ab |" in performance, "the operator's columns, apart"
     assert "prompt tokens" not in reviewer
+
+
+def test_the_report_shows_compactions_per_task(tmp_path: Path) -> None:
+    journal, summary, _ = _run_with_two_tasks(tmp_path)
+    summary.tasks[0].compactions = [
+        CompactionRecord(turn=14, stage="stubs", reason="threshold", tokens_before=3_512, tokens_after=2_341),
+        CompactionRecord(turn=21, stage="summary", reason="overflow", tokens_before=4_527, tokens_after=1_980),
+    ]
+    journal.write_summary(summary)
+    report = (journal.directory / "report.md").read_text()
+    performance = report.split("## Performance")[1].splitlines()  # the operator's columns
+    header = next(line for line in performance if line.startswith("| # |"))
+    column = header.split(" | ").index("compactions")
+    rows = [line.split(" | ") for line in performance if line.startswith(("| 1 |", "| 2 |"))]
+    assert [row[column] for row in rows] == ["2", "0"]
+    assert "- turn 14: older results stubbed (past the threshold), 3,512 → 2,341 tokens" in report
+    assert "- turn 21: older turns summarised (the server's window overflowed), 4,527 → 1,980 tokens" in report
+    page = (journal.directory / "report.html").read_text()
+    assert "turn 21: older turns summarised (the server&#x27;s window overflowed), 4,527 → 1,980 tokens" in page
 
 
 class _Page(HTMLParser):

@@ -204,6 +204,7 @@ def _settle_unfinished(
     outcome.reason = reason
     if context.loop is not None:
         outcome.turns = context.loop.turn
+        outcome.compactions = list(context.loop.compactions)
         run.requests += context.loop.requests
         measure(outcome, context.loop.requests, None, run.speculation)
     settle_unfinished(run.journal, workspace, outcome, status, run.trailers(context.index, outcome.model))

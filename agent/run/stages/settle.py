@@ -43,6 +43,7 @@ def settle(
     trailers: dict[str, str],
 ) -> TaskSummary:
     outcome.turns = result.turns
+    outcome.compactions = list(result.compactions)
     outcome.summary = result.summary
     outcome.reason = result.reason
     outcome.rejected_calls, outcome.last_error = result.rejected, result.last_error
