@@ -145,6 +145,13 @@ class LlamaServerAPI:
         """The per-slot context window the server was started with."""
         return int(self.props()["default_generation_settings"]["n_ctx"])
 
+    def input_tokens(self, body: dict[str, Any]) -> int:
+        """The tokens a chat request with these fields takes, rendered and tokenized as the chat endpoint does,
+        without running it (`POST /v1/chat/completions/input_tokens`)."""
+        response = self._request("POST", "/v1/chat/completions/input_tokens", json=body)
+        response.raise_for_status()
+        return int(response.json()["input_tokens"])
+
     def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """One non-streaming /v1/chat/completions: the response keeps llama-server's `timings` (doctor's probes)."""
         response = self._request("POST", "/v1/chat/completions", json={**body, "stream": False})

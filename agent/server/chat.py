@@ -121,7 +121,8 @@ def _holds_tool_markup(turn: AssistantTurn) -> bool:
 
 def chat_body(messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str) -> dict[str, Any]:
     """The fields of a chat request that shape its rendered prompt, and only those: the request sends exactly
-    these and the saved prefixes render exactly these (agent/server/rendering.py), so both see the same tokens.
+    these, the saved prefixes render exactly these (agent/server/rendering.py) and the window counts exactly these
+    (agent/run/stages/compactor.py), so all see the same tokens.
     `tool_choice` and `parallel_tool_calls` do not change the rendering of DeepSeek V4's template."""
     body: dict[str, Any] = {"messages": messages, "reasoning_effort": effort}
     if tools:

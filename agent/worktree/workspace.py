@@ -45,8 +45,10 @@ PRIVATE_REF_PREFIX = "refs/refactor-agent/"  # wip snapshots, a night's history 
 # The files of an unfinished task after each tool call, one ref per task: what resume continues from, even when
 # the scratch directory is gone (a reboot). Deleted when the task is settled.
 WIP_REF_PREFIX = f"{PRIVATE_REF_PREFIX}wip/"
-# A patch `git apply` takes, binary files included; no external diff or textconv program of anyone's runs.
-DIFF_OPTIONS = ("--binary", "--no-ext-diff", "--no-textconv", "--no-color")
+# No external diff or textconv program of anyone's runs, and no colour codes.
+NO_DIFF_PROGRAMS = ("--no-ext-diff", "--no-textconv", "--no-color")
+# A patch `git apply` takes, binary files included.
+DIFF_OPTIONS = ("--binary", *NO_DIFF_PROGRAMS)
 # `git worktree add/remove` read every worktree's admin files, and one being written by another thread's call
 # fails them ("failed to read .../worktrees/worktreeN/commondir"): tasks in threads (--parallel, a fleet) take
 # turns. Other processes never work on the same repository at once (agent/run/lock.py).
@@ -422,6 +424,20 @@ class Workspace:
         """Everything the task changed against its base, new files included; only the first max_bytes kept."""
         self._stage_everything()
         return self.git.read_capped("diff", "--cached", *DIFF_OPTIONS, self.base_commit, max_bytes=max_bytes)
+
+    def diff_stat(self, *, max_files: int) -> str:
+        """`git diff --stat` of everything the task changed against its base, new files included: staged into an
+        index of our own outside the worktree, as snapshot() does, so the model's view of `git status` stays its
+        own. At most `max_files` file lines, then the totals line."""
+        index = {"GIT_INDEX_FILE": str(self.scratch / "stat-index")}
+        if not (self.scratch / "stat-index").exists():
+            self.git.run("read-tree", self.base_commit, env=index)
+        self._stage_everything(index)
+        lines = self.git.run("diff", "--cached", "--stat=100", *NO_DIFF_PROGRAMS, self.base_commit, env=index)
+        listed = lines.decode("utf-8", errors="replace").rstrip("\n").splitlines()
+        if len(listed) <= max_files + 1:
+            return "\n".join(listed)
+        return "\n".join([*listed[:max_files], f" ... {len(listed) - 1 - max_files} more files", listed[-1]])
 
     def _user_refs(self) -> bytes:
         """The user's HEAD and every ref that is not ours (task branches, wip snapshots, history refs): a commit must

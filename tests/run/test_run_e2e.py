@@ -46,7 +46,7 @@ from support.cli_runs import (
 )
 from support.killed_runs import FINISH, THREE_STEPS, killed_run, resume, wip_refs
 from support.repos import checkout_fingerprint, make_repo
-from support.scripted_server import Fail, Hold, Reply, ScriptedServer, common_prefix, tokens_of
+from support.scripted_server import Fail, Hold, Reply, ScriptedServer, common_prefix, rendered_prompt, tokens_of
 
 pytestmark = pytest.mark.docker
 
@@ -385,13 +385,66 @@ def test_a_sandbox_that_cannot_be_replaced_fails_the_task_naming_it(tmp_path: Pa
 
 
 def test_context_overflow_fails_the_task_with_that_reason(tmp_path: Path) -> None:
+    """A window that cannot hold even the system message and the task: the task fails before its first request."""
     repo = make_repo(tmp_path / "repo")
     before = checkout_fingerprint(repo)
     with ScriptedServer(n_ctx=200) as server:
         assert invoke(repo, server, tmp_path / "runs") == 1
+        chat_requests = server.requests
     assert checkout_fingerprint(repo) == before
     _, summary, _ = read_run(tmp_path / "runs")
-    assert "exceed_context_size_error" in summary["tasks"][0]["reason"]
+    reason = summary["tasks"][0]["reason"]
+    assert re.match(r"the system message and the task take [\d,]+ of the 200-token window, past the 170 ", reason)
+    assert "--ctx" in reason and chat_requests == []
+
+
+# Outputs that outgrow a small window: 700 numbers, about 1,000 tokens each in the scripted server's count.
+WINDOW = 9_000
+LONG_OUTPUTS = [
+    Reply(tool_calls=[("bash", {"command": f"seq {n} {n + 700}"})], reasoning="more " * 50) for n in range(5)
+]
+
+
+EXCEEDED = Fail(
+    400,
+    {
+        "error": {
+            "code": 400,
+            "type": "exceed_context_size_error",
+            "message": "request (70000 tokens) exceeds the available context size (65536 tokens), try increasing it",
+            "n_prompt_tokens": 70_000,
+            "n_ctx": 65_536,
+        }
+    },
+)
+
+
+@pytest.mark.parametrize("overflow", [False, True], ids=["threshold", "exceed_context_size_error"])
+def test_a_task_that_outgrows_the_window_compacts_and_commits_verified(tmp_path: Path, overflow: bool) -> None:
+    """Past the threshold of a small window the conversation is compacted before the request; a server that
+    answers exceed_context_size_error gets the request compacted and sent again. Either way the system message is
+    the same in every request, and the task commits verified."""
+    repo = make_repo(tmp_path / "repo")
+    script = [RENAME_SCRIPT[0], *LONG_OUTPUTS, *([EXCEEDED] if overflow else []), *RENAME_SCRIPT[1:]]
+    with ScriptedServer(script, n_ctx=65_536 if overflow else WINDOW) as server:
+        assert invoke(repo, server, tmp_path / "runs", "--max-turns", "12") == 0
+        sent = server.requests
+    run_dir, summary, transcript = read_run(tmp_path / "runs")
+    (task,) = summary["tasks"]
+    assert (task["status"], task["verdict"]) == ("committed", "verified"), task["reason"]
+    compactions = [event for event in transcript if event["type"] == "compaction"]
+    assert compactions and {event["reason"] for event in compactions} == {"overflow" if overflow else "threshold"}
+    assert len(task["compactions"]) == len(compactions)
+    assert len({json.dumps(body["messages"][0]) for body in sent}) == 1, "the system message never changes"
+    if overflow:  # the compacted request went out again, and the conversation went on from it
+        (compaction,) = compactions
+        retried = next(body for body in sent if body["messages"][1:] == compaction["messages"])
+        assert compaction["tokens_before"] == 70_000 and sent.index(retried) == len(LONG_OUTPUTS) + 2
+    else:
+        assert {event["stage"] for event in compactions} == {"stubs"}, "older results stubbed were enough"
+        assert all(tokens_of(rendered_prompt(body)) < WINDOW * 0.85 for body in sent)
+    report = (run_dir / "report.md").read_text()
+    assert "Compacted to fit the server's window:" in report
 
 
 def test_two_tasks_share_the_repository_prefix(tmp_path: Path) -> None:

@@ -88,6 +88,26 @@ def test_commit_without_changes_returns_none(tmp_path: Path) -> None:
         workspace.remove()
 
 
+def test_the_diff_stat_lists_new_and_changed_files_and_leaves_the_models_index_alone(tmp_path: Path) -> None:
+    workspace = create(make_repo(tmp_path / "repo"), "stat")
+    try:
+        assert workspace.diff_stat(max_files=10) == ""
+        (workspace.path / "pkg/geometry.py").write_text("def area(w, h):\n    return w * h\n")
+        (workspace.path / "pkg/new.py").write_text("X = 1\n")
+        status = run_git(workspace.path, "status", "--porcelain")
+        stat = workspace.diff_stat(max_files=10)
+        assert run_git(workspace.path, "status", "--porcelain") == status, "nothing staged in the model's index"
+        lines = stat.splitlines()
+        assert [line.split("|")[0].strip() for line in lines[:-1]] == ["pkg/geometry.py", "pkg/new.py"]
+        assert lines[-1].strip().startswith("2 files changed")
+        for number in range(5):
+            (workspace.path / f"pkg/more_{number}.py").write_text("Y = 2\n")
+        cut = workspace.diff_stat(max_files=3).splitlines()
+        assert len(cut) == 5 and cut[3] == " ... 4 more files" and cut[4].strip().startswith("7 files changed")
+    finally:
+        workspace.remove()
+
+
 def test_slug_is_safe_for_branch_names() -> None:
     assert task_slug("Rename `foo()` → bar, everywhere!!") == "rename-foo-bar-everywhere"
     assert task_slug("???") == "task"
@@ -218,6 +238,7 @@ def test_the_users_hooks_and_diff_programs_never_run(tmp_path: Path) -> None:
     (workspace.path / ".gitattributes").write_text("*.py diff=shown\n")  # the model picks what a driver sees
     (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
     assert b"+changed = True" in workspace.diff(max_bytes=ALL).data
+    assert "pkg/geometry.py" in workspace.diff_stat(max_files=10)
     assert workspace.commit("Change", {}) is not None
     workspace.remove()
     assert sorted(os.listdir(markers)) == []

@@ -8,6 +8,7 @@
 - baseline.py: the suite before any change, in the sandbox, while the host packs the repository;
 - commands.py: the task's `before` and `after` commands in its sandbox (a codemod, a formatter);
 - loop.py: the agent loop (agent/loop.py, which knows nothing of git, tests or files) with the run's tools;
+- compactor.py: the loop's compactor, which keeps the conversation within the task's server's window;
 - gate.py: the finished work checked against the baseline, regressions sent back for repair rounds;
 - settle.py: the verdict, the commit with its trailers, the patch in the run's records;
 - refresh.py: a branch replayed onto a new base and gated there without the model (`review rebase`, a stale night task).

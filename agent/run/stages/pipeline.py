@@ -180,7 +180,7 @@ def _in_sandbox(
     ) as sandbox:
         resuming = resumed is not None and bool(resumed.messages)
         system = baseline_and_prompt(sandbox.gate, workspace, context, resuming=resuming)
-        loop = context.loop = task_loop(context, sandbox.tools, end)
+        loop = context.loop = task_loop(context, sandbox.tools, end, workspace)
         # From here until the task settles, each tool result snapshots the files: in the repair rounds too, so a
         # kill during one resumes with the files of that round's tool calls (the transcript has their results).
         context.workspace = workspace
