@@ -16,5 +16,6 @@ endpoints), what it keeps for us (saved prefixes, slots) and whether it is ready
 - slot_lock.py: a slot of a shared server for one process;
 - errors.py: the failures a user can cause or meet, one line each;
 - doctor.py: `doctor`: is this machine ready for an overnight run;
+- doctor_target.py: doctor against the target model: its chat template, thinking, an exact extension's reuse;
 - cli.py: `server start|stop|status` and `doctor`.
 """

@@ -1,5 +1,5 @@
 """llama-server's own (non-OpenAI) endpoints: /health, /props, /slots (and their save/restore), /tokenize,
-/apply-template, /metrics.
+/apply-template, the chat endpoint's count of a request, /metrics.
 
 The OpenAI-compatible chat endpoint lives in agent.server.chat; this module is the thin HTTP layer for the
 introspection endpoints that the packer, the launcher and `doctor` share.

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from agent.commands import EXIT_FAILED, CommandGroup, failure
-from agent.protocol.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL
+from agent.protocol.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL, LLMConfig
+from agent.protocol.effort import Effort
 from agent.server.errors import ServerError
 from agent.server.presets import DEFAULT_READY_TIMEOUT_S, PresetName, PresetRequest, build_preset
 
@@ -102,6 +103,9 @@ def doctor(
     min_accepted_per_pass: Annotated[
         float, typer.Option(help="floor for accepted draft tokens per verification pass")
     ] = 1.0,
+    effort: Annotated[Effort, typer.Option(help="the effort runs will ask for (thinking must be on for it)")] = (
+        LLMConfig.model_fields["effort"].default
+    ),
     image: Annotated[str, typer.Option(help="sandbox image that must exist")] = DEFAULT_IMAGE,
     environment: Annotated[Path | None, typer.Option(help="TOML file with an [environment] table (as `run`)")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
@@ -111,7 +115,12 @@ def doctor(
     from agent.server.doctor import DoctorOptions, failed, run_doctor
 
     options = DoctorOptions(
-        server_url=server, repo=repo, min_accepted_per_pass=min_accepted_per_pass, image=image, environment=environment
+        server_url=server,
+        repo=repo,
+        min_accepted_per_pass=min_accepted_per_pass,
+        effort=effort,
+        image=image,
+        environment=environment,
     )
     results = run_doctor(options)
     if json_output:

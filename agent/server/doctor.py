@@ -2,7 +2,9 @@
 
 The checks encode what goes wrong in practice with a healthy-looking server: a drafter that makes no drafts
 (HTTP still answers 200), acceptance that does not pay for the verification passes, a prompt cache that does
-not hold, a slot that cannot be saved and restored, an unpinned or pre-DSpark build.
+not serve an exact extension, a slot that cannot be saved and restored or whose restore gives nothing, an unpinned
+or pre-DSpark build, a chat template that is not the target's, thinking off while the effort asks for it
+(agent/server/doctor_target.py).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from agent.environment.stage import describe_environment
 from agent.gate.test_command import detect_test_command
 from agent.packing.budget import context_budget
 from agent.packing.tokens import DEFAULT_TOKENS_PER_BYTE
-from agent.protocol.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL
+from agent.protocol.config import DEFAULT_IMAGE, DEFAULT_SERVER_URL, LLMConfig
+from agent.protocol.effort import Effort
 from agent.safety.printable import printable
+from agent.server import doctor_target as target
 from agent.server.api import LlamaServerAPI, ServerError, ServerUnreachable
 from agent.server.errors import SlotsUnsupported
 from agent.server.launcher import ServerState, find_state
@@ -37,12 +41,6 @@ Status = Literal["ok", "warn", "fail", "skip"]
 # llama.cpp release b10228 (merge 596a579, PR #25784) is the first with DeepSeek V4 and DSpark.
 FIRST_DSPARK_BUILD = 10228
 PROBE_MAX_TOKENS = 32
-# A system prompt long enough (a few hundred tokens) that one re-evaluated token does not skew the cache ratio.
-PROBE_SYSTEM = "You are a terse assistant used for a health check of a local inference server.\n" + "".join(
-    f"Rule {number}: answer in plain text, keep numbers in ascending order, and never add commentary.\n"
-    for number in range(1, 25)
-)
-PROBE_USER = "Count from 1 to 60, separated by commas."
 # Overwritten by every doctor run, and removed when the save directory is known.
 PROBE_SLOT_FILE = "refactor-agent-doctor-probe.bin"
 
@@ -59,7 +57,7 @@ class DoctorOptions(BaseModel):
     min_accepted_per_pass: float = Field(
         1.0, ge=0, description="below one accepted token per verification pass the drafter rarely pays for itself"
     )
-    min_cache_ratio: float = Field(0.9, ge=0, le=1)
+    effort: Effort = Field(LLMConfig.model_fields["effort"].default, description="the effort runs will ask for")
     image: str = DEFAULT_IMAGE
     environment: Path | None = None  # a TOML file with an [environment] table, as `run --environment` takes
     check_docker: bool = True
@@ -71,25 +69,29 @@ class _Probe(BaseModel):
     generated: int
     cached: int
     evaluated: int
+    reasoning: str | None = None
 
 
-def _probe(api: LlamaServerAPI, max_tokens: int) -> _Probe:
+def _probe(api: LlamaServerAPI, max_tokens: int, effort: Effort) -> _Probe:
     response = api.chat_completion(
         {
-            "messages": [{"role": "system", "content": PROBE_SYSTEM}, {"role": "user", "content": PROBE_USER}],
+            "messages": target.PROBE_MESSAGES,
             "max_tokens": max_tokens,
+            "reasoning_effort": effort,
             # Greedy: the probe should measure the drafter, not the sampler's luck.
             "temperature": 0.0,
             "cache_prompt": True,
         }
     )
     timings: dict[str, Any] = response.get("timings", {})
+    message = (response.get("choices") or [{}])[0].get("message") or {}
     return _Probe(
         drafted=int(timings.get("draft_n", 0)),
         accepted=int(timings.get("draft_n_accepted", 0)),
         generated=int(timings.get("predicted_n", 0)),
         cached=int(timings.get("cache_n", 0)),
         evaluated=int(timings.get("prompt_n", 0)),
+        reasoning=message.get("reasoning_content") or None,
     )
 
 
@@ -158,16 +160,13 @@ def check_context(props: dict[str, Any], repo: Path | None) -> CheckResult:
 
 
 def check_template(props: dict[str, Any]) -> CheckResult:
-    caps: dict[str, Any] = props.get("chat_template_caps") or {}
-    missing = [name for name in ("tools", "reasoning_effort") if not caps.get(f"supports_{name}")]
-    if not missing:
-        return CheckResult(name="template", status="ok", message="chat template supports tools and reasoning effort")
-    return CheckResult(
-        name="template",
-        status="warn",
-        message=f"chat template lacks {' and '.join(missing)} support: llama.cpp falls back to a generic tool "
-        "format and ignores the effort; use the model's own template (--jinja, a V4 GGUF)",
-    )
+    found = target.check_template(props, target.kept_template())
+    return CheckResult(name="template", status=found.status, message=found.message)
+
+
+def check_thinking(api: LlamaServerAPI, probe: _Probe, effort: Effort) -> CheckResult:
+    found = target.check_thinking(target.rendering(api, effort), probe.reasoning, effort)
+    return CheckResult(name="thinking", status=found.status, message=found.message)
 
 
 def _launched_state(url: str) -> ServerState | None:
@@ -237,25 +236,19 @@ def check_acceptance(metrics_text: str | None, configured: bool, floor: float) -
     return CheckResult(name="acceptance", status="ok", message=f"{summary}, floor {floor:g}")
 
 
-def check_prompt_cache(repeat: _Probe, floor: float) -> CheckResult:
-    total = repeat.cached + repeat.evaluated
-    ratio = repeat.cached / total if total else 0.0
-    message = f"repeated probe reused {repeat.cached} of {total} prompt tokens ({ratio:.1%})"
-    if ratio < floor:
-        return CheckResult(
-            name="prompt-cache",
-            status="fail",
-            message=f"{message}, below {floor:.0%}: keep cache_prompt on and the slot resident (-np 1, "
-            "--no-cache-idle-slots)",
-        )
-    return CheckResult(name="prompt-cache", status="ok", message=message)
+def check_prompt_cache(probe: target.Extension) -> CheckResult:
+    found = target.check_prompt_cache(probe)
+    return CheckResult(name="prompt-cache", status=found.status, message=found.message)
 
 
-def check_slot_save(api: LlamaServerAPI, save_dir: Path | None) -> CheckResult:
-    """Save the probe's slot and restore it: what lets a task restore a prefix prefilled by an earlier one."""
+def check_slot_save(api: LlamaServerAPI, save_dir: Path | None, effort: Effort) -> CheckResult:
+    """Save the probe's slot, erase it, restore it and send the probe again: what lets a task restore a prefix
+    prefilled by an earlier one, and whether the restored tokens are then served from the cache."""
     try:
         saved = api.slot_action(0, "save", PROBE_SLOT_FILE)
+        api.slot_action(0, "erase")
         restored = api.slot_action(0, "restore", PROBE_SLOT_FILE)
+        again = api.chat_completion(target.probe_body(target.EXTENDED_MESSAGES, effort))
     except SlotsUnsupported:
         return CheckResult(
             name="slot-save",
@@ -275,10 +268,21 @@ def check_slot_save(api: LlamaServerAPI, save_dir: Path | None) -> CheckResult:
             status="fail",
             message=f"saved {tokens} tokens of the probe but restored {restored.get('n_restored')}",
         )
+    cached = int(again.get("timings", {}).get("cache_n", 0))
+    # The same prompt again: llama-server evaluates its last token anew (server-context.cpp), the rest is reused.
+    if cached < tokens - 1:
+        return CheckResult(
+            name="slot-save",
+            status="warn",
+            message=f"restored prefixes give this server nothing (cached {cached} of the {tokens} restored): "
+            "DeepSeek V4 needs --swa-full (docs/llama-server.md)",
+        )
     per_token = f"{written / tokens / 1024:.0f} KB per token"
     managed = f", saved prefixes in {save_dir}" if save_dir is not None else ", directory not managed by refactor-agent"
     return CheckResult(
-        name="slot-save", status="ok", message=f"saved and restored the probe's {tokens} tokens ({per_token}){managed}"
+        name="slot-save",
+        status="ok",
+        message=f"saved, restored and reused the probe's {tokens} tokens ({per_token}){managed}",
     )
 
 
@@ -342,12 +346,13 @@ def _server_checks(options: DoctorOptions) -> list[CheckResult]:
             check_template(props),
         ]
         configured = speculation_configured(api)
-        first = _probe(api, PROBE_MAX_TOKENS)
+        first = _probe(api, PROBE_MAX_TOKENS, options.effort)
+        results.append(check_thinking(api, first, options.effort))
         results.append(check_speculation(first, configured, _launched_with_draft(options.server_url)))
         results.append(check_acceptance(api.metrics_text(), configured, options.min_accepted_per_pass))
-        results.append(check_prompt_cache(_probe(api, 1), options.min_cache_ratio))
+        results.append(check_prompt_cache(target.extension_probe(api, options.effort)))
         state = _launched_state(options.server_url)
-        results.append(check_slot_save(api, state.slot_save_path if state is not None else None))
+        results.append(check_slot_save(api, state.slot_save_path if state is not None else None, options.effort))
     return results
 
 

@@ -9,6 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from agent.server import doctor_target as target
+from agent.server.binary import TEMPLATES_DIR, V4_TEMPLATE
 from agent.server.cli import doctor
 from agent.server.doctor import (
     CheckResult,
@@ -18,6 +20,7 @@ from agent.server.doctor import (
     check_build,
     check_context,
     check_prompt_cache,
+    check_slot_save,
     check_speculation,
     check_template,
     estimate_repo_tokens,
@@ -28,6 +31,7 @@ from agent.server.launcher import start_server, stop_server
 from agent.server.presets import PresetRequest, build_preset
 
 from support.llama_fixtures import READY_TIMEOUT_S, free_port
+from support.scripted_server import Reply, ScriptedServer, rendered_prompt, tokens_of
 
 METRICS_TEXT = """\
 llamacpp:spec_decode_num_draft_tokens_total 245
@@ -92,12 +96,105 @@ def test_context_reports_a_path_that_is_not_a_repository(tmp_path):
     assert "not a readable git repository" in result.message
 
 
+FULL_CAPS = {"supports_tools": True, "supports_reasoning_effort": True}
+
+
+def _template(name: str) -> str:
+    return (TEMPLATES_DIR / name).read_text(encoding="utf-8")
+
+
 def test_template_without_tools_or_effort_is_a_warning():
-    result = check_template(_props(chat_template_caps={"supports_tools": False, "supports_reasoning_effort": False}))
+    v4 = _template(V4_TEMPLATE).rstrip("\n")
+    no_caps = {"supports_tools": False, "supports_reasoning_effort": False}
+    result = check_template(_props(chat_template=v4, chat_template_caps=no_caps))
     assert result.status == "warn"
     assert "tools and reasoning_effort" in result.message
-    full = {"supports_tools": True, "supports_reasoning_effort": True}
-    assert check_template(_props(chat_template_caps=full)).status == "ok"
+    assert check_template(_props(chat_template=v4, chat_template_caps=FULL_CAPS)).status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("template", "status", "named"),
+    [
+        # /props shows the file without its trailing newline: still the kept one.
+        (lambda: _template(V4_TEMPLATE).rstrip("\n"), "ok", "DeepSeek V4 Flash 0731's own (the file setup kept"),
+        (lambda: _template(V4_TEMPLATE).replace("## Tools", "## Tools!"), "warn", "a DeepSeek V4 Flash 0731 template"),
+        (lambda: _template("deepseek-ai-DeepSeek-V4.jinja"), "warn", "DeepSeek V4's preview template"),
+        (lambda: _template(V4_TEMPLATE).replace("tool_calls", "function_calls"), "warn", "DeepSeek V3.2's"),
+        (lambda: "{{ '<|im_start|>' + message['role'] }}", "warn", "not DeepSeek V4 Flash 0731's: it has no DSML"),
+        (lambda: "", "warn", "the server shows no chat template"),
+    ],
+    ids=["kept", "variant", "preview", "v3.2", "chatml", "none"],
+)
+def test_doctor_names_the_chat_template_it_sees(template, status, named):
+    result = check_template(_props(chat_template=template(), chat_template_caps=FULL_CAPS))
+    assert (result.status, result.message[: len(named)]) == (status, named), result.message
+
+
+def test_thinking_off_while_effort_is_max_fails_in_one_line():
+    result = target.check_thinking("<｜User｜>Count.<｜Assistant｜></think>", None, "max")
+    assert result.status == "fail" and "\n" not in result.message
+    assert (
+        result.message.startswith("thinking is off (the prompt ends </think>") and "--reasoning off" in result.message
+    )
+    assert target.check_thinking("<｜Assistant｜></think>", None, "low").status == "ok", "low effort asks for nothing"
+
+
+def test_doctor_fails_when_thinking_yields_no_reasoning():
+    """--reasoning-budget 0 renders like thinking on and ends every thinking block at once (not reproducible on
+    SmolLM2, whose tokenizer splits <think>): only the live reply tells."""
+    result = target.check_thinking("<｜Assistant｜><think>", None, "max")
+    assert result.status == "fail" and "--reasoning-budget 0" in result.message
+    thinking = target.check_thinking(f"{target.FLASH_MAX_PREAMBLE}…<｜Assistant｜><think>", "Counting.", "max")
+    assert thinking.status == "ok" and "the effort preamble is in" in thinking.message
+    assert target.check_thinking("<|im_start|>assistant\n", "x", "max").status == "skip"
+
+
+def test_doctor_fails_when_the_extension_is_not_reused():
+    with ScriptedServer([Reply(content="1, 2, 3")] * 4, cache=False) as server:
+        results = _by_name(run_doctor(DoctorOptions(server_url=server.url, check_docker=False)))
+        first, second = server.requests[1:3]
+    assert second["messages"][: len(first["messages"])] == first["messages"], "the second request extends the first"
+    assert (first["max_tokens"], first["id_slot"]) == (1, 0)
+    status, message = results["prompt-cache"]
+    shared = tokens_of(rendered_prompt(first))
+    assert status == "fail" and "\n" not in message
+    assert f"it reused 0 of the {shared} tokens they share" in message and "--swa-full" in message
+
+
+def test_an_extension_served_from_a_checkpoint_warns_that_v4_needs_swa_full():
+    """DeepSeek V4 without --swa-full: the nearest context checkpoint, 4 tokens before the first prompt's end."""
+    assert check_prompt_cache(target.Extension(first_prompt=668, shared=668, cached=668)).status == "ok"
+    warned = check_prompt_cache(target.Extension(first_prompt=668, shared=668, cached=664))
+    assert warned.status == "warn" and "--swa-full" in warned.message
+    assert check_prompt_cache(target.Extension(first_prompt=668, shared=668, cached=100)).status == "fail"
+
+
+class _RestoringServer:
+    """A server's slot endpoints as DeepSeek V4's cache answers them without --swa-full: the save and restore work,
+    and the request after the restore is processed from the start."""
+
+    def __init__(self, cached_after_restore: int) -> None:
+        self.cached = cached_after_restore
+        self.actions: list[str] = []
+
+    def slot_action(self, slot: int, action: str, filename: str | None = None) -> dict:
+        self.actions.append(action)
+        return {"save": {"n_saved": 700, "n_written": 700 * 23_000}, "restore": {"n_restored": 700}}.get(action, {})
+
+    def chat_completion(self, body: dict) -> dict:
+        self.actions.append("chat")
+        return {"timings": {"cache_n": self.cached}}
+
+
+def test_doctor_warns_when_restores_give_nothing():
+    server = _RestoringServer(cached_after_restore=0)
+    result = check_slot_save(server, None, "max")
+    assert server.actions == ["save", "erase", "restore", "chat"]
+    assert (
+        result.status == "warn" and "restored prefixes give this server nothing (cached 0 of the 700" in result.message
+    )
+    assert "--swa-full" in result.message
+    assert check_slot_save(_RestoringServer(cached_after_restore=699), None, "max").status == "ok"
 
 
 def _probe(drafted: int = 0, accepted: int = 0, cached: int = 0, evaluated: int = 300) -> _Probe:
@@ -139,13 +236,6 @@ def test_acceptance_with_zero_passes_fails():
     assert result.status == "fail"
 
 
-def test_prompt_cache_ratio_against_floor():
-    assert check_prompt_cache(_probe(cached=299, evaluated=1), floor=0.9).status == "ok"
-    cold = check_prompt_cache(_probe(cached=0, evaluated=300), floor=0.9)
-    assert cold.status == "fail"
-    assert "--no-cache-idle-slots" in cold.message
-
-
 def test_failed_means_any_failure():
     ok = CheckResult(name="a", status="ok", message="")
     assert not failed([ok, CheckResult(name="b", status="warn", message="")])
@@ -184,6 +274,7 @@ def test_doctor_passes_on_a_well_configured_server(llama_server):
         "build",
         "context",
         "template",
+        "thinking",
         "speculation",
         "acceptance",
         "prompt-cache",
@@ -195,6 +286,37 @@ def test_doctor_passes_on_a_well_configured_server(llama_server):
     assert llama_server.slot_save_path is not None and not list(llama_server.slot_save_path.glob("*doctor*"))
     # The PyPI build reports no build number: a warning, not a pass and not a failure.
     assert results["build"][0] == "warn"
+    # SmolLM2's own template is named for what it is not, and it has no thinking block for effort to act on.
+    assert results["template"][0] == "warn" and results["template"][1].startswith("not DeepSeek V4 Flash 0731's")
+    assert results["thinking"][0] == "skip"
+
+
+@pytest.mark.llama_server
+def test_doctor_names_the_v4_template_and_thinking_on(llama_server_v4):
+    results = _by_name(run_doctor(DoctorOptions(server_url=llama_server_v4.url, check_docker=False)))
+    assert results["template"][0] == "ok", results["template"]
+    assert results["template"][1].startswith("DeepSeek V4 Flash 0731's own (the file setup kept")
+    assert results["thinking"] == (
+        "ok",
+        "thinking is on (the prompt ends <think> and the probe's reply reasons), effort max; the effort preamble is in",
+    )
+    assert results["prompt-cache"][0] == "ok", results["prompt-cache"]
+    assert results["slot-save"][0] == "ok", results["slot-save"]
+
+
+@pytest.mark.llama_server
+def test_doctor_fails_with_thinking_off_while_effort_is_max(llama_server_v4_thinking_off):
+    checks = run_doctor(DoctorOptions(server_url=llama_server_v4_thinking_off.url, check_docker=False))
+    status, message = _by_name(checks)["thinking"]
+    assert status == "fail" and failed(checks)
+    assert message == (
+        "thinking is off (the prompt ends </think>: the server runs with --reasoning off), so effort max does "
+        "nothing: start it without --reasoning off"
+    )
+    low = _by_name(
+        run_doctor(DoctorOptions(server_url=llama_server_v4_thinking_off.url, effort="low", check_docker=False))
+    )
+    assert low["thinking"][0] == "ok"
 
 
 @pytest.mark.llama_server
@@ -225,6 +347,7 @@ def test_doctor_cli_prints_one_line_per_check(llama_server):
         "build",
         "context",
         "template",
+        "thinking",
         "speculation",
         "acceptance",
         "prompt-cache",

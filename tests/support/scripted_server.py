@@ -197,6 +197,7 @@ class ScriptedServer(LoopbackServer):
         slots: int = 1,
         kv: ScriptedSlots | None = None,
         model_path: str | None = None,
+        cache: bool = True,
     ) -> None:
         """loading_requests: answer that many requests, of any endpoint, with 503 "Loading model" first, as
         llama-server does while it loads. port: 0 picks a free one. speculative: /slots reports a drafter.
@@ -204,7 +205,8 @@ class ScriptedServer(LoopbackServer):
         in its first user message, else `script`. slots: what /props and /slots report (the server answers any
         number of requests at once whatever it says). kv: slots that hold, save and restore tokens (prompt and
         cached tokens then count one per character of the rendered prompt). model_path: the GGUF /props names
-        (`model_path`, `model_alias`), as llama-server reports the model it runs."""
+        (`model_path`, `model_alias`), as llama-server reports the model it runs. cache: False reports nothing
+        cached, ever (a prompt cache that does not hold)."""
         self.script: list[Step] = list(script or [])
         self.scripts = {key: list(steps) for key, steps in (scripts or {}).items()}
         self.n_ctx = n_ctx
@@ -213,6 +215,7 @@ class ScriptedServer(LoopbackServer):
         self.slots = slots
         self.kv = kv
         self.model_path = model_path
+        self.cache = cache
         self.held = threading.Event()
         self._release = threading.Event()
         self.requests: list[dict[str, Any]] = []
@@ -240,7 +243,8 @@ class ScriptedServer(LoopbackServer):
                 step: Step = Reply()
             else:
                 step = script.pop(0) if script else Reply(content="Nothing more to do.")
-        return step, prompt_n, tokens_of(prompt[: common_prefix(prompt, previous)])
+        cache_n = tokens_of(prompt[: common_prefix(prompt, previous)]) if self.cache else 0
+        return step, prompt_n, cache_n
 
     def _script_for(self, body: dict[str, Any]) -> list[Step]:
         first_user = next((m for m in body.get("messages", []) if m.get("role") == "user"), {})
@@ -395,6 +399,9 @@ class ScriptedServer(LoopbackServer):
                     return
                 if isinstance(step, Reply) and step.before is not None:
                     step.before()
+                if isinstance(step, Reply) and not body.get("stream"):
+                    self._json(200, self._message(step, prompt_n, cache_n))
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
@@ -451,6 +458,18 @@ class ScriptedServer(LoopbackServer):
                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
                     }
                 )
+
+            def _message(self, reply: Reply, prompt_n: int, cache_n: int) -> dict[str, Any]:
+                """A non-streaming answer (doctor's probes ask for one)."""
+                generated = tokens_of(reply.reasoning + reply.content + json.dumps(reply.tool_calls))
+                message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+                if reply.reasoning:
+                    message["reasoning_content"] = reply.reasoning
+                return {
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": prompt_n, "completion_tokens": generated},
+                    "timings": {"cache_n": cache_n, "prompt_n": prompt_n - cache_n, "predicted_n": generated},
+                }
 
             def _stream_reply(self, reply: Reply, prompt_n: int, cache_n: int) -> None:
                 self._chunk({"role": "assistant", "content": None})
