@@ -46,7 +46,16 @@ from support.cli_runs import (
 )
 from support.killed_runs import FINISH, THREE_STEPS, killed_run, resume, wip_refs
 from support.repos import checkout_fingerprint, make_repo
-from support.scripted_server import Fail, Hold, Reply, ScriptedServer, common_prefix, rendered_prompt, tokens_of
+from support.scripted_server import (
+    Fail,
+    Hold,
+    Reply,
+    ScriptedServer,
+    asks_for_a_summary,
+    common_prefix,
+    rendered_prompt,
+    tokens_of,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -419,14 +428,20 @@ EXCEEDED = Fail(
 )
 
 
-@pytest.mark.parametrize("overflow", [False, True], ids=["threshold", "exceed_context_size_error"])
-def test_a_task_that_outgrows_the_window_compacts_and_commits_verified(tmp_path: Path, overflow: bool) -> None:
-    """Past the threshold of a small window the conversation is compacted before the request; a server that
-    answers exceed_context_size_error gets the request compacted and sent again. Either way the system message is
-    the same in every request, and the task commits verified."""
+HANDOFF = Reply(content="I looked at seven long listings; the rename of compute_area is still to do.")
+
+
+@pytest.mark.parametrize("case", ["threshold", "summary", "exceed_context_size_error"])
+def test_a_task_that_outgrows_the_window_compacts_and_commits_verified(tmp_path: Path, case: str) -> None:
+    """Past the threshold of a small window the conversation is compacted before the request: older results
+    stubbed, or, in a smaller window still, replaced by the model's handoff summary; a server that answers
+    exceed_context_size_error gets the request compacted and sent again. Every time the system message is the
+    same in every request, and the task commits verified."""
     repo = make_repo(tmp_path / "repo")
+    overflow = case == "exceed_context_size_error"
     script = [RENAME_SCRIPT[0], *LONG_OUTPUTS, *([EXCEEDED] if overflow else []), *RENAME_SCRIPT[1:]]
-    with ScriptedServer(script, n_ctx=65_536 if overflow else WINDOW) as server:
+    window = {"threshold": WINDOW, "summary": WINDOW * 2 // 3, "exceed_context_size_error": 65_536}[case]
+    with ScriptedServer(script, n_ctx=window, summary=HANDOFF) as server:
         assert invoke(repo, server, tmp_path / "runs", "--max-turns", "12") == 0
         sent = server.requests
     run_dir, summary, transcript = read_run(tmp_path / "runs")
@@ -440,9 +455,19 @@ def test_a_task_that_outgrows_the_window_compacts_and_commits_verified(tmp_path:
         (compaction,) = compactions
         retried = next(body for body in sent if body["messages"][1:] == compaction["messages"])
         assert compaction["tokens_before"] == 70_000 and sent.index(retried) == len(LONG_OUTPUTS) + 2
+        return
+    assert all(tokens_of(rendered_prompt(body)) < window * 0.85 for body in sent if not asks_for_a_summary(body))
+    stages = {event["stage"] for event in compactions}
+    if case == "threshold":
+        assert stages == {"stubs"}, "older results stubbed were enough"
     else:
-        assert {event["stage"] for event in compactions} == {"stubs"}, "older results stubbed were enough"
-        assert all(tokens_of(rendered_prompt(body)) < WINDOW * 0.85 for body in sent)
+        assert "summary" in stages
+        request = next(index for index, body in enumerate(sent) if asks_for_a_summary(body))
+        live = sent[request - 1]["messages"]
+        assert sent[request]["messages"][: len(live)] == live, "the summary request extends the live history"
+        after = sent[request + 1]["messages"]
+        assert after[1] == live[1] and HANDOFF.content in after[2]["content"]
+        assert "git diff --stat" in after[2]["content"]
     report = (run_dir / "report.md").read_text()
     assert "Compacted to fit the server's window:" in report
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import parse_qs, urlsplit
 
+from prompts import load_prompt
+
 
 @dataclass
 class Reply:
@@ -91,6 +93,12 @@ def rendered_prompt(body: dict[str, Any]) -> str:
     """Stand-in for the chat template: system message, tool list, then the rest, as in DeepSeek V4's."""
     messages = body.get("messages", [])
     return json.dumps([messages[:1], body.get("tools", []), body.get("reasoning_effort"), messages[1:]])
+
+
+def asks_for_a_summary(body: dict[str, Any]) -> bool:
+    """A compaction's request for a handoff summary: its last message is the handoff prompt."""
+    messages = body.get("messages") or [{}]
+    return messages[-1].get("role") == "user" and messages[-1].get("content") == load_prompt("handoff").rstrip()
 
 
 def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -198,6 +206,7 @@ class ScriptedServer(LoopbackServer):
         kv: ScriptedSlots | None = None,
         model_path: str | None = None,
         cache: bool = True,
+        summary: Reply | None = None,
     ) -> None:
         """loading_requests: answer that many requests, of any endpoint, with 503 "Loading model" first, as
         llama-server does while it loads. port: 0 picks a free one. speculative: /slots reports a drafter.
@@ -206,7 +215,8 @@ class ScriptedServer(LoopbackServer):
         number of requests at once whatever it says). kv: slots that hold, save and restore tokens (prompt and
         cached tokens then count one per character of the rendered prompt). model_path: the GGUF /props names
         (`model_path`, `model_alias`), as llama-server reports the model it runs. cache: False reports nothing
-        cached, ever (a prompt cache that does not hold)."""
+        cached, ever (a prompt cache that does not hold). summary: the answer to every request for a handoff
+        summary (a compaction's), which then takes no step of the script."""
         self.script: list[Step] = list(script or [])
         self.scripts = {key: list(steps) for key, steps in (scripts or {}).items()}
         self.n_ctx = n_ctx
@@ -216,6 +226,7 @@ class ScriptedServer(LoopbackServer):
         self.kv = kv
         self.model_path = model_path
         self.cache = cache
+        self.summary = summary
         self.held = threading.Event()
         self._release = threading.Event()
         self.requests: list[dict[str, Any]] = []
@@ -241,6 +252,8 @@ class ScriptedServer(LoopbackServer):
             prompt_n = tokens_of(prompt)
             if prompt_n > self.n_ctx:  # answered with exceed_context_size_error: the script's step is not used up
                 step: Step = Reply()
+            elif self.summary is not None and asks_for_a_summary(body):
+                step = self.summary
             else:
                 step = script.pop(0) if script else Reply(content="Nothing more to do.")
         cache_n = tokens_of(prompt[: common_prefix(prompt, previous)]) if self.cache else 0
