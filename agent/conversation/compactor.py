@@ -3,7 +3,8 @@ not fit.
 
 First the deterministic stage (agent/conversation/compaction.py: older results stubbed, older reasoning dropped);
 when that leaves the conversation over the target, the model is asked for a handoff summary, appended to the live
-history so the server serves the request from the slot it already holds, and the conversation becomes the system
+history so the server serves the request from the slot it already holds (to the trimmed history when the live one
+leaves no room for the reply), and the conversation becomes the system
 message, the task, the summary with the agent's own record (the ledger and `git diff --stat`, from the `facts` the
 stage gives), and the latest turns that fit. Either way a `Compaction` event says what went. A conversation whose
 system message and task alone pass the threshold cannot be compacted: the task fails with that reason, before
@@ -81,9 +82,7 @@ class Compactor:
             after = self.window.exact(trimmed.messages)
             if after <= self.window.target:
                 return self._compacted(trimmed.messages, turn, "stubs", reason, before, after, figures)
-        # The summary request extends the live history, which the slot holds; after an overflow that history does
-        # not fit, and the trimmed one may.
-        summary, stats = self._summary(trimmed.messages if reason == "overflow" else messages, ask)
+        summary, stats = self._summary(self._summary_base(messages, trimmed.messages, reason), ask)
         history, kept = self._fit(trimmed.messages, summary)
         after = self.window.exact(history)
         if after >= self.window.threshold:
@@ -91,8 +90,23 @@ class Compactor:
         figures["turns_dropped"] = len(turns(messages)) - kept
         return self._compacted(history, turn, "summary", reason, before, after, figures, stats)
 
-    def _summary(self, base: list[dict[str, Any]], ask: Ask) -> tuple[dict[str, Any], RequestStats | None]:
+    def _summary_base(
+        self, live: list[dict[str, Any]], trimmed: list[dict[str, Any]], reason: Reason
+    ) -> list[dict[str, Any]] | None:
+        """What the summary request extends: the live history, which the slot holds, when the request leaves room
+        for the reply; else the trimmed history (after an overflow the live one does not fit at all), then the
+        history with every turn trimmed; None when none does."""
+        room = (self.window.n_ctx - self.window.threshold) // 2
+        candidates = [trimmed, trim(live, 0).messages]
+        for base in candidates if reason == "overflow" else [live, *candidates]:
+            if self.window.exact(handoff_request(base)) <= self.window.n_ctx - room:
+                return base
+        return None
+
+    def _summary(self, base: list[dict[str, Any]] | None, ask: Ask) -> tuple[dict[str, Any], RequestStats | None]:
         """The summary message: the model's handoff summary (nothing when it cannot write one) and the facts."""
+        if base is None:
+            return summary_message("", self.facts()), None
         try:
             reply = ask(handoff_request(base))
         except (ContextOverflow, MalformedOutput):

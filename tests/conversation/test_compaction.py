@@ -193,15 +193,18 @@ def test_stubs_alone_when_they_bring_the_conversation_under_the_target() -> None
 
 
 def test_a_handoff_summary_when_stubs_are_not_enough() -> None:
-    messages = _conversation(12)
-    compactor = _compactor(int(_tokens(messages) * 0.6))
+    """A system message that takes most of the window: stubbing the older turns does not bring it under the target,
+    so the model is asked, on the live history the slot holds, and its summary replaces the older turns."""
+    system = {"role": "system", "content": "A repository file.\n" * 3_000}
+    messages = [system, *_conversation(12)[1:]]
+    compactor = _compactor(int(_tokens(messages) / 0.88))
     ask = _Summariser()
     compacted = compactor.before_request(messages, 13, ask)
     assert compacted is not None
     (request,) = ask.requests
     assert request[:-1] == messages, "the summary request extends the live history: the slot holds its prefix"
     history = compacted.messages
-    assert history[0] == SYSTEM and history[1] == TASK
+    assert history[0] == system and history[1] == TASK
     assert ask.summary in history[2]["content"] and FACTS in history[2]["content"]
     kept = turns(history)
     assert kept and [m for turn in kept for m in turn] == history[3:]
@@ -209,6 +212,18 @@ def test_a_handoff_summary_when_stubs_are_not_enough() -> None:
     event = compacted.event
     assert event.stage == "summary" and event.turns_dropped == 12 - len(kept)
     assert event.summary_stats is not None and event.tokens_after <= compactor.window.target
+
+
+def test_the_summary_request_leaves_room_for_its_reply() -> None:
+    """A live history too close to the window's end for the handoff request and its reply: the request goes out on
+    the trimmed history instead (it shares the system message and the task with the slot)."""
+    messages = _conversation(12)
+    compactor = _compactor(int(_tokens(messages) * 0.6))
+    ask = _Summariser()
+    compacted = compactor.before_request(messages, 13, ask)
+    assert compacted is not None and compacted.event.stage == "summary"
+    (request,) = ask.requests
+    assert request[:2] == messages[:2] and request[:-1] == trim(messages).messages
 
 
 def test_after_an_overflow_the_summary_request_is_sent_on_the_trimmed_history() -> None:

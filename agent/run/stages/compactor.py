@@ -9,6 +9,7 @@ request over the window fails the task as before.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ import httpx
 from agent.conversation.compactor import Compactor
 from agent.conversation.window import ContextWindow, estimated_tokens
 from agent.packing.tokens import DEFAULT_TOKENS_PER_BYTE
-from agent.protocol.config import RunConfig
+from agent.protocol.config import LLMConfig, RunConfig
 from agent.server.api import LlamaServerAPI, ServerError
 from agent.server.chat import chat_body
 from agent.worktree.safe_git import GitError
@@ -26,24 +27,30 @@ from tools.base import ToolContext
 STAT_FILES = 40  # file lines of `git diff --stat` in a summary, then the totals
 
 
-def task_compactor(
-    config: RunConfig, server_url: str | None, tools: list[dict[str, Any]], workspace: Workspace, context: ToolContext
-) -> Compactor | None:
-    if server_url is None:
-        return None
+def server_window(
+    server_url: str, tools: list[dict[str, Any]], llm: LLMConfig, compact_at: float
+) -> ContextWindow | None:
+    """The window of the server at `server_url`, counting requests as the chat client sends them; None when the
+    server does not say its window (the first request then says what is wrong with it)."""
     try:
         with LlamaServerAPI(server_url) as api:
             n_ctx = api.context_size()
     except (ServerError, httpx.HTTPError, KeyError, ValueError):
-        return None  # the first request says what is wrong with the server
+        return None
 
     def count(messages: list[dict[str, Any]]) -> int:
-        body = chat_body(messages, tools, config.llm.effort)
+        body = chat_body(messages, tools, llm.effort)
         try:
-            with LlamaServerAPI(server_url, timeout_s=config.llm.idle_timeout_s) as api:
+            with LlamaServerAPI(server_url, timeout_s=llm.idle_timeout_s) as api:
                 return api.input_tokens(body)
         except (ServerError, httpx.HTTPError, KeyError, ValueError):  # a server without the endpoint: estimated
             return estimated_tokens(messages) + int(len(json.dumps(tools)) * DEFAULT_TOKENS_PER_BYTE)
+
+    return ContextWindow(n_ctx, compact_at, count)
+
+
+def task_facts(workspace: Workspace, context: ToolContext) -> Callable[[], str]:
+    """What the agent itself records of the task, for a handoff summary: the ledger and plan, the diff's stat."""
 
     def facts() -> str:
         lines = []
@@ -55,4 +62,11 @@ def task_compactor(
             stat = f"(unavailable: {error})"
         return "\n".join([*lines, "git diff --stat of the task's changes so far:", stat])
 
-    return Compactor(ContextWindow(n_ctx, config.compact_at, count), facts)
+    return facts
+
+
+def task_compactor(
+    config: RunConfig, server_url: str | None, tools: list[dict[str, Any]], workspace: Workspace, context: ToolContext
+) -> Compactor | None:
+    window = server_window(server_url, tools, config.llm, config.compact_at) if server_url is not None else None
+    return Compactor(window, task_facts(workspace, context)) if window is not None else None
