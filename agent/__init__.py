@@ -5,6 +5,7 @@ the types every concern reads are at the bottom (protocol/), and run/compose.py 
 - cli.py: the command table, mounting each concern's cli.py;
 - commands.py: the command line's conventions: exit codes, UsageProblem, one-line errors;
 - loop.py: the agent loop: ask the model, run its tool calls, append, repeat;
+- conversation/: the conversation within the server's window: its size, compaction instead of overflow;
 - prompt.py: the system prompt (the packed repository) and the task prompt;
 - protocol/: the types every concern reads (settings, events, records, stats, the chat model's protocol);
 - settings/: what the user sets: one option table, its layers, the night file, durations;

@@ -45,6 +45,8 @@ class Compacted:
 
 
 class Compactor:
+    _SUMMARISED = "the system message, the task and the handoff summary"
+
     def __init__(self, window: ContextWindow, facts: Callable[[], str], *, kept_turns: int = KEPT_TURNS) -> None:
         """facts: the agent's record of the task for the summary (the ledger, `git diff --stat`)."""
         self.window = window
@@ -69,8 +71,9 @@ class Compactor:
         return self.compact(messages, turn, "overflow", before, ask)
 
     def compact(self, messages: list[dict[str, Any]], turn: int, reason: Reason, before: int, ask: Ask) -> Compacted:
-        if not turns(messages):
-            raise ContextOverflow(self._does_not_fit("the system message and the task", before))
+        if not turns(messages):  # nothing left to take out: the task, or an earlier compaction's summary
+            what = "the system message and the task" if len(messages) <= 2 else self._SUMMARISED
+            raise ContextOverflow(self._does_not_fit(what, before))
         trimmed = trim(messages, self.kept_turns)
         figures = {
             "results_stubbed": trimmed.results_stubbed,
@@ -86,7 +89,7 @@ class Compactor:
         history, kept = self._fit(trimmed.messages, summary)
         after = self.window.exact(history)
         if after >= self.window.threshold:
-            raise ContextOverflow(self._does_not_fit("the system message, the task and the handoff summary", after))
+            raise ContextOverflow(self._does_not_fit(self._SUMMARISED, after))
         figures["turns_dropped"] = len(turns(messages)) - kept
         return self._compacted(history, turn, "summary", reason, before, after, figures, stats)
 

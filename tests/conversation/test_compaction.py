@@ -260,6 +260,17 @@ def test_system_and_task_over_the_threshold_cannot_be_compacted() -> None:
     assert "--ctx" in reason and f"{compactor.window.threshold:,}" in reason
 
 
+def test_a_summarised_conversation_that_still_overflows_names_the_summary() -> None:
+    """After a compaction that kept no turn the conversation is the system message, the task and the summary: when
+    the server says that does not fit, the reason names all three (never "the system message and the task")."""
+    messages = [SYSTEM, TASK, summary_message("I renamed it.", FACTS)]
+    compactor = _compactor(_tokens(messages) * 2)
+    overflow = ContextOverflow("too long", prompt_tokens=5_000, n_ctx=compactor.window.n_ctx)
+    with pytest.raises(ContextOverflow) as raised:
+        compactor.overflowed(messages, 9, overflow, _Summariser())
+    assert str(raised.value).startswith("the system message, the task and the handoff summary take 5,000 of the ")
+
+
 def test_the_window_estimates_from_the_last_reply_and_counts_near_the_threshold() -> None:
     messages = _conversation(2)
     count = _Counted()
@@ -270,5 +281,18 @@ def test_the_window_estimates_from_the_last_reply_and_counts_near_the_threshold(
     assert window.size(grown) == 1_050 + 120 + 10 and count.calls == 1, "estimated: 0.3 a character, markup"
     window.observe(grown, RequestStats(prompt_tokens=80_000, completion_tokens=500))
     more = [*grown, {"role": "user", "content": "more"}]
-    assert window.size(more) == _tokens(more)
+    assert window.size(more) == 80_500 + 1 + 10 and count.calls == 1, "4 bytes cannot pass the threshold"
+    listing = [*more, {"role": "user", "content": "é" * 3_000}]
+    assert window.size(listing) == _tokens(listing)
     assert count.calls == 2, "near the threshold the server counts"
+
+
+def test_text_of_a_token_a_character_is_counted_before_it_can_pass_the_threshold() -> None:
+    """`seq 1 450` is about a token a character where the estimate says 0.3: the estimate would let a request past
+    the threshold unseen (on the real 4,096-token window: estimated 3,083, counted 3,598). Whatever may pass the
+    threshold, a token at most a byte, is counted."""
+    window = ContextWindow(10_000, 0.85, lambda messages: 9_000)
+    messages = _conversation(2)
+    window.observe(messages, RequestStats(prompt_tokens=6_900, completion_tokens=100))
+    listing = "\n".join(str(number) for number in range(1, 450))
+    assert window.size([*messages, {"role": "tool", "tool_call_id": "call_2", "content": listing}]) == 9_000

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from support.dsml import Reply
-from support.scripted_server import Fail, LoopbackServer
+from support.scripted_server import Fail, LoopbackServer, asks_for_a_summary
 
 CHAT = "/v1/chat/completions"
 # A bias this strong makes the token certain whatever the sampling settings: the reply ends where the script ends.
@@ -96,12 +96,14 @@ class _Upstream:
 
 
 class PlayedServer(LoopbackServer):
-    def __init__(self, upstream_url: str, script: list[Step]) -> None:
+    def __init__(self, upstream_url: str, script: list[Step], *, summary: Reply | None = None) -> None:
         """upstream_url: the real llama-server (its root or its /v1 URL). script: the replies in request order; a
-        `Fail` answers that request with its HTTP error without asking the server."""
+        `Fail` answers that request with its HTTP error without asking the server. summary: the reply played to
+        every request for a handoff summary (a compaction's), which then takes no step of the script."""
         self.upstream_url = upstream_url
         self._upstream = _Upstream(upstream_url)
         self.script: list[Step] = list(script)
+        self.summary = summary
         self.exchanges: list[Exchange] = []
         self._lock = threading.Lock()
         self._endings: dict[str, int] = {}
@@ -172,7 +174,10 @@ class PlayedServer(LoopbackServer):
 
             def _chat(self, body: dict[str, Any]) -> None:
                 with played._lock:
-                    step = played.script.pop(0) if played.script else EXHAUSTED
+                    if played.summary is not None and asks_for_a_summary(body):
+                        step: Step = played.summary
+                    else:
+                        step = played.script.pop(0) if played.script else EXHAUSTED
                 prompt = render(played.upstream_url, body)
                 exchange = Exchange(body=body, prompt=prompt, tokens=tokenize(played.upstream_url, prompt), step=step)
                 if isinstance(step, Fail):
