@@ -1,5 +1,6 @@
-"""bench/v4_acceptance.py on the embedded server with DeepSeek V4's template (a short task): it runs, says what it
-measured on, and its figures are the ones the saved-prefix promises make."""
+"""bench/v4_acceptance.py on the embedded server with DeepSeek V4's template (a short task that passes a low
+threshold once): it runs, says what it measured on, and its figures are the ones the saved-prefix and compaction
+promises make."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def test_the_acceptance_bench_runs_on_the_embedded_server_with_v4s_template(tmp_
     out = tmp_path / "v4.json"
     environment = {**os.environ, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--turns", "3", "--json", str(out)],
+        # 8 turns of about 260 tokens from 3,900: the 7th request would pass 65% of the 8,192-token window.
+        [sys.executable, str(BENCH), "--turns", "8", "--compact-at", "0.65", "--json", str(out)],
         cwd=ROOT,
         env=environment,
         capture_output=True,
@@ -33,13 +35,20 @@ def test_the_acceptance_bench_runs_on_the_embedded_server_with_v4s_template(tmp_
     assert result["mode"] == "embedded"
     assert result["ended"] == "stopped: the model answered without calling a tool"  # the script's plain answer
     template = result["template"]
-    assert template["v4_flash_0731"] and template["thinking"] and template["effort_preamble_chars"] > 0, template
+    assert template["template_status"] == "ok" and "DeepSeek V4 Flash 0731" in template["template"], template
+    assert template["thinking_status"] == "ok" and template["effort_preamble"], template
+    assert result["reuse_probe"]["status"] == "ok", result["reuse_probe"]
     turns = result["turns"]
-    assert [turn["reuse"] for turn in turns] == ["first", "exact", "exact"], turns
+    reuse = [turn["reuse"] for turn in turns]
+    assert reuse[0] == "first" and reuse.count("compacted") == result["compactions"] == 1, turns
+    assert set(reuse[1:]) == {"exact", "compacted"}, turns
     assert result["divergences"] == 0 and result["checkpoint_hits"] == 0
     restore = result["restore"]
     shared = restore["shared_prefix_tokens"]
     assert restore["saved_tokens"] == shared and turns[0]["cached_tokens"] == shared, restore
+    compaction = result["compaction"]
+    assert compaction["tokens_after"] < compaction["tokens_before"], compaction
+    assert compaction["next_cached"] >= shared, compaction  # the request after it still starts with the prefix
     assert restore["file_bytes"] > 0
     for first in restore["first_requests"]:  # after an erase, after a restart: the file gives all of the prefix
         assert first["restored_tokens"] == shared and first["cached_tokens"] >= shared, first
