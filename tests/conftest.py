@@ -1,5 +1,8 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 # The tests' modules (as pytest rewrites their asserts) and the product's are compiled once and kept in their
@@ -17,3 +20,12 @@ pytest_plugins = ["support.llama_fixtures", "support.install_fixtures"]
 from support.local_sandbox import BYTECODE_ENV, bytecode_path  # noqa: E402 - support/ is importable from here on
 
 os.environ.setdefault(BYTECODE_ENV, str(bytecode_path()))
+
+# Nothing of a test session reaches the user's own state or configuration: the runs a command remembers
+# (last-runs.json), saved prefixes and launcher state go under $XDG_STATE_HOME, the user's config.toml lives under
+# $XDG_CONFIG_HOME (a developer's own settings would change what the tests see). Child processes inherit both;
+# a test that needs its own sets it again.
+_session_home = Path(tempfile.mkdtemp(prefix="refactor-agent-tests-"))
+atexit.register(shutil.rmtree, _session_home, ignore_errors=True)
+os.environ["XDG_STATE_HOME"] = str(_session_home / "state")
+os.environ["XDG_CONFIG_HOME"] = str(_session_home / "config")
