@@ -21,11 +21,10 @@ from support.local_sandbox import BYTECODE_ENV, bytecode_path  # noqa: E402 - su
 
 os.environ.setdefault(BYTECODE_ENV, str(bytecode_path()))
 
-# Nothing of a test session reaches the user's own state or configuration: the runs a command remembers
-# (last-runs.json), saved prefixes and launcher state go under $XDG_STATE_HOME, the user's config.toml lives under
-# $XDG_CONFIG_HOME (a developer's own settings would change what the tests see). Child processes inherit both;
-# a test that needs its own sets it again.
+# Nothing of a test session reaches the user's own state: the runs a command remembers (last-runs.json), saved
+# prefixes and launcher state go under $XDG_STATE_HOME. Child processes inherit it; a test that needs its own sets
+# it again. (The configuration folder stays the user's: pip's configuration there names the package indexes that
+# environment builds relay.)
 _session_home = Path(tempfile.mkdtemp(prefix="refactor-agent-tests-"))
 atexit.register(shutil.rmtree, _session_home, ignore_errors=True)
 os.environ["XDG_STATE_HOME"] = str(_session_home / "state")
-os.environ["XDG_CONFIG_HOME"] = str(_session_home / "config")
