@@ -6,6 +6,7 @@ so two tasks on the same commit share the whole repository prefix in llama-serve
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -23,10 +24,22 @@ def pack_options(config: RunConfig, task: str, server_url: str | None) -> PackOp
     return PackOptions(server_url=server_url, effort=config.llm.effort, task=task)
 
 
-def system_prompt(worktree: Path, options: PackOptions, retry: RetryPolicy) -> str:
+@dataclass(frozen=True)
+class SystemPrompt:
+    """The system message and where, in it, a tier of the pack's churn order ends: the saved prefixes keep the slot
+    at those offsets too, so a later commit that changes only newer files restores the text before them."""
+
+    text: str
+    boundaries: tuple[int, ...] = ()
+
+
+def system_prompt(worktree: Path, options: PackOptions, retry: RetryPolicy) -> SystemPrompt:
     """Packing counts tokens on the server: a server that is briefly down is retried as model requests are."""
     packed, _retries = retry.call(lambda: pack_repository(worktree, options), _server_down)
-    return f"{load_prompt('system').rstrip()}\n\n{packed.text}"
+    instructions = f"{load_prompt('system').rstrip()}\n\n"
+    return SystemPrompt(
+        text=instructions + packed.text, boundaries=tuple(len(instructions) + end for end in packed.boundaries)
+    )
 
 
 def _server_down(error: Exception) -> str | None:

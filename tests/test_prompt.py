@@ -12,8 +12,10 @@ from agent.prompt import system_prompt
 from agent.protocol.config import LLMConfig
 from agent.protocol.model import ModelUnavailable
 from agent.server.chat import RetryPolicy
+from prompts import load_prompt
 
 from support.llama_fixtures import free_port
+from support.pack_repos import tiered_repo
 from support.repos import make_repo
 from support.scripted_server import ScriptedServer
 
@@ -32,7 +34,7 @@ def test_a_server_that_refuses_connections_at_first_is_retried_until_it_answers(
 
         retry = RetryPolicy(LLMConfig(), on_retry=retries.append, sleep=sleep)
         options = PackOptions(server_url=f"http://127.0.0.1:{port}/v1", cache_dir=tmp_path / "cache")
-        text = system_prompt(repo, options, retry)
+        text = system_prompt(repo, options, retry).text
     assert sleeps == [2.0, 4.0]  # the requests' schedule
     assert "def compute_area(width, height):" in text
     assert len(retries) == 2 and "unreachable" in retries[0]
@@ -55,3 +57,14 @@ def test_a_repository_problem_is_not_retried(tmp_path: Path) -> None:
         with pytest.raises(PackError, match="not inside a git work tree"):
             system_prompt(tmp_path, options, RetryPolicy(LLMConfig(), sleep=sleeps.append))
     assert sleeps == []
+
+
+def test_the_system_prompt_says_where_the_packs_churn_tiers_end_in_it(tmp_path: Path) -> None:
+    """The saved prefixes keep the slot where each tier ends (agent/server/kv_cache.py): the offsets are into the
+    system message, past the instructions, and fall where the next tier's first file starts."""
+    repo = tiered_repo(tmp_path / "repo", functions=4)
+    system = system_prompt(repo, PackOptions(cache_dir=tmp_path / "cache"), RetryPolicy(LLMConfig()))
+    first, second = system.boundaries
+    assert system.text[first:].startswith('<file path="middle/x.py">')
+    assert system.text[second:].startswith('<file path="hot.py">')
+    assert system.text.startswith(load_prompt("system").rstrip())

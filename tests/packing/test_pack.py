@@ -29,7 +29,7 @@ from agent.packing.symbols import extract_symbols
 from agent.server.api import LlamaServerAPI
 from agent.server.launcher import ServerState
 
-from support.pack_repos import commit_all, make_module_repo, make_planted_repo
+from support.pack_repos import commit_all, make_module_repo, make_planted_repo, tiered_repo
 from support.repos import make_repo
 from support.scripted_server import ScriptedServer, tokens_of
 
@@ -553,26 +553,11 @@ def test_an_edit_to_a_churned_file_keeps_the_stable_prefix_byte_identical(tmp_pa
     assert _common_prefix(before["path"], after["path"]) < after["path"].index('<file path="b.py">')
 
 
-def _tiered_repo(path: Path) -> Path:
-    """stable/ unchanged for 101 commits, middle/ for 11, hot.py just changed: three churn tiers."""
-    path.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
-    for directory, names, since in (("stable", "abcd", 90), ("middle", "xyz", 10), ("", "h", 0)):
-        for name in names:
-            file = path / directory / f"{name}.py" if directory else path / "hot.py"
-            file.parent.mkdir(exist_ok=True)
-            file.write_text("".join(f"def {name}_{n}(value):\n    return value + {n}\n\n" for n in range(20)))
-        commit_all(path, f"add {directory or 'hot.py'}")
-        for _ in range(since):
-            subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "elsewhere"], cwd=path, check=True)
-    return path
-
-
 def test_tier_boundaries_end_where_an_age_class_ends(tmp_path: Path) -> None:
     """A saved prefix is kept where each tier of the churn order ends (agent/server/kv_cache.py): the offsets fall
     between files, after the files unchanged for 100 and for 10 commits, and stay put when only newer files
     change."""
-    repo = _tiered_repo(tmp_path / "repo")
+    repo = tiered_repo(tmp_path / "repo")
     packed = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache"))
     text, boundaries = packed.text, packed.boundaries
     assert len(boundaries) == 2 and boundaries == sorted(boundaries)

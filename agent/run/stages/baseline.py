@@ -8,7 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from agent.gate.stage import Gate
-from agent.prompt import pack_options, system_prompt
+from agent.prompt import SystemPrompt, pack_options, system_prompt
 from agent.protocol.events import Retry
 from agent.run.stages.commands import CommandFailed, run_commands
 from agent.run.stages.task import TaskContext
@@ -17,7 +17,9 @@ from agent.server.chat import RetryPolicy
 from agent.worktree.workspace import Workspace, wip_ref
 
 
-def baseline_and_prompt(gate: Gate, workspace: Workspace, context: TaskContext, *, resuming: bool) -> str | None:
+def baseline_and_prompt(
+    gate: Gate, workspace: Workspace, context: TaskContext, *, resuming: bool
+) -> SystemPrompt | None:
     """The baseline run (kept by the gate); the system prompt, or None for a task resumed with its conversation.
     Raises CommandFailed when a `before` command fails (no model request is made)."""
     config = context.config

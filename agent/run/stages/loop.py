@@ -5,6 +5,8 @@ rebuilt from the transcript when the task is resumed."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agent.loop import AgentLoop, LoopResult
 from agent.prompt import task_prompt
 from agent.record.progress import RESTARTED_MESSAGE, TaskProgress
@@ -17,11 +19,18 @@ from tools.base import ToolContext
 from tools.registry import default_registry
 
 
-def task_loop(context: TaskContext, tools: ToolContext, end: float | None, workspace: Workspace) -> AgentLoop:
+def task_loop(
+    context: TaskContext,
+    tools: ToolContext,
+    end: float | None,
+    workspace: Workspace,
+    boundaries: Sequence[int] = (),
+) -> AgentLoop:
+    """`boundaries`: where the pack's churn tiers end in the system message (saved as prefixes too)."""
     config = context.config
     registry = default_registry(symbol_tools=config.symbol_tools, ledger=config.ledger)
     return AgentLoop(
-        prefix_cached(context.model, context.prefix_cache),
+        prefix_cached(context.model, context.prefix_cache, boundaries),
         registry,
         tools,
         max_turns=config.max_turns,

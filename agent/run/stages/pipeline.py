@@ -180,11 +180,12 @@ def _in_sandbox(
     ) as sandbox:
         resuming = resumed is not None and bool(resumed.messages)
         system = baseline_and_prompt(sandbox.gate, workspace, context, resuming=resuming)
-        loop = context.loop = task_loop(context, sandbox.tools, end, workspace)
+        boundaries = system.boundaries if system is not None else ()
+        loop = context.loop = task_loop(context, sandbox.tools, end, workspace, boundaries)
         # From here until the task settles, each tool result snapshots the files: in the repair rounds too, so a
         # kill during one resumes with the files of that round's tool calls (the transcript has their results).
         context.workspace = workspace
-        result = run_loop(loop, system, context, sandbox.test_command, resumed)
+        result = run_loop(loop, system.text if system is not None else None, context, sandbox.test_command, resumed)
         return gate_with_repairs(
             sandbox.gate,
             loop,
