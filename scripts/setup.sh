@@ -71,7 +71,6 @@ wait_background_step() {
         tail -n 25 "$LOG" >&2
         exit 1
     fi
-    echo "setup: step $background_step done"
 }
 
 # A step that fails in the foreground exits the script; the background step must not outlive it. Its group, or
