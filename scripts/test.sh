@@ -14,6 +14,13 @@ if grep -Ev '^setup( [0-9]+/[0-9]+)?: ' "$setup_out"; then
     echo "test: error: scripts/setup.sh printed the lines above besides its one line per step" >&2
     exit 1
 fi
+# One line per step and the closing line, nothing more.
+steps=$(grep -cE '^setup [0-9]+/[0-9]+: ' "$setup_out")
+if (( $(wc -l <"$setup_out") > steps + 1 )); then
+    echo "test: error: scripts/setup.sh printed more than one line per step:" >&2
+    cat "$setup_out" >&2
+    exit 1
+fi
 rm -f "$setup_out"
 LOG="$VENV/setup.log"
 # Ray is an optional extra for users (`--executor ray`); the tests run the Ray executor on a local cluster.
