@@ -42,7 +42,7 @@ from agent.safety.printable import counted
 from agent.server.api import is_embedded
 from agent.server.paths import default_kv_cache_dir
 from agent.settings.runs_dir import runs_dir_to_read
-from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, sweep_run_scratch
+from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, build_scratch, sweep_run_scratch
 from agent.worktree.workspace import WorkspaceError, open_repository
 
 ON_FINISH_TIMEOUT_S = 600
@@ -91,7 +91,8 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None, options: 
     try:
         for lock, path in zip(locks, prepared.repos, strict=True):
             lock.acquire(path, view.log)
-        with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks:
+        # Owned and swept like a build's scratch: a kill -9 leaves it to the next run, never for good.
+        with build_scratch() as hooks:
             return _locked(
                 night, prepared, run_id, view=view, resume=resume is not None, tonight=(options, Path(hooks))
             )

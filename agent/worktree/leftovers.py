@@ -61,8 +61,8 @@ def remove_run_scratch(directory: Path, git_dir: Path | None) -> None:
 
 @contextlib.contextmanager
 def build_scratch(*, root: Path | None = None) -> Iterator[Path]:
-    """An environment build's scratch directory (mode 0700, owner record first), removed when the block ends; a
-    kill -9 leaves it to the next run's sweep."""
+    """A scratch directory of this process (an environment build's, a run's empty hooks folder): mode 0700, owner
+    record first, removed when the block ends; a kill -9 leaves it to the next run's sweep."""
     directory = Path(tempfile.mkdtemp(prefix=BUILD_SCRATCH_PREFIX, dir=root))
     (directory / OWNER_RECORD).write_text(ScratchOwner(owner=current_owner()).model_dump_json(), encoding="utf-8")
     try:

@@ -548,6 +548,7 @@ def test_sigkill_mid_request_keeps_every_step_and_the_next_run_removes_the_lefto
         ("run_start", None, None),
         ("environment", None, None),
         ("task_start", None, None),
+        ("gate_start", None, None),
         ("baseline", None, None),
         ("request", 1, None),
         ("response", 1, None),
