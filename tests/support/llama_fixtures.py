@@ -51,13 +51,13 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def chat_model(state: ServerState, max_tokens: int, **listeners) -> OpenAIChatModel:
+def chat_model(state: ServerState, max_tokens: int, temperature: float = 1.0, **listeners) -> OpenAIChatModel:
     """The streaming client on one of these servers, seeded, never retrying (a failure shows at once)."""
     config = LLMConfig(
         server_url=state.url,
         server_explicit=True,
         model="smollm2",
-        sampling=SamplingConfig(max_tokens=max_tokens, seed=7),
+        sampling=SamplingConfig(max_tokens=max_tokens, seed=7, temperature=temperature),
         max_retries=0,
     )
     return OpenAIChatModel(config, **listeners)
