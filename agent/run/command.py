@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import tempfile
 from pathlib import Path
 
 from agent.commands import EXIT_USAGE
@@ -70,8 +69,8 @@ def _print_plan(night: NightConfig, options: PlanOptions, view: RunView) -> int:
     """`night --plan`: the decisions, with no lock taken and nothing written (it works while a night runs)."""
     try:
         repos = {path: open_repository(path) for path in night.repositories()}
-        with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks:
-            planned = plan_night(night, repos, "plan", hooks_dir=Path(hooks), options=options, log=view.log)
+        with build_scratch() as hooks:
+            planned = plan_night(night, repos, "plan", hooks_dir=hooks, options=options, log=view.log)
     except (WorkspaceError, NightError) as error:
         view.error(str(error))
         return EXIT_USAGE
@@ -93,9 +92,7 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None, options: 
             lock.acquire(path, view.log)
         # Owned and swept like a build's scratch: a kill -9 leaves it to the next run, never for good.
         with build_scratch() as hooks:
-            return _locked(
-                night, prepared, run_id, view=view, resume=resume is not None, tonight=(options, Path(hooks))
-            )
+            return _locked(night, prepared, run_id, view=view, resume=resume is not None, tonight=(options, hooks))
     except LockHeld as held:
         view.error(str(held))
         return EXIT_USAGE
