@@ -10,6 +10,7 @@ SafeGit; trials (rebases, the gate again) happen in scratch worktrees, never in 
 - pager.py: the pager on a terminal, as git uses it;
 - repository.py: the ref changes review makes in the user's repository;
 - pull_request.py: a pull-request description in Markdown;
+- push.py: `review push`: a night's branch with a lease on the tip last pushed, and the push recorded;
 - branch_state.py: where a task's branch stands now (present, pushed, merged, deleted, moved outside);
 - rebase.py: `review rebase`: verified branches replayed onto another commit, the gate run again.
 """

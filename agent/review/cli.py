@@ -27,6 +27,7 @@ from agent.review.branch_state import branch_state, shown
 from agent.review.change import TaskChange, read_change
 from agent.review.pager import TerminalPager
 from agent.review.pull_request import pull_request, pull_request_markdown
+from agent.review.push import push_task
 from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
 from agent.review.repository import UserRepository, user_repository
 from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
@@ -267,19 +268,19 @@ def push(
     repo: RepoOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Push a task's branch to REMOTE under the same name. Nothing is ever pushed unless you run this."""
+    """Push a task's branch to REMOTE under the same name. Nothing is ever pushed unless you run this. A night's
+    branch (replaced each night) goes with --force-with-lease on the tip refactor-agent last pushed there: one
+    someone else moved on REMOTE is refused."""
     with _one_line_errors():
-        ref = find_task(_runs_dir(context, runs_dir, _run_of(target)), target)
-        branch = ref.task.branch
+        runs = _runs_dir(context, runs_dir, _run_of(target))
+        ref = find_task(runs, target)
         with _repository(ref.run, repo, ref.task) as repository:
-            commit = repository.tip(branch) if branch else None
-            if branch is None or commit is None or ref.task.commit is None:
-                raise ReviewError(f"task {ref.run.run_id}/{ref.task.index} has no commit to push ({ref.task.verdict})")
-            repository.push(remote, branch)
+            pushed = push_task(ref, repository, remote, runs, lambda line: _say(line, err=True))
     if _as_json(context, as_json):
-        _print_json({"branch": branch, "remote": remote, "commit": commit})
+        _print_json({"branch": pushed.branch, "remote": remote, "commit": pushed.commit, "replaced": pushed.replaced})
     else:
-        _say(f"pushed {branch} ({commit[:12]}) to {remote}")
+        replacing = f", replacing {pushed.replaced[:12]}" if pushed.replaced else ""
+        _say(f"pushed {pushed.branch} ({pushed.commit[:12]}) to {remote}{replacing}")
 
 
 @review_app.command()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import git
@@ -22,6 +23,18 @@ from agent.worktree.workspace import BRANCH_PREFIX, WIP_REF_PREFIX, WorkspaceErr
 # A diff to read, not to apply: no external diff or textconv program of anyone's, and git's own a/ b/ prefixes
 # whatever diff.noprefix or diff.mnemonicPrefix the user set.
 READ_DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", "--src-prefix=a/", "--dst-prefix=b/")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """--force-with-lease's expectation: the remote's branch is at `expected`; None: the remote has no such
+    branch."""
+
+    expected: str | None
+
+
+class StaleLease(Exception):
+    """The remote's branch is not where the lease expected it: someone else moved it."""
 
 
 class UserRepository:
@@ -66,11 +79,32 @@ class UserRepository:
     def remotes(self) -> list[str]:
         return self.git.run("remote").decode("utf-8", errors="replace").split()
 
-    def push(self, remote: str, branch: str) -> None:
+    def push(self, remote: str, branch: str, lease: Lease | None = None) -> None:
+        """The branch to REMOTE under the same name; with a lease only while the remote's branch is where the lease
+        expects it (else StaleLease, and nothing is pushed)."""
         if remote not in (remotes := self.remotes()):
             raise unknown("remote", remote, remotes)
         ref = f"refs/heads/{branch}"
-        self.git.run("push", "--no-verify", "--quiet", "--end-of-options", remote, f"{ref}:{ref}")
+        leased = [] if lease is None else [f"--force-with-lease={ref}:{lease.expected or ''}"]
+        code, out = self.git.run_status(
+            "push",
+            "--no-verify",
+            "--quiet",
+            "--porcelain",
+            *leased,
+            "--end-of-options",
+            remote,
+            f"{ref}:{ref}",
+            allowed=(0, 1),
+        )
+        if code == 0:
+            return
+        # --porcelain: a refused ref is `!<TAB>from:to<TAB>[rejected] (why)`.
+        rejected = [line.split("\t")[-1] for line in out.decode("utf-8", errors="replace").splitlines()]
+        why = next((line for line in rejected if line.startswith("[")), "refused")
+        if lease is not None and "(stale info)" in why:
+            raise StaleLease(why)
+        raise GitError(f"git push failed: {why}")
 
     def checked_out(self) -> set[str]:
         """Branches checked out in the user's checkout or any of its worktrees: never deleted or moved."""
