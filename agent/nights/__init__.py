@@ -7,6 +7,7 @@
 - history.py: earlier results on private refs refs/refactor-agent/history/...;
 - errors.py: the one-line failure of a night's planning;
 - record.py: the task record (runs/.tasks/<repository>.json) under its locks, pending moves settled;
+- claim.py: one night file per night name on a repository (a moved or renamed file takes it over);
 - rebuild.py: the record rebuilt from the branches' trailers when it is missing or does not parse;
 - publish.py: ref moves as one transaction, written ahead to the record;
 - predicates.py: a [[repo]]'s if_path_exists / if_contains, read from the default branch's objects;

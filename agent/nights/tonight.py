@@ -152,7 +152,6 @@ class Tonight:
         *,
         published: bool,
     ) -> None:
-        record.nights.setdefault(self.plan.night, str(self.night.night_file or ""))
         task = record.tasks.get(planned.key) or fresh.model_copy(deep=True)
         record.tasks[planned.key] = task
         task.status, task.verdict, task.last_run = outcome.status, outcome.verdict, self.plan.run_id

@@ -11,6 +11,7 @@ from pathlib import Path
 from agent.commands import EXIT_USAGE
 from agent.dispatch.local import local_dispatch
 from agent.dispatch.ray_head import RayDispatch
+from agent.nights.claim import claim, refuse_a_second_night_file
 from agent.nights.errors import NightError
 from agent.nights.plan import (
     PLAN_RECORD,
@@ -52,6 +53,8 @@ def execute(night: NightConfig, *, view: RunView, resume: str | None = None, opt
     if night.name is not None:  # before anything is created
         try:
             refuse_what_is_not_built(night)
+            with build_scratch() as hooks:
+                refuse_a_second_night_file(night, hooks)
         except NightError as error:
             view.error(str(error))
             return EXIT_USAGE
@@ -212,6 +215,7 @@ def _planned(
         view.log(line)
     journal.write_json(PLAN_RECORD, planned.plan)
     commit_plan(planned)
+    claim(planned.stores, night, view.log)
     if planned.night is None:
         return None
     return Tonight(planned.plan, planned.night, prepared.repos, hooks, view.log)

@@ -237,3 +237,11 @@ def night_repositories(path: Path) -> list[Path]:
     """The repositories a night file names, there or not (for `config show --night`)."""
     path = path.absolute()
     return [_repository_path(path, repo.path) for repo in _read(path).repo]
+
+
+def night_claim(path: Path) -> tuple[str, list[Path]]:
+    """The night's name and the repositories it names, as the file reads now (the file that claimed a night name
+    on a repository: agent/nights/claim.py). Raises SettingsError."""
+    path = path.absolute()
+    night = _read(path)
+    return _night_name(path, night), [_repository_path(path, repo.path) for repo in night.repo]
