@@ -19,9 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agent.dispatch.ray_worker import TaskRequest, TaskResult, run_remote_task
+from agent.dispatch.ray_worker import RESULT_REF, TaskRequest, TaskResult, run_remote_task
 from agent.protocol.config import RunConfig
 from agent.protocol.events import Response, parse_event
+from agent.protocol.nights import PlannedTask
 from agent.protocol.records import TaskSummary
 from agent.run.interrupt import Interrupted
 from agent.run.run import Run
@@ -52,15 +53,24 @@ class RayDispatch:
             with tempfile.TemporaryDirectory(prefix="refactor-agent-ray-") as scratch:
                 hooks = Path(scratch) / "no-hooks"
                 hooks.mkdir()
-                # Each repository of the night goes out once, as a bundle of its HEAD.
+                # Each repository of the night goes out once, as a bundle of its HEAD; a named night's also holds
+                # the plan's base and the previous tips of its stale tasks (the worker refreshes them).
                 bundles: dict[Path, tuple[SafeGit, str, Any]] = {}
                 for _index, config, _task in tasks:
                     if config.repo not in bundles:
                         repo = run.repos[config.repo].repo
                         user = user_git(repo, hooks)
+                        base = run.repos[config.repo].base or repo.head.commit.hexsha
+                        tips = [
+                            planned.previous_tip
+                            for index, each, _task in tasks
+                            if each.repo == config.repo
+                            and (planned := _planned(run, index)) is not None
+                            and planned.previous_tip is not None
+                        ]
                         bundle = Path(scratch) / f"base-{len(bundles)}.bundle"
-                        user.run("bundle", "create", "--quiet", str(bundle), "HEAD")
-                        bundles[config.repo] = (user, repo.head.commit.hexsha, ray.put(bundle.read_bytes()))
+                        user.run("bundle", "create", "--quiet", str(bundle), "HEAD", base, *tips)
+                        bundles[config.repo] = (user, base, ray.put(bundle.read_bytes()))
                 remote = ray.remote(resources={NODE_RESOURCE: 1}, num_cpus=0, max_retries=0)(run_remote_task)
                 pending = {
                     remote.remote(
@@ -73,6 +83,7 @@ class RayDispatch:
                             task=task,
                             deadline_at=run.night.deadline_at,
                             min_task_time_s=run.night.min_task_time_s,
+                            planned=_planned(run, index),
                         ),
                     ): (index, config, task)
                     for index, config, task in tasks
@@ -111,11 +122,18 @@ class RayDispatch:
         run.journal.append_patch_records(result.patch)
         if result.bundle is not None and outcome.commit is not None:
             try:
-                _fetch_branch(user, scratch, result.bundle, outcome, run.journal.run_id)
+                if outcome.branch is None:
+                    _fetch_commit(user, scratch, result.bundle, outcome)
+                else:
+                    _fetch_branch(user, scratch, result.bundle, outcome, run.journal.run_id)
             except GitError as error:
                 outcome.status = outcome.verdict = "failed"
                 outcome.reason = f"{outcome.reason}; the branch could not be brought back: {error}"
         return outcome
+
+
+def _planned(run: Run, index: int) -> PlannedTask | None:
+    return run.tonight.planned(index) if run.tonight is not None else None
 
 
 def _join(ray: Any, address: str | None, *, connect: bool) -> str | None:
@@ -145,6 +163,15 @@ def _fetch_branch(user: SafeGit, scratch: Path, bundle: bytes, outcome: TaskSumm
     fetched = user.run("rev-parse", "--verify", f"{ref}^{{commit}}").decode().strip()
     if fetched != outcome.commit:
         raise GitError(f"{branch} is at {fetched}, the worker reported {outcome.commit}")
+
+
+def _fetch_commit(user: SafeGit, scratch: Path, bundle: bytes, outcome: TaskSummary) -> None:
+    """A refreshed night task's commit into the object store, no ref written (the publish points the task's branch
+    at it)."""
+    path = scratch / f"task-{outcome.index}.bundle"
+    path.write_bytes(bundle)
+    user.run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(path), RESULT_REF)
+    user.run("cat-file", "-e", f"{outcome.commit}^{{commit}}")
 
 
 def _failed(index: int, config: RunConfig, task: str, reason: str) -> TaskSummary:

@@ -1,6 +1,7 @@
 """`run --executor ray`, a worker node's side: the task in a scratch clone of the head's bundle, through the run's own
 pipeline (composed here as the command composes it, with this node's Docker, servers and slot), and what goes back
-to the head: the outcome, the task's transcript lines and patch, its branch as a bundle."""
+to the head: the outcome, the task's transcript lines and patch, its branch (or, a refreshed night task, its commit)
+as a bundle."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import git
 from pydantic import BaseModel
 
 from agent.dispatch.local import local_dispatch
+from agent.nights.tonight import NightTasks
 from agent.protocol.config import NightConfig, RunConfig
+from agent.protocol.nights import PlannedTask
 from agent.protocol.records import EnvironmentRecord, TaskSummary
 from agent.record.journal import RunJournal
 from agent.run.compose import build_run
@@ -23,6 +26,9 @@ from agent.run.sandboxes import DockerSandboxes
 from agent.server.slot_lock import claim_slot, server_slots
 from agent.worktree.safe_git import SafeGit
 from sandbox.daemon import docker_client
+
+# Where the worker's clone keeps a commit without a branch for its bundle back to the head.
+RESULT_REF = "refs/refactor-agent/result"
 
 
 class TaskRequest(BaseModel):
@@ -37,6 +43,9 @@ class TaskRequest(BaseModel):
     # An absolute wall-clock time: a worker whose clock is off by a minute ends its task a minute off.
     deadline_at: datetime | None
     min_task_time_s: float
+    # A named night's task: its plan entry (its trailer; a stale one is refreshed here without the model, from its
+    # previous tip, which the bundle holds), and base_commit is the plan's base.
+    planned: PlannedTask | None = None
 
 
 class TaskResult(BaseModel):
@@ -77,6 +86,7 @@ def run_remote_task(bundle: bytes, request: TaskRequest) -> dict[str, Any]:
         )
         # The node's other tasks run in processes of their own: each takes a slot of the server to itself.
         with claim_slot(config.llm.server_url, server_slots(config.llm.server_url)) as slot:
+            planned = request.planned
             run = build_run(
                 night,
                 repos={config.repo: git.Repo(clone)},
@@ -86,6 +96,9 @@ def run_remote_task(bundle: bytes, request: TaskRequest) -> dict[str, Any]:
                 observe=lambda _event: None,
                 dispatch=local_dispatch(night),
                 slot=slot,
+                tonight=NightTasks({request.index: (str(config.repo), request.base_commit, planned)})
+                if planned is not None
+                else None,
             )
             try:  # through the run's own dispatch: several --server make a fleet of the node's servers here too
                 outcome = next(iter(run.dispatch.run_tasks(run, [(request.index, config, request.task)])))
@@ -99,9 +112,13 @@ def run_remote_task(bundle: bytes, request: TaskRequest) -> dict[str, Any]:
         ]
         patch_file = journal.directory / "patch.diff"
         branch_bundle = None
-        if outcome.commit is not None and outcome.branch is not None:
+        if outcome.commit is not None:
+            # A refreshed night task's commit has no branch (the head publishes it): a ref of the clone carries it.
+            ref = f"refs/heads/{outcome.branch}" if outcome.branch is not None else RESULT_REF
+            if outcome.branch is None:
+                clone_git.run("update-ref", RESULT_REF, outcome.commit)
             out = scratch / "branch.bundle"
-            clone_git.run("bundle", "create", "--quiet", str(out), f"refs/heads/{outcome.branch}")
+            clone_git.run("bundle", "create", "--quiet", str(out), ref)
             branch_bundle = out.read_bytes()
         return TaskResult(
             outcome=outcome,

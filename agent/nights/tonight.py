@@ -24,7 +24,26 @@ from agent.worktree.workspace import user_git
 UNFINISHED = frozenset({"timed_out", "interrupted"})
 
 
-class Tonight:
+class NightTasks:
+    """The planned tasks as a task's pipeline sees them, wherever it runs: each one's repository, base and plan entry,
+    and its trailer. A Ray worker gets the one task it runs (agent/dispatch/ray_worker.py): its commit is the
+    same as on the head, and its result is published by the head."""
+
+    def __init__(self, by_index: dict[int, tuple[str, str, PlannedTask]]) -> None:
+        self.by_index = by_index
+        self.bases = {Path(repo): base for repo, base, _task in by_index.values()}
+
+    def planned(self, index: int) -> PlannedTask:
+        return self.by_index[index][2]
+
+    def trailers(self, index: int) -> dict[str, str]:
+        return {TASK_TRAILER: self.by_index[index][2].key}
+
+    def publish(self, outcome: TaskSummary, *, stopped: bool) -> TaskSummary:
+        return outcome  # a worker's: the head publishes
+
+
+class Tonight(NightTasks):
     def __init__(
         self,
         plan: NightPlan,
@@ -34,16 +53,17 @@ class Tonight:
         log: Callable[[str], None],
     ) -> None:
         """`night`: the narrowed night the run works on (its tasks are the plan's run and rebase ones, in order)."""
+        super().__init__(
+            {
+                task.index: (repo.repo, repo.base, task)
+                for repo in plan.repos
+                for task in repo.tasks
+                if task.index is not None
+            }
+        )
         self.plan = plan
         self.night = night
         self.log = log
-        self.by_index = {
-            task.index: (repo.repo, repo.base, task)
-            for repo in plan.repos
-            for task in repo.tasks
-            if task.index is not None
-        }
-        self.bases = {Path(repo.repo): repo.base for repo in plan.repos}
         self.git = {path: user_git(repo, hooks_dir) for path, repo in repos.items()}
         self.stores: dict[str, RecordStore] = {}
         self.fresh: dict[int, TaskRecord] = {}
@@ -54,12 +74,6 @@ class Tonight:
                 self.stores[str(config.repo)] = record_store(
                     night.runs_dir, repos[config.repo], self.git[config.repo], plan.night, {}, plan.run_id, log
                 )
-
-    def planned(self, index: int) -> PlannedTask:
-        return self.by_index[index][2]
-
-    def trailers(self, index: int) -> dict[str, str]:
-        return {TASK_TRAILER: self.by_index[index][2].key}
 
     def publish(self, outcome: TaskSummary, *, stopped: bool) -> TaskSummary:
         """The task's result onto its stable branch (see the module); the outcome then names that branch."""

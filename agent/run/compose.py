@@ -11,7 +11,7 @@ from pathlib import Path
 import git
 import httpx
 
-from agent.nights.tonight import Tonight
+from agent.nights.tonight import NightTasks
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.events import Event, Retry
 from agent.protocol.model import ChatModel
@@ -39,7 +39,7 @@ def build_run(
     progress: RunProgress | None = None,
     previous: RunSummary | None = None,
     slot: int = 0,
-    tonight: Tonight | None = None,
+    tonight: NightTasks | None = None,
 ) -> Run:
     """A run with the dispatch it is given (the command chooses it; a Ray worker its node's own). model: None for
     llama-server's chat client on `server_url`; a scripted one otherwise (eval's, the tests'). server_url None: no

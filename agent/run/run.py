@@ -25,7 +25,7 @@ import git
 
 from agent.environment.stage import ENV_BUILD_LOG
 from agent.gate.baseline import BaselineCache
-from agent.nights.tonight import Tonight
+from agent.nights.tonight import NightTasks
 from agent.protocol.config import NightConfig, RunConfig
 from agent.protocol.events import EnvironmentProgress, EnvironmentReady, Event, RunEnd, RunStart
 from agent.protocol.model import ChatModel
@@ -88,7 +88,7 @@ class Run:
         dispatch: TaskDispatch,
         progress: RunProgress | None = None,
         previous: RunSummary | None = None,
-        tonight: Tonight | None = None,
+        tonight: NightTasks | None = None,
         served: dict[str, str | None] | None = None,
     ) -> None:
         """sandboxes is None only where no task runs here (the head of a Ray run); server None for a scripted model

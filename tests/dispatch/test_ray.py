@@ -16,7 +16,9 @@ from typing import Any
 
 import git
 import pytest
+from typer.testing import CliRunner
 
+from agent.cli import app
 from agent.dispatch.ray_head import NODE_HINT
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
 from agent.protocol.records import RunSummary
@@ -33,6 +35,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.docker]
 
 TASKS = {"alpha": "Add the alpha module", "beta": "Document compute_area"}
 RUN_ID = "20261201-000000-abcd"
+NIGHT_BRANCH = "refactor-agent/nightly/add-the-alpha-module"
 NO_NODE = f"no node of the cluster offers the resource 'refactor-agent': {NODE_HINT}"
 # What measures the machine rather than the work: wall time, latencies, and the commit id (its date).
 VOLATILE = {"wall_time_s", "metrics", "commit"}
@@ -198,6 +201,54 @@ def time_limits_scenario(tmp: str) -> dict[str, Any]:
     return results
 
 
+def night_scenario(tmp: str) -> dict[str, Any]:
+    """A named night on Ray (the `night` command, `executor = "ray"`), twice, main moved in between."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from agent.dispatch.ray_head import NODE_RESOURCE
+
+    base = Path(tmp)
+    repo = make_repo(base / "repo", SAMPLE_FILES)
+    night_file = base / "nightly.toml"
+    results: dict[str, Any] = {}
+
+    def night(key: str) -> None:
+        with ScriptedServer(scripts=scripts()) as server:
+            night_file.write_text(
+                f'name = "nightly"\n[defaults]\nserver = "{server.url}"\nruns_dir = "{base / "runs"}"\n'
+                f'executor = "ray"\naddress = "{cluster.address}"\nmax_turns = 5\nmax_retries = 0\n'
+                f'[[repo]]\npath = "{repo}"\ntasks = ["{TASKS["alpha"]}"]\n'
+            )
+            result = CliRunner().invoke(app, ["night", str(night_file)], env={"XDG_CONFIG_HOME": str(base / "xdg")})
+            asked = any(TASKS["alpha"] in json.dumps(request["messages"]) for request in server.requests)
+        user = git.Repo(repo)
+        results[key] = {
+            "exit_code": result.exit_code,
+            "output": result.output,
+            "asked": asked,
+            "branches": sorted(head.name for head in user.heads if head.name.startswith("refactor-agent/")),
+            "message": user.git.log("-1", "--format=%B", NIGHT_BRANCH) if NIGHT_BRANCH in user.heads else "",
+            "parent": user.git.rev_parse(f"{NIGHT_BRANCH}^") if NIGHT_BRANCH in user.heads else "",
+            "main": user.git.rev_parse("main"),
+        }
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1})
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, logging_level="WARNING")
+        night("first")
+        (repo / "NEWS").write_text("main moved\n")
+        git.Repo(repo).git.add("NEWS")
+        git.Repo(repo).git.commit("-q", "-m", "News")
+        night("second")
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    return results
+
+
 def test_the_ray_executor_leaves_the_same_branches_and_report_rows_as_the_local_one(tmp_path: Path) -> None:
     results = in_loopback_namespace(scenario, tmp_path)
     assert results["without_worker"] == [("failed", f"ray: {NO_NODE}")] * 2, "no node for the tasks: no hang"
@@ -225,3 +276,19 @@ def test_on_ray_a_task_over_its_time_limit_is_timed_out_and_the_deadline_skips_t
     assert [status for status, _ in results["late"]] == ["skipped", "skipped"]
     assert all(reason.startswith("deadline: ") and "--min-task-time 1h00m" in reason for _, reason in results["late"])
     assert results["requests_after_deadline"] == 0
+
+
+def test_a_named_night_on_ray_commits_as_here_and_refreshes_a_stale_task_on_the_worker(tmp_path: Path) -> None:
+    """The same commit as the in-order and fleet paths (the Refactor-Agent-Task trailer, the plan's base), so the
+    next night finds the task: main moved, it is rebased on the worker without the model and published."""
+    results = in_loopback_namespace(night_scenario, tmp_path)
+    first, second = results["first"], results["second"]
+    assert first["exit_code"] == 0, first["output"]
+    assert first["branches"] == [NIGHT_BRANCH]
+    assert "Refactor-Agent-Task: nightly/t-" in first["message"], first["message"]
+    assert second["exit_code"] == 0, second["output"]
+    assert f"main moved ({first['main'][:12]} → {second['main'][:12]})" in second["output"]
+    assert not second["asked"], "rebased on the worker without the model"
+    assert second["branches"] == [NIGHT_BRANCH] and second["parent"] == second["main"]
+    assert f"Refactor-Agent-Rebased-Onto: {second['main']}" in second["message"]
+    assert "Refactor-Agent-Task: nightly/t-" in second["message"]
