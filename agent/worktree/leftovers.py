@@ -51,6 +51,17 @@ def create_run_scratch(run_id: str, git_dir: Path, *, root: Path | None = None) 
     return directory
 
 
+@contextlib.contextmanager
+def run_scratch(run_id: str, git_dir: Path, *, root: Path | None = None) -> Iterator[Path]:
+    """A run's scratch directory for the length of a block (a refresh's checkout of the user's repository): removed
+    at its end with its worktrees and git's records of them; a kill -9 leaves it to the next run's sweep."""
+    directory = create_run_scratch(run_id, git_dir, root=root)
+    try:
+        yield directory
+    finally:
+        remove_run_scratch(directory, git_dir)
+
+
 def remove_run_scratch(directory: Path, git_dir: Path | None) -> None:
     """Delete the directory and every worktree in it, and git's record of those worktrees; idempotent."""
     scratch = directory.resolve()

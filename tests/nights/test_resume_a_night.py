@@ -90,7 +90,9 @@ def test_the_next_night_supersedes_a_killed_one_and_leaves_one_branch_per_task(t
     assert f"run {killed.name} was superseded by night " in done.stdout
 
 
-def test_a_kill_during_a_rebase_then_resume_publishes_it_once_and_asks_no_model(tmp_path: Path) -> None:
+def test_a_kill_during_a_rebase_then_resume_publishes_it_once_asks_no_model_and_sweeps_its_checkout(
+    tmp_path: Path,
+) -> None:
     repo = make_repo(tmp_path / "geometry")
     runs, hold, holding = tmp_path / "runs", tmp_path / "hold", tmp_path / "holding"
     waiter = tmp_path / "wait.py"  # the suite waits while `hold` exists: the rebase's baseline on the new base
@@ -127,10 +129,15 @@ def test_a_kill_during_a_rebase_then_resume_publishes_it_once_and_asks_no_model(
     hold.unlink()
     assert git(repo, "rev-parse", "refactor-agent/nightly/add-a-units-module").strip() == first_tip  # untouched
     _first_run, killed = run_directories(runs)
+    (left,) = git(repo, "worktree", "list", "--porcelain").split("\n\n")[1:-1] or [""]  # the rebase's checkout
+    assert Path(left.split("\n")[0].removeprefix("worktree ")).is_relative_to(scratch), left
 
     done, after = resume(tmp_path, killed, [])
     assert done.returncode == 0, done.stdout
     assert asked == [] and after == []  # refreshed twice, never by the model
+    assert "removed the worktrees of 1 earlier run that did not finish" in done.stdout, done.stdout
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1  # the user's checkout alone
+    assert list(scratch.glob("refactor-agent-*")) == []  # the killed rebase's checkout swept, nothing left
     assert branches(repo) == ["refactor-agent/nightly/add-a-units-module"]  # one branch, no work branch
     assert git(repo, "rev-parse", "refactor-agent/nightly/add-a-units-module^").strip() == main
     history = git(repo, "for-each-ref", "--format=%(refname)", "refs/refactor-agent/history/").split()

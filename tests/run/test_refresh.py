@@ -3,7 +3,12 @@ there without a model. `review rebase` runs the same stage in the real Docker sa
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import git
 import pytest
@@ -12,8 +17,9 @@ from agent.gate.baseline import BaselineCache
 from agent.protocol.config import RunConfig
 from agent.protocol.events import Event
 from agent.run.stages.refresh import BranchTrial, refresh
+from agent.worktree.leftovers import stale_scratch
 
-from support.local_sandbox import LocalSandboxes
+from support.local_sandbox import LocalExecutor, LocalSandboxes
 from support.repos import SAMPLE_FILES, checkout_fingerprint, make_repo
 from support.repos import git as run_git
 
@@ -40,9 +46,29 @@ def repo(tmp_path: Path) -> Path:
     return repo
 
 
-def _refresh(tmp_path: Path, repo: Path, onto: str, after: list[str] | None = None) -> tuple[BranchTrial, list[Event]]:
+class _Watched(LocalSandboxes):
+    """Sandboxes on this machine that call `during(self, workspace)` when the gate's sandbox opens."""
+
+    def __init__(self, root: Path, during: Callable[[LocalSandboxes, Path], None]) -> None:
+        super().__init__(root)
+        self.during = during
+
+    @contextlib.contextmanager
+    def open(self, image: str, workspace: Path, **options: Any) -> Iterator[LocalExecutor]:
+        self.during(self, workspace)
+        with super().open(image, workspace, **options) as executor:
+            yield executor
+
+
+def _refresh(
+    tmp_path: Path,
+    repo: Path,
+    onto: str,
+    after: list[str] | None = None,
+    during: Callable[[LocalSandboxes, Path], None] | None = None,
+) -> tuple[BranchTrial, list[Event]]:
     events: list[Event] = []
-    sandboxes = LocalSandboxes(tmp_path)
+    sandboxes = LocalSandboxes(tmp_path) if during is None else _Watched(tmp_path, during)
     config = RunConfig(repo=repo, tasks=["Add a units module"], runs_dir=tmp_path / "runs", after=after or [])
     user = git.Repo(repo)
     environment = sandboxes.environment(user, config, log_path=tmp_path / "env.log", progress=print, deadline=None)
@@ -122,3 +148,27 @@ def test_an_after_command_that_fails_makes_the_refresh_regressed(tmp_path: Path,
     trial, _ = _refresh(tmp_path, repo, onto, after=["echo 'lint: 2 errors'; exit 1"])
     assert (trial.outcome, trial.verdict, trial.rebased_commit) == ("regressed", "regressed", None)
     assert trial.reason == "after command \"echo 'lint: 2 errors'; exit 1\" exited 1: lint: 2 errors"
+
+
+def test_a_refresh_of_its_own_checks_out_in_a_scratch_directory_the_next_sweep_removes_after_a_kill(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`review rebase` has no run scratch: the refresh's checkout lives in an owned one of its own, so a kill -9
+    during its gate leaves nothing the next run's sweep does not find (with git's record of the checkout)."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    onto = _commit(repo, {"NOTES.txt": "main moved\n"}, "main moves")
+    found: list[tuple[Path, Path | None]] = []
+
+    def sweep_would_find(sandboxes: LocalSandboxes, workspace: Path) -> None:
+        # As the next run sees it while the checkout's gate runs: this process taken for one that has ended.
+        with mock.patch("agent.worktree.leftovers.owner_is_gone", return_value=True):
+            found.extend((directory, record.git_dir) for directory, record in stale_scratch(root=root))
+        assert found and workspace.is_relative_to(found[0][0])
+
+    trial, _events = _refresh(tmp_path, repo, onto, during=sweep_would_find)
+    assert trial.outcome == "clean"
+    assert found == [(found[0][0], (repo / ".git").resolve())]
+    assert list(root.iterdir()) == []  # gone with the refresh's end, and git's record of its checkout too
+    assert run_git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1

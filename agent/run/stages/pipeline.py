@@ -151,6 +151,7 @@ def _refreshed(run: Run, context: TaskContext, planned: PlannedTask) -> TaskSumm
             cache=run.baselines,
             run_id=context.run_id,
             emit=context.emit,
+            scratch_root=state.scratch,
         )
     except Exception:  # the model's way still works: the task is done again on the new base
         return None
