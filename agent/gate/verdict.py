@@ -135,6 +135,10 @@ def verdict_trailers(baseline: SuiteRun | None, check: GateCheck) -> dict[str, s
     return {key: printable(value, one_line=True) for key, value in trailers.items()}
 
 
+# A commit replayed onto a new base by the gate without the model (review rebase, a night's stale task).
+REBASED_ONTO_TRAILER = "Refactor-Agent-Rebased-Onto"
+
+
 def read_trailers(message: str) -> dict[str, str]:
     """refactor-agent's trailers from a commit message: its last paragraph only (the model's text comes before)."""
     lines = message.strip().rpartition("\n\n")[2].splitlines()

@@ -14,5 +14,6 @@
 - decide.py: the decision per task (a pure function of the facts);
 - plan.py: the planning pass, the narrowed night, the plan's text (`night --plan`);
 - supersede.py: an earlier unfinished run of the night taken over by a new one (its work branches go);
-- tonight.py: the planned tasks while the run works on them: their base, trailer and publish.
+- tonight.py: the planned tasks while the run works on them: their base, trailer and publish;
+- fates.py: what became of the tasks: the report's "since last night", the merge rate per kind, `review fates`.
 """

@@ -68,8 +68,8 @@ def _table(facts: TaskFacts, *, retry_discarded: bool) -> tuple[Action, str, boo
         return "leave", f"checked out in {facts.checked_out}: left alone", False
     if record.fate == "discarded" or (facts.tip is None and record.tip is not None):
         why = (
-            f"discarded by review discard on {(record.discarded_at or '')[:10]}"
-            if record.fate == "discarded"
+            f"discarded by review discard on {record.discarded_at[:10]}"
+            if record.fate == "discarded" and record.discarded_at is not None
             else "discarded: its branch was deleted"
         )
         return ("run", "discarded; --retry discarded", False) if retry_discarded else ("skip", why, False)

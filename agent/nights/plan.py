@@ -31,6 +31,7 @@ from agent.protocol.nights import (
     TaskRecord,
     TaskRecordFile,
 )
+from agent.record.report import base_since
 from agent.safety.printable import printable
 from agent.worktree.safe_git import GitError, SafeGit
 from agent.worktree.workspace import BRANCH_PREFIX, user_git
@@ -279,12 +280,7 @@ def plan_lines(plan: NightPlan, *, planning_only: bool) -> list[str]:
     counts = dict.fromkeys((action for action, _ in FOOTER), 0)
     for repo in plan.repos:
         source = "origin's HEAD as last fetched" if repo.default_source == "remote HEAD" else "the checked-out branch"
-        if repo.previous_base is None:
-            since = "first night"
-        elif repo.previous_base == repo.base:
-            since = "unchanged since last night"
-        else:
-            since = f"last night {repo.previous_base[:12]}"
+        since = base_since(repo.base, repo.previous_base)
         if repo.skipped is not None:
             lines.append(printable(f"{repo.repo}: skipped: {repo.skipped}"))
         else:
@@ -320,9 +316,11 @@ def commit_plan(planned: Planned) -> None:
                 fate = FATES.get(task.action)
                 if fate is not None:
                     known.fate = fate
+                if task.action == "skip" and repo.skipped is None and task.previous_tip is None and known.tip:
+                    known.fate = "discarded"  # its branch was deleted (decide.py's discarded row)
                 if task.merged_by is not None:
                     known.merged_by = task.merged_by
-                if known.fate == "waiting" and task.action in ("keep", "rebase"):
+                if known.fate == "waiting" and task.action == "keep":  # a rebase counts when it is published
                     known.nights_open += 1
                 if task.action not in RUNS:
                     known.outcomes.append(NightOutcome(run_id=plan.run_id, action=task.action, reason=task.reason))

@@ -172,6 +172,9 @@ class Tonight(NightTasks):
         task.fingerprint = fresh.fingerprint
         tip = outcome.commit if published and outcome.status == "committed" else None
         if published:
+            # Nights open: the night that made it counts, and each night it stays waiting (plan.py's keep).
+            still_open = task.fate == "waiting" and tip is not None
+            task.nights_open = task.nights_open + 1 if still_open else int(tip is not None)
             task.tip, task.base = tip, base
             task.fate = "waiting" if tip is not None else "no_changes"
             task.failing_nights = 0

@@ -148,22 +148,3 @@ class NightPlan(BaseModel):
     retry_discarded: bool = False
     superseded: str | None = None  # the unfinished earlier run this night replaces
     repos: list[RepoPlan]
-
-
-class RepoFates(BaseModel):
-    """One repository's "since last night": branches by what the night did with them."""
-
-    repo: str
-    default_branch: str
-    base: str
-    previous_base: str | None = None
-    new: list[str] = []
-    updated: list[str] = []
-    rebased: list[str] = []
-    unchanged: list[str] = []
-    retired: list[str] = []
-    discarded: list[str] = []
-    archived: list[str] = []
-    waiting: list[str] = []
-    outside: list[str] = []
-    failing: dict[str, int] = {}  # branch -> consecutive nights

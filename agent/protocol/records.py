@@ -6,7 +6,7 @@ import signal
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from agent.protocol.stats import MetricsSummary
 
@@ -145,6 +145,47 @@ class TaskSummary(BaseModel):
         return marked(self.verdict, self.tests.test_infrastructure if self.tests is not None else [])
 
 
+class KindTally(BaseModel):
+    """A kind of task (agent/nights/kinds.py) in a repository's task record: what became of its tasks."""
+
+    kind: str
+    merged: int = 0
+    discarded: int = 0
+    waiting: int = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def merge_rate(self) -> float | None:
+        """merged / (merged + discarded): of the tasks a reviewer decided on, the share merged (None: none yet).
+        Waiting, failing and archived tasks are not decided, so they do not count."""
+        decided = self.merged + self.discarded
+        return self.merged / decided if decided else None
+
+
+class RepoFates(BaseModel):
+    """One repository's "since last night" in a named night's report: branches by what the night did with them
+    (agent/nights/fates.py), and the record's tally per kind of task."""
+
+    repo: str
+    default_branch: str
+    base: str
+    previous_base: str | None = None
+    skipped: str | None = None  # the repository was skipped tonight (a predicate's reason)
+    new: list[str] = []  # first published tonight
+    updated: list[str] = []  # run again with the model, the branch replaced
+    rebased: list[str] = []  # replayed onto the new base without the model
+    unchanged: list[str] = []  # kept, or not run tonight (--only failed)
+    no_changes: list[str] = []  # nothing to change any more: the branch was deleted
+    retired: list[str] = []  # merged
+    discarded: list[str] = []
+    archived: list[str] = []  # left the night file
+    queued: list[str] = []  # held back for a later night (max_open)
+    outside: list[str] = []  # changed outside refactor-agent, or checked out: left alone
+    unfinished: list[str] = []  # planned to run, not finished (stopped): `resume` goes on
+    failing: dict[str, int] = {}  # branch -> consecutive nights failing
+    kinds: list[KindTally] = []
+
+
 class RunSummary(BaseModel):
     run_id: str
     repo: str  # the first repository; `repos` lists all of a night's
@@ -165,6 +206,8 @@ class RunSummary(BaseModel):
     metrics: MetricsSummary | None = None
     warnings: list[str] = []
     superseded_by: str | None = None  # a named night's unfinished run whose tasks a later night planned again
+    fates: list[RepoFates] = []  # a named night's "since last night", per repository (a one-off run: none)
+    removed: list[str] = []  # what the night's gc removed, one line each, then its total
 
     @property
     def exit_code(self) -> int:

@@ -18,7 +18,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
-from agent.protocol.records import EnvironmentRecord, RunSummary, TaskSummary
+from agent.protocol.records import EnvironmentRecord, KindTally, RepoFates, RunSummary, TaskSummary
 from agent.record.reasons import reason_line, verdict_word, why_line
 from agent.safety import markdown as md
 from agent.safety.printable import counted
@@ -202,6 +202,58 @@ def why_lines(summary: RunSummary) -> list[str]:
     return [why_line(task) for task in summary.tasks if task.verdict != "verified"]
 
 
+# The "since last night" block's rows, in its order: the RepoFates field and the word it is shown with.
+SINCE_ROWS = (
+    ("new", "new"),
+    ("updated", "updated"),
+    ("rebased", "rebased"),
+    ("unchanged", "unchanged"),
+    ("no_changes", "no changes needed any more (branch deleted)"),
+    ("retired", "retired (merged)"),
+    ("discarded", "discarded"),
+    ("archived", "archived (left the night file)"),
+    ("queued", "queued for a later night (max_open)"),
+    ("outside", "changed outside refactor-agent, left alone"),
+    ("unfinished", "not finished (resume goes on)"),
+)
+
+
+def merge_rate(tally: KindTally) -> str:
+    """`rename: 1 merged, 1 discarded, 2 waiting; merge rate 50%` (merged / (merged + discarded))."""
+    rate = tally.merge_rate
+    shown = "-" if rate is None else f"{rate:.0%}"
+    counts = f"{tally.merged} merged, {tally.discarded} discarded, {tally.waiting} waiting"
+    return f"{tally.kind}: {counts}; merge rate {shown}"
+
+
+def base_since(base: str, previous: str | None) -> str:
+    """`first night`, `unchanged since last night`, `last night 8a6b3382df8a`: where the default branch was."""
+    if previous is None:
+        return "first night"
+    return "unchanged since last night" if previous == base else f"last night {previous[:12]}"
+
+
+def since_lines(fates: RepoFates) -> tuple[str, list[str]]:
+    """(heading, one line per branch, then one per kind of task): a repository's "since last night"."""
+    since = base_since(fates.base, fates.previous_base)
+    heading = f"since last night: {fates.repo}: {fates.default_branch} at {fates.base[:12]} ({since})"
+    if fates.skipped is not None:
+        heading += f"; skipped tonight: {fates.skipped}"
+    lines = [f"{words}: {branch}" for field, words in SINCE_ROWS for branch in getattr(fates, field)]
+    lines += [f"still failing for {counted(nights, 'night')}: {branch}" for branch, nights in fates.failing.items()]
+    lines += [f"kind {merge_rate(tally)}" for tally in fates.kinds]
+    return heading, lines
+
+
+def since_text(summary: RunSummary) -> list[str]:
+    """The block as plain lines (`review RUN`): each repository's heading, its rows indented."""
+    text = []
+    for fates in summary.fates:
+        heading, lines = since_lines(fates)
+        text += [heading, *(f"  {line}" for line in lines)]
+    return text
+
+
 def tests_cell(task: TaskSummary) -> str:
     if task.tests is None:
         return "-"
@@ -354,10 +406,15 @@ def render_markdown(summary: RunSummary, diffs: dict[int, str]) -> str:
         lines += ["", *map(md.inline, base)]
     if why := why_lines(summary):
         lines += ["", *(f"- {md.inline(line)}" for line in why)]
+    for fates in summary.fates:
+        heading, since = since_lines(fates)
+        lines += ["", f"**{md.inline(heading)}**", "", *(f"- {md.inline(line)}" for line in since)]
     for task in summary.tasks:
         lines += _markdown_task(summary, task, diffs.get(task.index, ""))
     lines += ["", "## Performance", "", md.inline(_performance_totals(summary))]
     lines += _md_table([performance_row(task) for task in summary.tasks])
+    if summary.removed:
+        lines += ["", "## Removed at the night's end (gc)", "", *(f"- {md.inline(line)}" for line in summary.removed)]
     return "\n".join(lines) + "\n"
 
 
@@ -454,6 +511,12 @@ def _task_section(summary: RunSummary, task: TaskSummary, diff: str, formatter: 
     return "\n".join(parts)
 
 
+def _since_html(fates: RepoFates) -> str:
+    heading, lines = since_lines(fates)
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return f'<div class="since"><p><strong>{html.escape(heading)}</strong></p><ul>{items}</ul></div>'
+
+
 def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
     formatter = HtmlFormatter(cssclass="highlight")
     header = "\n".join(
@@ -472,6 +535,11 @@ def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
         )
     base = "".join(f'<p class="base">{html.escape(line)}</p>' for line in base_failure_lines(summary))
     why = "".join(f'<p class="why">{html.escape(line)}</p>' for line in why_lines(summary))
+    since = "".join(_since_html(fates) for fates in summary.fates)
+    removed = ""
+    if summary.removed:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in summary.removed)
+        removed = f'<section class="removed"><h2>Removed at the night\'s end (gc)</h2><ul>{items}</ul></section>\n'
     sections = "\n".join(_task_section(summary, task, diffs.get(task.index, ""), formatter) for task in summary.tasks)
     title = f"refactor-agent run {html.escape(summary.run_id)}"
     return (
@@ -480,7 +548,8 @@ def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{title}</title>\n"
         f"<style>{_PAGE_STYLE}{formatter.get_style_defs('.highlight')}</style></head>\n"
-        f'<body><h1>{title}</h1>\n<dl class="run">{header}</dl>\n{warnings}\n{table}\n{base}\n{why}\n{sections}\n'
+        f'<body><h1>{title}</h1>\n<dl class="run">{header}</dl>\n{warnings}\n{table}\n{base}\n{why}\n{since}\n'
+        f"{sections}\n"
         f'<section class="performance"><h2>Performance</h2>\n<p>{html.escape(_performance_totals(summary))}</p>\n'
-        f"{performance}</section>\n</body></html>\n"
+        f"{performance}</section>\n{removed}</body></html>\n"
     )

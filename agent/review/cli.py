@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from agent.commands import EXIT_FAILED, CommandGroup, Commands, failure, one_line_errors
+from agent.nights.errors import NightError
+from agent.nights.fates import fates_table, read_record, record_discards, record_of
 from agent.protocol.config import RunConfig
 from agent.protocol.records import TaskSummary
 from agent.review.branch_state import branch_state, shown
@@ -30,9 +32,9 @@ from agent.review.pull_request import pull_request, pull_request_markdown
 from agent.review.push import push_task
 from agent.review.records import ReviewError, RunRecord, TaskRef, find_task, list_runs, load_run
 from agent.review.repository import UserRepository, user_repository
-from agent.review.views import change_json, evidence_text, run_json, run_line, run_table, task_rows
+from agent.review.views import change_json, evidence_text, fates_view, run_json, run_line, run_table, task_rows
 from agent.safety.printable import counted, printable
-from agent.settings.runs_dir import DEFAULT_RUNS_DIR, RunsNotFound, existing_runs_dir
+from agent.settings.runs_dir import DEFAULT_RUNS_DIR, RunsNotFound, existing_runs_dir, work_tree_holding
 from agent.worktree.safe_git import GitError
 from agent.worktree.workspace import WorkspaceError
 from sandbox.errors import SandboxError
@@ -85,13 +87,17 @@ TargetArgument = Annotated[
     ),
 ]
 RunArgument = Annotated[str, typer.Argument(metavar="RUN", help="A run id (see `review`).")]
+RunOrTaskArgument = Annotated[
+    str, typer.Argument(metavar="RUN", help="A run id (see `review`), or RUN/N for task N of it alone.")
+]
 
 
-def _runs_dir(context: typer.Context, given: Path | None, run_id: str | None = None) -> Path:
+def _runs_dir(context: typer.Context, given: Path | None, run_id: str | None = None, cwd: Path | None = None) -> Path:
     """A subcommand's --runs-dir, else the one given before it (`review --runs-dir D RUN`), else where the run
-    (`run_id`: the one named) or the current repository's last runs are (agent/settings/runs_dir.py)."""
+    (`run_id`: the one named) or the repository's (`cwd`'s, default the current directory's) last runs are
+    (agent/settings/runs_dir.py)."""
     inherited = context.parent.params.get("runs_dir") if context.parent is not None else None
-    return existing_runs_dir(given or inherited, run_id)
+    return existing_runs_dir(given or inherited, run_id, cwd)
 
 
 def _run_of(target: str) -> str | None:
@@ -108,7 +114,7 @@ def _as_json(context: typer.Context, given: bool) -> bool:
 def _one_line_errors() -> Iterator[None]:
     """Bad input exits 2, a failed git or Docker step exits 1; both as one line, never a traceback."""
     failed = one_line_errors(WorkspaceError, GitError, SandboxError, code=EXIT_FAILED, shown=printable)
-    with one_line_errors(ReviewError, RunsNotFound, shown=printable), failed:
+    with one_line_errors(ReviewError, RunsNotFound, NightError, shown=printable), failed:
         yield
 
 
@@ -178,14 +184,22 @@ def tasks(
     is so (or `review RUN`)."""
     with _one_line_errors():
         record = load_run(_runs_dir(context, runs_dir, run), run)
-        states = _branch_states(record) if wide else None
+        night = any(task.key is not None for task in record.summary.tasks)  # a named night's stable branches
+        states = _branch_states(record) if wide or night else None
     if _as_json(context, as_json):
-        _print_json({"run": record.summary.model_dump(mode="json"), "rows": task_rows(record)})
+        rows = task_rows(record)
+        for row, task in zip(rows, record.summary.tasks, strict=True):
+            if states is not None:
+                row["branch state"] = states[task.index]
+        _print_json({"run": record.summary.model_dump(mode="json"), "rows": rows})
         return
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=PIPED_WIDE_TABLE_WIDTH if wide else PIPED_TABLE_WIDTH)
-    console.print(run_table(record, states))
+    if wide:
+        console.print(run_table(record, states))
+    else:
+        console.print(run_table(record, stable=states))
 
 
 def _branch_states(record: RunRecord) -> dict[int, str]:
@@ -195,6 +209,35 @@ def _branch_states(record: RunRecord) -> dict[int, str]:
         with _repository(record, None, task) as repository:
             states[task.index] = shown(branch_state(repository, task))
     return states
+
+
+@review_app.command()
+def fates(
+    context: typer.Context,
+    runs_dir: RunsDirOption = None,
+    repo: Annotated[
+        Path | None, typer.Option("--repo", help="The repository (default: the one the current directory is in).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What became of a repository's named-night tasks over the last nights: per task its branch, kind, fate and
+    nights open (nights its branch has waited for review); per kind of task how many were merged, discarded or
+    are waiting, and the merge rate: merged / (merged + discarded), the share merged of the tasks a reviewer
+    decided on (waiting, failing and archived tasks do not count)."""
+    with _one_line_errors():
+        path = repo or work_tree_holding(Path.cwd())
+        if path is None:
+            raise ReviewError(f"{Path.cwd()} is not in a git repository: pass --repo PATH")
+        with user_repository(path) as repository:
+            where = record_of(_runs_dir(context, runs_dir, cwd=path), repository.repo)
+        table = fates_table(read_record(where), where)
+    if _as_json(context, as_json):
+        _print_json(table)
+        return
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=PIPED_TABLE_WIDTH)
+    console.print(fates_view(table))
 
 
 @review_app.command()
@@ -339,7 +382,7 @@ def rebase(
 @review_app.command()
 def discard(
     context: typer.Context,
-    run: RunArgument,
+    run: RunOrTaskArgument,
     only: Annotated[
         Literal["regressed", "failed", "empty"] | None,
         typer.Option(help="Only the branches of tasks with this verdict, or those of tasks that made no commit."),
@@ -349,13 +392,22 @@ def discard(
     repo: RepoOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Delete RUN's task branches (all, or --only regressed|failed|empty); asks first unless --yes."""
+    """Delete RUN's task branches (all, or --only regressed|failed|empty), or RUN/N's; asks first unless --yes. A
+    named night's task whose branch goes is recorded as discarded: later nights skip it (`--retry discarded`)."""
     with _one_line_errors():
-        record = load_run(_runs_dir(context, runs_dir, run), run)
-        chosen = [task for task in record.summary.tasks if task.branch and only in (None, task.verdict, _empty(task))]
+        one = _run_of(run)
+        directory = _runs_dir(context, runs_dir, one or run)
+        if one is not None:
+            ref = find_task(directory, run)
+            record, tasks = ref.run, [ref.task]
+        else:
+            record = load_run(directory, run)
+            tasks = record.summary.tasks
+        chosen = [task for task in tasks if task.branch and only in (None, task.verdict, _empty(task))]
+        keys = {task.branch: task.key for task in chosen if task.key is not None and task.published == task.branch}
         deleted: list[str] = []
         kept: dict[str, str] = {}
-        with _repository(record, repo) as repository:
+        with _repository(record, repo, tasks[0] if one is not None else None) as repository:
             present = {
                 task.branch: tip
                 for task in chosen
@@ -375,15 +427,21 @@ def discard(
                     deleted.append(branch)
                 except (WorkspaceError, GitError) as error:
                     kept[branch] = str(error)
-            if only is None:  # an unfinished run is discarded too: what resume would have continued from
+            if only is None and one is None:  # an unfinished run is discarded too: what resume would continue from
                 repository.drop_wip(record.run_id)
+            discarded = {keys[branch]: branch for branch in deleted if branch in keys}
+            recorded = record_discards(
+                directory, repository.repo, repository.git, discarded, lambda line: _say(line, err=True)
+            )
     if _as_json(context, as_json):
-        _print_json({"deleted": deleted, "kept": kept})
+        _print_json({"deleted": deleted, "kept": kept, "recorded_discarded": recorded})
         return
     _say(
         f"deleted {counted(len(deleted), 'branch', 'branches')} of run {run}"
         + "".join(f"\n  {branch}" for branch in deleted)
     )
+    if recorded:
+        _say(f"recorded as discarded in the task record: {counted(len(recorded), 'task')}; later nights skip them")
     for branch, why in kept.items():
         _say(f"kept {branch}: {why}", err=True)
     if kept:

@@ -8,16 +8,19 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from agent.nights.fates import FatesTable
 from agent.record.reasons import verdict_reason, verdict_word
 from agent.record.report import (
     VERDICT_COLOURS,
     base_failure_lines,
     evidence_lines,
     file_changes,
+    merge_rate,
     performance_row,
     rejected_calls,
     repair_history,
     reviewer_row,
+    since_text,
     task_figures,
     tests_cell,
     verdict_counts,
@@ -61,10 +64,14 @@ def task_rows(record: RunRecord) -> list[dict[str, str]]:
     return [task_figures(task, file_changes(diffs.get(task.index, ""))) for task in record.summary.tasks]
 
 
-def run_table(record: RunRecord, branch_states: dict[int, str] | None = None) -> Group:
+def run_table(
+    record: RunRecord, branch_states: dict[int, str] | None = None, stable: dict[int, str] | None = None
+) -> Group:
     """The reviewer's table (`#  verdict  task  tests Δ  files ±`, one line per task, readable at 80 columns), then
-    what already failed on the base and why each task that is not verified is so. With `branch_states` (--wide): the
-    operator's columns and each branch's state too."""
+    what already failed on the base and why each task that is not verified is so; a named night's "since last
+    night" and its branches' state now (`stable`). With `branch_states` (--wide): the operator's columns and each
+    branch's state too."""
+    stable = stable or {}
     summary = record.summary
     diffs = record.diffs()
     title = f"run {record.run_id}  {summary.repo}  {counted(len(summary.tasks), 'task')}: {verdict_counts(summary)}"
@@ -86,8 +93,46 @@ def run_table(record: RunRecord, branch_states: dict[int, str] | None = None) ->
                 cell.no_wrap, cell.overflow = True, "ellipsis"
         table.add_row(*cells)
     notes = [*base_failure_lines(summary), *why_lines(summary)]
+    since = since_text(summary)
+    named = [
+        (task.branch, stable[task.index])
+        for task in summary.tasks
+        if task.branch and stable.get(task.index, "-") != "-"
+    ]
+    width = max((len(branch) for branch, _ in named), default=0)
+    now = [f"  {branch:<{width}}  {state}" for branch, state in named]
     # Text, never markup: a `[/]` in a repository's path or a task would otherwise end the command.
-    return Group(rich_text(title), table, *([Text("")] if notes else []), *map(rich_text, notes))
+    return Group(
+        rich_text(title),
+        table,
+        *([Text("")] if notes else []),
+        *map(rich_text, notes),
+        *([Text("")] if since else []),
+        *map(rich_text, since),
+        *([Text(""), Text("branches now:")] if now else []),
+        *map(rich_text, now),
+    )
+
+
+def fates_view(fates: FatesTable) -> Group:
+    """`review fates`: per task its branch, kind, fate and nights open; per kind of task what became of its tasks
+    and the merge rate."""
+    tasks = Table(box=None)
+    for column in ("branch", "kind", "fate", "nights open"):
+        tasks.add_column(column, no_wrap=column != "branch")
+    for row in fates.tasks:
+        fate = f"{row.fate} ({counted(row.failing_nights, 'night')})" if row.fate == "failing" else row.fate
+        tasks.add_row(*map(rich_text, (row.branch, row.kind, fate, str(row.nights_open))))
+    nights = ", ".join(fates.nights) or "none"
+    title = f"{fates.repo}: {counted(len(fates.tasks), 'task')} of night {nights} ({fates.record})"
+    kinds = [merge_rate(tally) for tally in fates.kinds]
+    return Group(
+        rich_text(title),
+        tasks,
+        Text(""),
+        Text("per kind (merge rate: merged / (merged + discarded)):"),
+        *(rich_text(f"  {line}") for line in kinds),
+    )
 
 
 def evidence_text(change: TaskChange) -> str:

@@ -13,6 +13,7 @@ from agent.dispatch.local import local_dispatch
 from agent.dispatch.ray_head import RayDispatch
 from agent.nights.claim import claim, refuse_a_second_night_file
 from agent.nights.errors import NightError
+from agent.nights.fates import night_fates
 from agent.nights.plan import (
     PLAN_RECORD,
     PlanOptions,
@@ -132,17 +133,19 @@ def _locked(
     journal = RunJournal(night.runs_dir, run_id, resume=resume)
     remember(prepared.repos, night.runs_dir)  # `review` in any of these repositories finds this run
     view.divert_to(journal.directory / OUTPUT_LOG)
-    planned = None
+    plan = planned = None
     if night.name is not None:
         try:
-            planned = _planned(night, prepared, journal, view=view, resume=resume, options=tonight[0], hooks=tonight[1])
+            plan, planned = _planned(
+                night, prepared, journal, view=view, resume=resume, options=tonight[0], hooks=tonight[1]
+            )
         except NightError as error:
             view.error(str(error))
             return EXIT_USAGE
         if planned is None:
-            code = _nothing_to_run(night, prepared, journal, view)
-            _collect_garbage(night, prepared, view)
-            return code
+            summary = _nothing_to_run(night, prepared, journal, view)
+            _night_end(night, prepared, journal, summary, plan, view=view, hooks=tonight[1])
+            return summary.exit_code
         night = planned.night
     progress = previous = None
     if resume:
@@ -170,17 +173,36 @@ def _locked(
     finally:
         journal.close()
     _print_summary(view, summary, journal)
+    _night_end(night, prepared, journal, summary, plan, view=view, hooks=tonight[1])
     if night.on_finish:
         _on_finish(night.on_finish, journal, summary, view)
-    _collect_garbage(night, prepared, view)
     return summary.exit_code
 
 
-def _collect_garbage(night: NightConfig, prepared: Prepared, view: RunView) -> None:
-    """A named night's end: what grows every night cut to its bounds (`gc = "off"`: not), one line per thing
-    removed; what is kept is `refactor-agent gc`'s to say."""
-    if night.name is None or not night.retention.after_night:
+def _night_end(
+    night: NightConfig,
+    prepared: Prepared,
+    journal: RunJournal,
+    summary: RunSummary,
+    plan: NightPlan | None,
+    *,
+    view: RunView,
+    hooks: Path,
+) -> None:
+    """A named night's summary and report gain what became of its tasks since last night (from the task records,
+    now that every result is published) and what its gc removed."""
+    if plan is None:
         return
+    summary.fates = night_fates(plan, night.runs_dir, prepared.repos, hooks, view.log)
+    summary.removed = _collect_garbage(night, prepared, view)
+    journal.write_summary(summary)
+
+
+def _collect_garbage(night: NightConfig, prepared: Prepared, view: RunView) -> list[str]:
+    """A named night's end: what grows every night cut to its bounds (`gc = "off"`: not), one line per thing
+    removed (returned for the report); what is kept is `refactor-agent gc`'s to say."""
+    if not night.retention.after_night:
+        return []
     stores = Stores(
         runs_dir=night.runs_dir,
         prefix_dir=default_kv_cache_dir(),
@@ -188,10 +210,13 @@ def _collect_garbage(night: NightConfig, prepared: Prepared, view: RunView) -> N
         images=prepared.sandboxes,
     )
     collection = collect_garbage(night.retention, stores, dry_run=False)
-    if collection.removed:
-        collection.kept = []
-        for line in collection_lines(collection):
-            view.log(line)
+    if not collection.removed:
+        return []
+    collection.kept = []
+    lines = collection_lines(collection)
+    for line in lines:
+        view.log(line)
+    return lines
 
 
 def _planned(
@@ -203,12 +228,13 @@ def _planned(
     resume: bool,
     options: PlanOptions,
     hooks: Path,
-) -> Tonight | None:
-    """A named night's tasks: planned now (under the repository locks; the plan is printed and written before
-    anything runs), or, resumed, as its plan.json says (a night is never planned twice). None: nothing to run."""
+) -> tuple[NightPlan, Tonight | None]:
+    """A named night's plan and its tasks: planned now (under the repository locks; the plan is printed and written
+    before anything runs), or, resumed, as its plan.json says (a night is never planned twice). None: nothing to
+    run."""
     if resume:
         plan = NightPlan.model_validate_json((journal.directory / PLAN_RECORD).read_bytes())
-        return Tonight(plan, night, prepared.repos, hooks, view.log)
+        return plan, Tonight(plan, night, prepared.repos, hooks, view.log)
     supersede(night.runs_dir, str(night.name), journal.run_id, prepared.repos, hooks, view.log)
     planned = plan_night(night, prepared.repos, journal.run_id, hooks_dir=hooks, options=options, log=view.log)
     for line in plan_lines(planned.plan, planning_only=False):
@@ -217,11 +243,11 @@ def _planned(
     commit_plan(planned)
     claim(planned.stores, night, view.log)
     if planned.night is None:
-        return None
-    return Tonight(planned.plan, planned.night, prepared.repos, hooks, view.log)
+        return planned.plan, None
+    return planned.plan, Tonight(planned.plan, planned.night, prepared.repos, hooks, view.log)
 
 
-def _nothing_to_run(night: NightConfig, prepared: Prepared, journal: RunJournal, view: RunView) -> int:
+def _nothing_to_run(night: NightConfig, prepared: Prepared, journal: RunJournal, view: RunView) -> RunSummary:
     """A night whose every task is kept, retired or skipped: its record and report say so, no model is asked."""
     journal.write_json(NIGHT_RECORD, night)
     repositories = [str(path) for path in night.repositories()]
@@ -237,7 +263,7 @@ def _nothing_to_run(night: NightConfig, prepared: Prepared, journal: RunJournal,
     journal.write_summary(summary)
     journal.close()
     view.log(f"run {summary.run_id}: nothing to run tonight; {journal.directory}")
-    return summary.exit_code
+    return summary
 
 
 def _on_finish(command: str, journal: RunJournal, summary: RunSummary, view: RunView) -> None:

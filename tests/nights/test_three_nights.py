@@ -4,6 +4,7 @@ changed asks the model nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,8 @@ def test_night_after_night_each_task_keeps_one_branch(tmp_path: Path, monkeypatc
         assert git(fixture.repo, "rev-parse", f"{branch}^").strip() == main_1  # one commit on the base
     assert all(fate == "waiting" for fate in fixture.fates().values())
     assert git(fixture.repo, "log", "-1", "--format=%B", STABLE[T3]).count("Refactor-Agent-Task: nightly/t-") == 1
+    (since,) = json.loads((_latest_run(fixture.runs) / "summary.json").read_text())["fates"]
+    assert (since["new"], since["previous_base"]) == (list(STABLE.values()), None)
 
     # Between nights: T1 squash-merged under its PR's title (its trailers lost), T2's branch deleted (discarded),
     # main rewrites the docstring line T4 changed (a conflict) and adds a file (no conflict for T3).
@@ -79,16 +82,82 @@ def test_night_after_night_each_task_keeps_one_branch(tmp_path: Path, monkeypatc
         ref for ref in fixture.history() if "/add-a-units-module/" in ref or "/reword-the-area-docstring/" in ref
     }
     assert len([ref for ref in fixture.history() if "/add-a-units-module/" in ref]) == 2  # night 1's tip is kept
+    history_2 = fixture.history()
     fates = fixture.fates()
-    assert (fates[T1], fates[T2], fates[T3], fates[T4]) == ("merged", "waiting", "waiting", "waiting")
+    assert (fates[T1], fates[T2], fates[T3], fates[T4]) == ("merged", "discarded", "waiting", "waiting")
     record = fixture.record()
     assert {task["text"]: task["merged_by"] for task in record["tasks"].values()}[T1] in ("patch_id", "contained")
+    assert {task["text"]: task["nights_open"] for task in record["tasks"].values()} == {T1: 1, T2: 1, T3: 2, T4: 2}
 
-    third = fixture.night()
+    # The morning report's "since last night", from the record and the night's plan.
+    run_2 = _latest_run(fixture.runs)
+    (since,) = json.loads((run_2 / "summary.json").read_text())["fates"]
+    assert (since["base"], since["previous_base"]) == (main_2, main_1)
+    assert since["rebased"] == [STABLE[T3]] and since["updated"] == [STABLE[T4]]
+    assert since["retired"] == [STABLE[T1]] and since["discarded"] == [STABLE[T2]]
+    assert since["new"] == since["unchanged"] == [] and since["failing"] == {}
+    kinds = {kind["kind"]: kind for kind in since["kinds"]}
+    assert kinds["rename"] == {"kind": "rename", "merged": 1, "discarded": 0, "waiting": 0, "merge_rate": 1.0}
+    assert (kinds["other"]["discarded"], kinds["other"]["waiting"], kinds["other"]["merge_rate"]) == (1, 1, 0.0)
+    report = (run_2 / "report.md").read_text()
+    assert f"**since last night: {fixture.repo}: main at {main_2[:12]} (last night {main_1[:12]})**" in report
+    assert f"- rebased: {STABLE[T3]}" in report and f"- retired (merged): {STABLE[T1]}" in report
+    assert f"- discarded: {STABLE[T2]}" in report
+    assert "- kind rename: 1 merged, 0 discarded, 0 waiting; merge rate 100%" in report
+    assert "- kind other: 0 merged, 1 discarded, 1 waiting; merge rate 0%" in report
+    assert (
+        "retired (merged): refactor-agent/nightly/rename-compute-area-to-area</li>"
+        in (run_2 / "report.html").read_text()
+    )
+
+    # review fates: the record's table and the merge rate per kind, from inside the repository.
+    monkeypatch.chdir(fixture.repo)
+    table = json.loads(_review("fates", "--json", "--runs-dir", str(fixture.runs)))
+    assert {row["branch"]: row["fate"] for row in table["tasks"]} == {
+        STABLE[T1]: "merged",
+        STABLE[T2]: "discarded",
+        STABLE[T3]: "waiting",
+        STABLE[T4]: "waiting",
+    }
+    assert {row["kind"]: row["merge_rate"] for row in table["kinds"]} == {"rename": 1.0, "other": 0.0, "docs": None}
+    assert table["nights"] == ["nightly"]
+    text = _review("fates", "--runs-dir", str(fixture.runs)).splitlines()
+    assert any(line.split() == [STABLE[T3], "other", "waiting", "2"] for line in text)
+    assert "  other: 0 merged, 1 discarded, 1 waiting; merge rate 0%" in text
+    shown = _review(run_2.name, "--runs-dir", str(fixture.runs)).splitlines()
+    assert f"  rebased: {STABLE[T3]}" in shown and "branches now:" in shown
+    assert [line.split() for line in shown[shown.index("branches now:") + 1 :]] == [
+        [STABLE[T3], "present"],
+        [STABLE[T4], "present"],
+    ]
+
+    third = fixture.night("--keep-history", "1")
     assert third.exit_code == 0, third.output
     assert third.requests == []
     assert fixture.branches() == branches_2
     assert "nothing to run tonight" in third.output
+    summary_3 = json.loads((_latest_run(fixture.runs) / "summary.json").read_text())
+    (since,) = summary_3["fates"]
+    assert since["unchanged"] == [STABLE[T3], STABLE[T4]]
+    assert since["retired"] == since["discarded"] == []  # said the night it happened, not every night after
+    assert [kind["merge_rate"] for kind in since["kinds"]] == [1.0, 0.0, None]
+    # The night's gc removed night 1's history refs of the two tasks night 2 replaced, and the report says so.
+    assert [line.split(": ")[0] for line in summary_3["removed"][:-1]] == [
+        f"removed history ref {ref} in {fixture.repo}" for ref in sorted(set(history_2) - set(fixture.history()))
+    ]
+    assert len(summary_3["removed"]) == 3 and summary_3["removed"][-1] == "gc: removed 2 history refs"
+    report_3 = (_latest_run(fixture.runs) / "report.md").read_text()
+    assert "## Removed at the night's end (gc)" in report_3 and "- gc: removed 2 history refs" in report_3
+
+
+def _latest_run(runs: Path) -> Path:
+    return sorted(path for path in runs.iterdir() if not path.name.startswith("."))[-1]
+
+
+def _review(*arguments: str) -> str:
+    result = CliRunner().invoke(app, ["review", *arguments])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.stdout
 
 
 def test_shards_are_refused_until_they_are_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

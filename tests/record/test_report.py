@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol.records import CompactionRecord, GateEvidence, RunSummary, TaskSummary
+from agent.protocol.records import CompactionRecord, GateEvidence, KindTally, RepoFates, RunSummary, TaskSummary
 from agent.record.journal import RunJournal
 from agent.record.metrics import summarize
 from agent.record.report import file_changes, split_patch
@@ -102,6 +102,42 @@ def test_the_report_shows_compactions_per_task(tmp_path: Path) -> None:
     assert "- turn 21: older turns summarised (the server's window overflowed), 4,527 → 1,980 tokens" in report
     page = (journal.directory / "report.html").read_text()
     assert "turn 21: older turns summarised (the server&#x27;s window overflowed), 4,527 → 1,980 tokens" in page
+
+
+def test_a_nights_report_says_what_became_of_its_tasks_and_what_gc_removed(tmp_path: Path) -> None:
+    journal, summary, _ = _run_with_two_tasks(tmp_path)
+    journal.write_summary(summary)
+    one_off = (journal.directory / "report.md").read_text()
+    assert "since last night" not in one_off and "Removed at the night" not in one_off  # a one-off run: none
+    summary.fates = [
+        RepoFates(
+            repo="/srv/repo",
+            default_branch="main",
+            base="b" * 40,
+            previous_base="a" * 40,
+            rebased=["refactor-agent/nightly/units"],
+            retired=["refactor-agent/nightly/<b>rename</b>"],
+            failing={"refactor-agent/nightly/hints": 3},
+            kinds=[KindTally(kind="rename", merged=1, discarded=1, waiting=2), KindTally(kind="docs", waiting=1)],
+        )
+    ]
+    summary.removed = ["removed baseline 8cd3.json (384 B): older than 14 days", "gc: removed 1 baseline (384 B)"]
+    journal.write_summary(summary)
+    report = (journal.directory / "report.md").read_text()
+    block = report.partition(f"**since last night: /srv/repo: main at {'b' * 12} (last night {'a' * 12})**")[2]
+    assert block.split("\n\n## Task 1")[0].strip().splitlines() == [
+        "- rebased: refactor-agent/nightly/units",
+        "- retired (merged): refactor-agent/nightly/\\<b\\>rename\\</b\\>",
+        "- still failing for 3 nights: refactor-agent/nightly/hints",
+        "- kind rename: 1 merged, 1 discarded, 2 waiting; merge rate 50%",
+        "- kind docs: 0 merged, 0 discarded, 1 waiting; merge rate -",
+    ]
+    removed = report.partition("## Removed at the night's end (gc)")[2].strip().splitlines()
+    assert removed == [f"- {line}" for line in summary.removed]
+    page = (journal.directory / "report.html").read_text()
+    assert "<li>retired (merged): refactor-agent/nightly/&lt;b&gt;rename&lt;/b&gt;</li>" in page
+    assert "<li>kind rename: 1 merged, 1 discarded, 2 waiting; merge rate 50%</li>" in page
+    assert "<li>gc: removed 1 baseline (384 B)</li>" in page
 
 
 class _Page(HTMLParser):

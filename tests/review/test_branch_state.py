@@ -93,3 +93,26 @@ def test_each_state_from_a_real_repository(tmp_path: Path, change: Callable[[Pat
 def test_a_task_without_a_commit_has_no_branch_state(tmp_path: Path) -> None:
     repo, task = _task_branch(tmp_path)
     assert _state(repo, task.model_copy(update={"commit": None, "branch": None})) == "-"
+
+
+NIGHT_KEY = "nightly/t-0123456789ab"
+LATER_NIGHTS = {
+    "a later night's rebase": ({"Refactor-Agent-Rebased-Onto": "0" * 40}, "moved by a later night's rebase"),
+    "a later night's result": ({}, "replaced by a later night's result"),
+}
+
+
+@pytest.mark.parametrize(("trailers", "expected"), LATER_NIGHTS.values(), ids=LATER_NIGHTS.keys())
+def test_a_named_nights_branch_moved_on_by_a_later_night_of_the_same_task(
+    tmp_path: Path, trailers: dict[str, str], expected: str
+) -> None:
+    repo, task = _task_branch(tmp_path)
+    git(repo, "checkout", "-q", BRANCH)
+    (repo / "pkg" / "extra.py").write_text("VALUE = 3\n")
+    lines = "".join(f"\n{name}: {value}" for name, value in {"Refactor-Agent-Task": NIGHT_KEY, **trailers}.items())
+    git(repo, "commit", "-q", "-am", f"Later night\n{lines}")
+    git(repo, "checkout", "-q", "main")
+    assert _state(repo, task.model_copy(update={"key": NIGHT_KEY})) == expected
+    # Another task's trailer, or a run that is no named night's, is someone else's move.
+    assert _state(repo, task.model_copy(update={"key": "nightly/t-other"})) == "moved outside refactor-agent"
+    assert _state(repo, task) == "moved outside refactor-agent"

@@ -25,7 +25,7 @@ from agent.gate.baseline import BaselineCache, baseline_key
 from agent.gate.stage import Gate
 from agent.gate.syntax import MAX_CHECKED_BYTES
 from agent.gate.test_command import choose_test_command
-from agent.gate.verdict import evidence_trailer, verdict_trailers
+from agent.gate.verdict import REBASED_ONTO_TRAILER, evidence_trailer, verdict_trailers
 from agent.protocol.config import RunConfig
 from agent.protocol.events import Event
 from agent.protocol.records import EnvironmentRecord
@@ -36,7 +36,6 @@ from agent.worktree.workspace import Workspace
 from sandbox import SandboxLimits
 
 Outcome = Literal["clean", "conflicts", "regressed", "gone"]
-REBASED_ONTO_TRAILER = "Refactor-Agent-Rebased-Onto"
 
 
 class BranchTrial(BaseModel):
