@@ -50,6 +50,7 @@ class RecordStore:
         self.known = known
         self.written_by = written_by
         self.log = log
+        self.said_unreadable = False
 
     def load(self) -> TaskRecordFile:
         """The record as git says it is now: pending moves settled (in memory; written by the next update)."""
@@ -95,10 +96,12 @@ class RecordStore:
             if rename_unreadable:
                 self.path.rename(kept)
             branches = counted(len(record.tasks), "branch", "branches")
-            self.log(
-                f"task record {self.path} did not parse ({what}): rebuilt from {branches}; "
-                f"the old file is kept as {kept.name}"
-            )
+            if not self.said_unreadable:  # once: the planning reads it, then its first update renames it
+                self.log(
+                    f"task record {self.path} did not parse ({what}): rebuilt from {branches}; "
+                    f"the old file is kept as {kept.name}"
+                )
+                self.said_unreadable = True
             return record
 
     def _rebuilt(self) -> TaskRecordFile:
