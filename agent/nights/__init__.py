@@ -11,8 +11,9 @@
 - rebuild.py: the record rebuilt from the branches' trailers when it is missing or does not parse;
 - publish.py: ref moves as one transaction, written ahead to the record;
 - predicates.py: a [[repo]]'s if_path_exists / if_contains, read from the default branch's objects;
-- decide.py: the decision per task (a pure function of the facts);
-- plan.py: the planning pass, the narrowed night, the plan's text (`night --plan`);
+- shards.py: a sharded task's shards (by directory, by CODEOWNERS) from the default branch's objects, and their scope;
+- decide.py: the decision per task (a pure function of the facts), max_open over a task's shards;
+- plan.py: the planning pass (a sharded task's shards each a task, max_open), the narrowed night, the plan's text;
 - supersede.py: an earlier unfinished run of the night taken over by a new one (its work branches go);
 - tonight.py: the planned tasks while the run works on them: their base, trailer and publish;
 - fates.py: what became of the tasks: the report's "since last night", the merge rate per kind, `review fates`.

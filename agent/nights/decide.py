@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from agent.nights.default_branch import DefaultBranch
 from agent.protocol.config import TaskSpec
-from agent.protocol.nights import Action, Fingerprint, MergedBy, TaskRecord
+from agent.protocol.nights import Action, Fate, Fingerprint, MergedBy, TaskRecord
 
 RERUN_STATUSES = frozenset({"failed", "timed_out", "interrupted", "skipped"})
 REASON_CHARS = 80
@@ -50,7 +50,9 @@ def _table(facts: TaskFacts, *, retry_discarded: bool) -> tuple[Action, str, boo
     """(action, reason, whether it failed last night)."""
     record, default = facts.record, facts.default
     name, base = default.name, default.commit
-    if facts.spec is None:
+    if facts.spec is None:  # merged is looked for only for a shard its task no longer has
+        if facts.merged is not None:
+            return "retire", _merged_reason(facts.merged, name), False
         return "archive", "no longer in the night file: branch kept, never updated", False
     if record is None:
         return "run", "new task", False
@@ -98,3 +100,21 @@ def decide(facts: TaskFacts, *, only_failed: bool = False, retry_discarded: bool
     if only_failed and action in ("run", "rebase") and not failed:
         return "skip", "not failed last night (--only failed)"
     return action, reason
+
+
+def wait_for_places(shards: list[tuple[Action, str, Fate]], max_open: int) -> list[tuple[Action, str]]:
+    """A sharded task's `max_open` over its shards' (action, reason, fate), in the shards' order: a shard that
+    waits for review (or was moved by hand) holds a place whatever tonight does with it; the others that would run
+    take the places left, in order, and the rest wait for a later night (a merged or discarded one frees its place)."""
+    open_fates, leaving = ("waiting", "outside"), ("retire", "skip", "archive")
+    holding = sum(1 for action, _, fate in shards if fate in open_fates and action not in leaving)
+    places = max_open - holding
+    decided: list[tuple[Action, str]] = []
+    for action, reason, fate in shards:
+        if action == "run" and fate not in open_fates:
+            places -= 1
+            if places < 0:
+                decided.append(("wait", f"max_open = {max_open}: {max_open} of its shards are open"))
+                continue
+        decided.append((action, reason))
+    return decided

@@ -23,8 +23,15 @@ def repository_key(work_tree: Path, common_dir: Path) -> str:
 
 
 def task_key(night: str, spec: TaskSpec) -> TaskKey:
-    """`<night>/<id>`, else `<night>/t-<hash of the words>` (whitespace does not make a new task)."""
-    return f"{night}/{spec.id}" if spec.id is not None else f"{night}/t-{_sha(' '.join(spec.text.split()))[:12]}"
+    """`<night>/<id>`, else `<night>/t-<hash of the words>` (whitespace does not make a new task); a shard's has
+    `#<shard id>` after it."""
+    key = f"{night}/{spec.id}" if spec.id is not None else f"{night}/t-{_sha(' '.join(spec.text.split()))[:12]}"
+    return f"{key}#{spec.part.id}" if spec.part is not None else key
+
+
+def sharded_task(key: TaskKey) -> TaskKey:
+    """The key of the task a shard's key is of (the key itself when it is no shard's)."""
+    return key.partition("#")[0]
 
 
 def fingerprint(config: RunConfig, spec: TaskSpec) -> Fingerprint:
@@ -38,11 +45,14 @@ def fingerprint(config: RunConfig, spec: TaskSpec) -> Fingerprint:
         environment=_sha(environment) if environment is not None else None,
         before=config.before,
         after=config.after,
+        shard=spec.part.scope if spec.part is not None else None,
     )
 
 
-def wanted_branch(night: str, text: str) -> str:
-    return f"{BRANCH_PREFIX}{night}/{task_slug(text)}"
+def wanted_branch(night: str, spec: TaskSpec) -> str:
+    """`refactor-agent/<night>/<task-slug>`, a shard's with its label's slug after it (`...-src-a`)."""
+    branch = f"{BRANCH_PREFIX}{night}/{task_slug(spec.text)}"
+    return f"{branch}-{task_slug(spec.part.label, 30)}" if spec.part is not None else branch
 
 
 def allocate_branch(key: TaskKey, wanted: str, taken: set[str]) -> str:

@@ -10,18 +10,26 @@ from pathlib import Path
 
 import git
 
-from agent.nights.decide import Merge, TaskFacts, decide
+from agent.nights.decide import Merge, TaskFacts, decide, wait_for_places
 from agent.nights.default_branch import DefaultBranch, default_branch
-from agent.nights.errors import NightError
 from agent.nights.history import history_tips
-from agent.nights.identity import allocate_branch, fingerprint, repository_key, task_key, wanted_branch
+from agent.nights.identity import (
+    allocate_branch,
+    fingerprint,
+    repository_key,
+    sharded_task,
+    task_key,
+    wanted_branch,
+)
 from agent.nights.kinds import kind_of
 from agent.nights.merged import conflicts, find_merge
 from agent.nights.predicates import unmatched
 from agent.nights.publish import branch_tip, checked_out
 from agent.nights.record import RecordStore
+from agent.nights.shards import ShardError, compute_shards, no_shards_reason
 from agent.protocol.config import NightConfig, RunConfig, TaskSpec
 from agent.protocol.nights import (
+    Action,
     Fate,
     NightOutcome,
     NightPlan,
@@ -92,6 +100,7 @@ def fresh_record(night: str, config: RunConfig, spec: TaskSpec, branch: str, run
         key=task_key(night, spec),
         text=spec.text,
         kind=kind_of(spec),
+        shard=spec.part.label if spec.part is not None else None,
         branch=branch,
         fingerprint=fingerprint(config, spec),
         fate="queued",
@@ -139,6 +148,62 @@ def _facts(
     )
 
 
+@dataclass(frozen=True)
+class _Sharded:
+    """A sharded task tonight (by its own key; its shards are tasks of their own)."""
+
+    spec: TaskSpec
+    read: bool  # its shards were computed (not when the repository is skipped, or git could not say)
+    why: str | None  # why it has no shard tonight
+
+
+Decided = tuple[TaskKey, TaskSpec | None, TaskRecord, TaskFacts | None, Action, str]
+
+
+def _wanted(
+    name: str,
+    entries: list[tuple[RunConfig, TaskSpec]],
+    safe_git: SafeGit,
+    default: DefaultBranch,
+    skipped: str | None,
+) -> tuple[dict[TaskKey, tuple[RunConfig, TaskSpec]], dict[TaskKey, _Sharded]]:
+    """Tonight's tasks by key (each shard of a sharded task its own), and the sharded tasks."""
+    wanted: dict[TaskKey, tuple[RunConfig, TaskSpec]] = {}
+    sharded: dict[TaskKey, _Sharded] = {}
+    for config, spec in entries:
+        if spec.shard is None:
+            wanted[task_key(name, spec)] = (config, spec)
+            continue
+        try:
+            parts = compute_shards(safe_git, default.commit, spec.shard) if skipped is None else []
+            why = f"repository skipped: {skipped}" if skipped is not None else None
+        except ShardError as error:
+            parts, why = [], f"its shards could not be read at {default.name} ({default.commit[:12]}): {error}"
+        read = skipped is None and why is None
+        sharded[task_key(name, spec)] = _Sharded(spec, read, why or (None if parts else no_shards_reason(spec.shard)))
+        for part in parts:
+            shard = spec.model_copy(update={"part": part})
+            wanted[task_key(name, shard)] = (config, shard)
+    return wanted, sharded
+
+
+def _capped(decided: list[Decided], sharded: dict[TaskKey, _Sharded]) -> list[Decided]:
+    """A sharded task's `max_open` applied to its shards' decisions (agent/nights/decide.py: wait_for_places)."""
+    groups: dict[TaskKey, list[int]] = {}
+    for number, (key, *_rest) in enumerate(decided):
+        of = sharded.get(sharded_task(key))
+        if of is not None and of.spec.max_open is not None and key != sharded_task(key):
+            groups.setdefault(sharded_task(key), []).append(number)
+    capped = list(decided)
+    for base, numbers in groups.items():
+        max_open = sharded[base].spec.max_open
+        assert max_open is not None
+        shards = [(decided[number][4], decided[number][5], decided[number][2].fate) for number in numbers]
+        for number, (action, reason) in zip(numbers, wait_for_places(shards, max_open), strict=True):
+            capped[number] = (*decided[number][:4], action, reason)
+    return capped
+
+
 def _repo_plan(
     night: NightConfig,
     path: Path,
@@ -151,9 +216,11 @@ def _repo_plan(
 ) -> tuple[RepoPlan, RecordStore, list[tuple[RunConfig, TaskSpec]], dict[TaskKey, TaskRecord]]:
     name = str(night.name)
     default = default_branch(safe_git)
-    wanted = {task_key(name, spec): (config, spec) for config, spec in entries}
+    select = entries[0][0].select  # a [[repo]]'s: the same for each of its tasks
+    skipped = unmatched(safe_git, default.commit, default.name, select) if select is not None else None
+    wanted, sharded = _wanted(name, entries, safe_git, default, skipped)
     known = {
-        key: fresh_record(name, config, spec, wanted_branch(name, spec.text), run_id)
+        key: fresh_record(name, config, spec, wanted_branch(name, spec), run_id)
         for key, (config, spec) in wanted.items()
     }
     store = record_store(night.runs_dir, repo, safe_git, name, known, run_id, log)
@@ -162,10 +229,8 @@ def _repo_plan(
     taken = {task.branch for task in record.tasks.values()}
     taken |= _night_branches(safe_git, name) - taken
     checked_out_now = checked_out(safe_git)
-    select = entries[0][0].select  # a [[repo]]'s: the same for each of its tasks
-    skipped = unmatched(safe_git, default.commit, default.name, select) if select is not None else None
-    planned, runs = [], []
-    for key, (config, spec) in wanted.items():
+    decided: list[Decided] = []
+    for key, (_config, spec) in wanted.items():
         earlier = record.tasks.get(key)
         fresh = known[key]
         if earlier is None:
@@ -175,14 +240,33 @@ def _repo_plan(
             None if skipped is not None else _facts(safe_git, key, spec, earlier, fresh, default, checked_out_now, log)
         )
         action, reason = ("skip", f"repository skipped: {skipped}") if facts is None else decide(facts, **options)
+        decided.append((key, spec, earlier or fresh, facts, action, reason))
+    for key, earlier in record.tasks.items():
+        if key in wanted or earlier.fate == "archived" or not key.startswith(f"{name}/"):
+            continue
+        of = sharded.get(sharded_task(key))
+        if of is not None and not of.read:
+            decided.append((key, None, earlier, None, "skip", str(of.why)))  # kept until its shards can be read
+        elif of is not None:  # a shard its task no longer has: retired if merged, else archived
+            facts = _facts(safe_git, key, None, earlier, earlier, default, checked_out_now, log)
+            action, reason = decide(facts, **options)
+            if action == "archive":
+                reason = f"no longer one of its task's shards at {default.name}: branch kept, never updated"
+            decided.append((key, None, earlier, facts, action, reason))
+        else:
+            reason = "no longer in the night file: branch kept, never updated"
+            decided.append((key, None, earlier, None, "archive", reason))
+    decided = _capped(decided, sharded)
+    planned, runs = [], []
+    for key, spec, task, facts, action, reason in decided:
         index = len(runs) + 1 if action in RUNS else None
-        if index is not None:
-            runs.append((config, spec))
+        if index is not None and spec is not None:
+            runs.append((wanted[key][0], spec))
         planned.append(
             PlannedTask(
                 key=key,
-                branch=earlier.branch if earlier is not None else fresh.branch,
-                text=spec.text,
+                branch=task.branch,
+                text=spec.prompt() if spec is not None else task.text,
                 action=action,
                 reason=reason,
                 index=index,
@@ -193,17 +277,10 @@ def _repo_plan(
                 else None,
             )
         )
-    for key, earlier in record.tasks.items():
-        if key not in wanted and earlier.fate != "archived" and key.startswith(f"{name}/"):
-            planned.append(
-                PlannedTask(
-                    key=key,
-                    branch=earlier.branch,
-                    text=earlier.text,
-                    action="archive",
-                    reason="no longer in the night file: branch kept, never updated",
-                )
-            )
+    for key, of in sharded.items():  # one line for a task with no shard tonight
+        if of.why is not None and not any(sharded_task(task.key) == key for task in planned):
+            branch = wanted_branch(name, of.spec)
+            planned.append(PlannedTask(key=key, branch=branch, text=of.spec.text, action="skip", reason=of.why))
     # Last night's base: that of the task the latest run touched (run ids sort by their time).
     previous = [task.base for task in sorted(record.tasks.values(), key=lambda task: task.last_run) if task.base]
     plan = RepoPlan(
@@ -217,17 +294,6 @@ def _repo_plan(
         tasks=planned,
     )
     return plan, store, runs, known
-
-
-def refuse_what_is_not_built(night: NightConfig) -> None:
-    """Shards are read from the night file but not acted on yet: refused in one line rather than silently
-    ignored."""
-    for number, ((config, _task), spec) in enumerate(zip(night.tasks(), night.specs, strict=True), start=1):
-        given = "shard_by" if spec.shard is not None else "max_open" if spec.max_open is not None else None
-        if given is not None:
-            raise NightError(
-                f"task {number} ({config.repo}): {given} is not supported yet: remove it from the night file"
-            )
 
 
 def plan_night(
@@ -268,7 +334,7 @@ def plan_night(
     if runs:
         narrowed = night.model_copy(
             update={
-                "repos": [config.model_copy(update={"tasks": [spec.text]}) for config, spec in runs],
+                "repos": [config.model_copy(update={"tasks": [spec.prompt()]}) for config, spec in runs],
                 "specs": [spec for _, spec in runs],
             }
         )

@@ -133,9 +133,23 @@ class ShardRule(BaseModel):
     contains: ShortText | None = Field(None, description="literal text the files hold")
 
 
+class Shard(BaseModel):
+    """One shard of a sharded task, computed at planning time from the default branch's objects
+    (agent/nights/shards.py): its id (the task key's `#<id>`), what the plan and the record call it, the scope the
+    model is given, and what the gate checks a changed path against (a directory, or the CODEOWNERS rules)."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64)
+    label: str  # `src/a/`, `@org/team-a @bob`
+    scope: str  # appended to the task's words: "Only change files under src/a/."
+    directory: str | None = None  # by directory: a changed path must be under it
+    rules: list[str] = []  # by codeowners: every rule's pattern, in the file's order ...
+    owned: list[int] = []  # ... and those of this owner set: a changed path's last matching rule must be one
+
+
 class TaskSpec(BaseModel):
     """One task as the night file gives it: its identity across nights (`id`, else its words), its kind, whether
-    it repeats on a new base once merged, and its shards. NightConfig.specs holds one per tasks() entry."""
+    it repeats on a new base once merged, and its shards. NightConfig.specs holds one per tasks() entry; a
+    planned night's sharded task is one entry per shard, each with its `part`."""
 
     text: str = Field(min_length=1)
     id: TaskId | None = None
@@ -143,6 +157,11 @@ class TaskSpec(BaseModel):
     repeat: bool = False
     shard: ShardRule | None = None
     max_open: int | None = Field(None, ge=1, description="a sharded task's shards waiting for review at once")
+    part: Shard | None = None  # the shard this entry is (planned nights only)
+
+    def prompt(self) -> str:
+        """What the model is asked: the words, and a shard's scope after them."""
+        return self.text if self.part is None else f"{self.text}\n\n{self.part.scope}"
 
 
 class RetentionConfig(BaseModel):
@@ -224,7 +243,7 @@ class NightConfig(BaseModel):
 
     @model_validator(mode="after")
     def _specs_are_the_tasks(self) -> NightConfig:
-        if self.specs and [spec.text for spec in self.specs] != [task for _, task in self.tasks()]:
+        if self.specs and [spec.prompt() for spec in self.specs] != [task for _, task in self.tasks()]:
             raise ValueError("specs: one per task, in the order of tasks()")
         return self
 

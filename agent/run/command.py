@@ -20,7 +20,6 @@ from agent.nights.plan import (
     commit_plan,
     plan_lines,
     plan_night,
-    refuse_what_is_not_built,
 )
 from agent.nights.supersede import supersede
 from agent.nights.tonight import Tonight
@@ -53,7 +52,6 @@ def execute(night: NightConfig, *, view: RunView, resume: str | None = None, opt
     """`options`: a named night's (`night --plan`, `--only failed`, `--retry discarded`)."""
     if night.name is not None:  # before anything is created
         try:
-            refuse_what_is_not_built(night)
             with build_scratch() as hooks:
                 refuse_a_second_night_file(night, hooks)
         except NightError as error:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.nights.decide import Merge, TaskFacts, decide
+from agent.nights.decide import Merge, TaskFacts, decide, wait_for_places
 from agent.nights.default_branch import DefaultBranch
 from agent.protocol.config import TaskSpec
 from agent.protocol.nights import Fingerprint, NightOutcome, TaskRecord
@@ -48,6 +48,12 @@ def facts(**fields: object) -> TaskFacts:
 
 ROWS = [
     ("1 archived", facts(spec=None), "archive", "no longer in the night file: branch kept, never updated"),
+    (
+        "1 a merged shard its task no longer has",
+        facts(spec=None, merged=Merge("ancestor")),
+        "retire",
+        "merged: its commit is in main",
+    ),
     ("2 new", facts(record=None, tip=None), "run", "new task"),
     ("2 queued", facts(record=record(fate="queued", tip=None), tip=None), "run", "waited for max_open last night"),
     ("3 merged", facts(merged=Merge("patch_id", D_NEW)), "retire", f"merged: the same patch is in main ({D_NEW[:12]})"),
@@ -129,3 +135,28 @@ def test_only_failed_and_retry_discarded() -> None:
     assert decide(facts(), only_failed=True) == ("skip", "not failed last night (--only failed)")
     assert decide(facts(record=None, tip=None), only_failed=True)[0] == "skip"
     assert decide(facts(tip=None), retry_discarded=True) == ("run", "discarded; --retry discarded")
+
+
+def test_max_open_keeps_the_places_of_open_shards_and_lets_the_rest_wait() -> None:
+    waits = ("wait", "max_open = 2: 2 of its shards are open")
+    shards = [
+        ("keep", "verified", "waiting"),  # holds a place
+        ("retire", "merged", "waiting"),  # frees its place
+        ("run", "new task", "queued"),
+        ("run", "settings changed", "waiting"),  # holds its place, runs whatever the cap
+        ("run", "waited for max_open last night", "queued"),
+        ("skip", "discarded", "discarded"),
+    ]
+    assert wait_for_places(shards, 2) == [
+        ("keep", "verified"),
+        ("retire", "merged"),
+        waits,
+        ("run", "settings changed"),
+        waits,
+        ("skip", "discarded"),
+    ]
+    assert wait_for_places(shards, 3)[2:5] == [
+        ("run", "new task"),
+        ("run", "settings changed"),
+        ("wait", "max_open = 3: 3 of its shards are open"),
+    ]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.nights.identity import fingerprint, task_key
+from agent.nights.identity import fingerprint, sharded_task, task_key, wanted_branch
 from agent.nights.kinds import kind_of
-from agent.protocol.config import LLMConfig, RunConfig, TaskSpec
+from agent.protocol.config import LLMConfig, RunConfig, Shard, TaskSpec
 
 CONFIG = RunConfig(repo=Path("/r"), tasks=["x"])
 
@@ -21,6 +21,18 @@ def test_the_key_is_the_id_else_the_words_whitespace_aside() -> None:
         != task_key("other", TaskSpec(text="Move the helpers"))
     )
     assert words.startswith("nightly/t-") and len(words) == len("nightly/t-") + 12
+
+
+def test_a_shard_is_a_task_of_its_own_its_scope_in_the_fingerprint_and_the_prompt() -> None:
+    spec = TaskSpec(text="Move it")
+    part = Shard(id="src-a-1234abcd", label="src/a/", scope="Only change files under src/a/.", directory="src/a")
+    shard = spec.model_copy(update={"part": part})
+    assert task_key("nightly", shard) == f"{task_key('nightly', spec)}#src-a-1234abcd"
+    assert sharded_task(task_key("nightly", shard)) == task_key("nightly", spec)
+    assert wanted_branch("nightly", shard) == "refactor-agent/nightly/move-it-src-a"
+    assert fingerprint(CONFIG, shard).shard == "Only change files under src/a/."
+    assert fingerprint(CONFIG, spec).shard is None
+    assert shard.prompt() == "Move it\n\nOnly change files under src/a/." and spec.prompt() == "Move it"
 
 
 def test_the_fingerprint_changes_with_what_changes_the_result_only() -> None:

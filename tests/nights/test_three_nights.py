@@ -160,18 +160,6 @@ def _review(*arguments: str) -> str:
     return result.stdout
 
 
-def test_shards_are_refused_until_they_are_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch)
-    for table in ('[[repo.task]]\ntext = "x"\nshard_by = "directory"\n',):
-        fixture.night_file.write_text(f'[[repo]]\npath = "{fixture.repo}"\n{table}')
-        arguments = ["night", str(fixture.night_file), "--runs-dir", str(fixture.runs)]  # a real night
-        result = CliRunner().invoke(app, arguments, env={"XDG_CONFIG_HOME": str(tmp_path)})
-        assert result.exit_code == 2, result.output
-        assert result.stderr.endswith("is not supported yet: remove it from the night file\n")
-        assert result.stderr.count("\n") == 1
-        assert not fixture.runs.exists()  # nothing created
-
-
 def test_a_stale_task_that_regresses_on_the_new_base_is_done_again_by_the_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

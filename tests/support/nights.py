@@ -15,7 +15,7 @@ import agent.run.command
 from agent.cli import app
 
 from support.local_sandbox import LocalSandboxes
-from support.repos import git, make_repo
+from support.repos import SAMPLE_FILES, git, make_repo
 from support.scripted_server import Reply, ScriptedServer, Step
 
 T1, T2, T3, T4 = (
@@ -66,13 +66,19 @@ class NightFixture:
     runs: Path
 
     def night(
-        self, *options: str, scripts: dict[str, list[Step]] | None = None, tasks: tuple[str, ...] = (T1, T2, T3, T4)
+        self,
+        *options: str,
+        scripts: dict[str, list[Step]] | None = None,
+        tasks: tuple[str, ...] = (T1, T2, T3, T4),
+        tables: str | None = None,
     ) -> Night:
+        """`tables`: [[repo.task]] tables instead of `tasks`."""
         with ScriptedServer(scripts=scripts or SCRIPTS) as server:
+            given = tables if tables is not None else f"tasks = {json.dumps(list(tasks))}\n"
             self.night_file.write_text(
                 f'name = "nightly"\n[defaults]\nserver = "{server.url}"\nruns_dir = "{self.runs}"\n'
                 'test_cmd = "python3 -m pytest -q"\nmax_turns = 5\nmax_retries = 0\n'
-                f'[[repo]]\npath = "{self.repo}"\ntasks = {json.dumps(list(tasks))}\n'
+                f'[[repo]]\npath = "{self.repo}"\n{given}'
             )
             result = CliRunner().invoke(
                 app, ["night", str(self.night_file), *options], env={"XDG_CONFIG_HOME": str(self.root / "xdg")}
@@ -96,7 +102,9 @@ class NightFixture:
         return {task["text"]: task["fate"] for task in self.record()["tasks"].values()}
 
 
-def night_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NightFixture:
+def night_fixture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str] = SAMPLE_FILES
+) -> NightFixture:
     monkeypatch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(tmp_path))
-    repo = make_repo(tmp_path / "geometry")
+    repo = make_repo(tmp_path / "geometry", files)
     return NightFixture(tmp_path, repo, tmp_path / "nightly.toml", tmp_path / "runs")

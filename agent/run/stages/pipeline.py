@@ -16,7 +16,7 @@ from agent.record.metrics import delta, measure
 from agent.run.interrupt import Interrupted
 from agent.run.stages.baseline import baseline_and_prompt
 from agent.run.stages.commands import CommandFailed
-from agent.run.stages.gate import gate_with_repairs
+from agent.run.stages.gate import OutsideShard, gate_with_repairs
 from agent.run.stages.loop import run_loop, task_loop
 from agent.run.stages.refresh import refresh
 from agent.run.stages.sandbox import task_sandbox
@@ -99,9 +99,9 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
         context.stopped_by = stop
         _settle_unfinished(run, context, workspace, outcome, "interrupted", f"interrupted by {stop.signal_name}")
     except Exception as error:  # the next task still deserves its chance
-        # A `before` command that failed and a sandbox that vanished and could not be replaced name themselves;
-        # anything else is our fault.
-        if isinstance(error, CommandFailed):
+        # A `before` command that failed, a shard's work outside its scope and a sandbox that vanished and could not
+        # be replaced name themselves; anything else is our fault.
+        if isinstance(error, (CommandFailed, OutsideShard)):
             outcome.reason = str(error)
         elif isinstance(error, SandboxLost):
             outcome.lost, outcome.reason = "sandbox", str(error)
@@ -195,6 +195,7 @@ def _in_sandbox(
             repair_rounds=context.config.repair_rounds,
             emit=context.emit,
             after=context.config.after,
+            shard=run.night.specs[context.index - 1].part if run.night.specs else None,
         )
 
 
