@@ -334,7 +334,9 @@ def plan_night(
     if runs:
         narrowed = night.model_copy(
             update={
-                "repos": [config.model_copy(update={"tasks": [spec.prompt()]}) for config, spec in runs],
+                "repos": [
+                    config.model_copy(update={"tasks": [spec.prompt()], "shard": spec.part}) for config, spec in runs
+                ],
                 "specs": [spec for _, spec in runs],
             }
         )

@@ -211,6 +211,9 @@ class RunConfig(BaseModel):
     before: list[str] = Field([], description="commands run in the sandbox before the model's work")
     after: list[str] = Field([], description="commands run in the sandbox before each gate check")
     select: RepoSelect | None = Field(None, description="the [[repo]]'s predicates (a night file's)")
+    shard: Shard | None = Field(
+        None, description="the shard a planned night's task is: the gate refuses a change outside its scope"
+    )
     compact_at: float = Field(
         0.85,
         gt=0,

@@ -195,7 +195,7 @@ def _in_sandbox(
             repair_rounds=context.config.repair_rounds,
             emit=context.emit,
             after=context.config.after,
-            shard=run.night.specs[context.index - 1].part if run.night.specs else None,
+            shard=context.config.shard,
         )
 
 
