@@ -34,6 +34,12 @@ def _with_a_remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Nig
     return fixture, remote
 
 
+def _move_main(fixture: NightFixture) -> None:
+    (fixture.repo / "NEWS").write_text("main moved\n")
+    git(fixture.repo, "add", ".")
+    git(fixture.repo, "commit", "-q", "-m", "News")
+
+
 def _remote_tip(remote: Path) -> str:
     return git(remote, "rev-parse", f"refs/heads/{UNITS}").strip()
 
@@ -54,9 +60,7 @@ def test_a_night_branch_replaced_after_its_push_updates_the_remote_and_one_moved
     assert _pushed(fixture) == {"origin": first}
 
     # main moves: the next night replaces the branch by the new base plus one commit, not a fast-forward of first.
-    (fixture.repo / "NEWS").write_text("main moved\n")
-    git(fixture.repo, "add", ".")
-    git(fixture.repo, "commit", "-q", "-m", "News")
+    _move_main(fixture)
     assert fixture.night(tasks=(T3,)).exit_code == 0
     second = fixture.branches()[UNITS]
     not_ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", first, second], cwd=fixture.repo, check=False)
@@ -96,3 +100,22 @@ def test_a_night_branch_never_pushed_is_not_pushed_over_one_the_remote_already_h
     )
     assert _remote_tip(remote) == git(fixture.repo, "rev-parse", "main").strip()
     assert _pushed(fixture) == {}
+
+
+def test_a_night_branch_pushed_before_its_record_was_rebuilt_still_updates_the_remote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record rebuilt from git keeps no pushes: the remote's branch as git last saw it, a commit of this task, is
+    the lease."""
+    fixture, remote = _with_a_remote(tmp_path, monkeypatch)
+    assert fixture.night(tasks=(T3,)).exit_code == 0
+    first = fixture.branches()[UNITS]
+    _push(fixture)
+    (record,) = (fixture.runs / ".tasks").glob("*.json")
+    record.write_text("{")  # rebuilt from the branches by the next night
+    _move_main(fixture)
+    assert fixture.night(tasks=(T3,)).exit_code == 0
+    assert _pushed(fixture) == {}
+    second = fixture.branches()[UNITS]
+    assert _push(fixture).strip() == f"pushed {UNITS} ({second[:12]}) to origin, replacing {first[:12]}"
+    assert _remote_tip(remote) == second and _pushed(fixture) == {"origin": second}
