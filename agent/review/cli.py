@@ -229,7 +229,7 @@ def fates(
         if path is None:
             raise ReviewError(f"{Path.cwd()} is not in a git repository: pass --repo PATH")
         with user_repository(path) as repository:
-            where = record_of(_runs_dir(context, runs_dir, cwd=path), repository.repo)
+            where = record_of(_runs_dir(context, runs_dir, cwd=path), repository.repo).resolve()
         table = fates_table(read_record(where), where)
     if _as_json(context, as_json):
         _print_json(table)

@@ -123,8 +123,8 @@ def fates_view(fates: FatesTable) -> Group:
     for row in fates.tasks:
         fate = f"{row.fate} ({counted(row.failing_nights, 'night')})" if row.fate == "failing" else row.fate
         tasks.add_row(*map(rich_text, (row.branch, row.kind, fate, str(row.nights_open))))
-    nights = ", ".join(fates.nights) or "none"
-    title = f"{fates.repo}: {counted(len(fates.tasks), 'task')} of night {nights} ({fates.record})"
+    nights = f"night {fates.nights[0]}" if len(fates.nights) == 1 else f"nights {', '.join(fates.nights) or 'none'}"
+    title = f"{fates.repo}: {counted(len(fates.tasks), 'task')} of {nights}\ntask record: {fates.record}"
     kinds = [merge_rate(tally) for tally in fates.kinds]
     return Group(
         rich_text(title),
