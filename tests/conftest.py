@@ -5,6 +5,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import click
+import typer
+import typer.testing
+
 # The tests' modules (as pytest rewrites their asserts) and the product's are compiled once and kept in their
 # __pycache__ folders, which git ignores: where the environment sets PYTHONDONTWRITEBYTECODE, each session would
 # rewrite and compile them all again (most of the fast tier's collection), and each CLI the tests start (which
@@ -28,3 +32,28 @@ os.environ.setdefault(BYTECODE_ENV, str(bytecode_path()))
 _session_home = Path(tempfile.mkdtemp(prefix="refactor-agent-tests-"))
 atexit.register(shutil.rmtree, _session_home, ignore_errors=True)
 os.environ["XDG_STATE_HOME"] = str(_session_home / "state")
+
+# The tests' own git commands (fixture repositories, a user's commits between nights) skip the housekeeping each
+# commit starts (`git maintenance run --auto`, a process per commit); the product's git drops GIT_CONFIG_* anyway.
+os.environ.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "maintenance.auto", "GIT_CONFIG_VALUE_0": "false"})
+
+# CliRunner builds the click command of the app at each invoke, and building the command table (typer reads every
+# option's annotations) took longer than most commands the tests run: built once per app and what is registered on
+# it. The commands' functions are the registered ones either way; what they look up, they look up when called.
+_commands: dict[tuple[int, ...], tuple[typer.Typer, click.Command]] = {}
+
+
+def _registered(app: typer.Typer) -> tuple[int, ...]:
+    groups = [group.typer_instance for group in app.registered_groups if group.typer_instance is not None]
+    return (id(app), len(app.registered_commands), *(part for group in groups for part in _registered(group)))
+
+
+def _command_once(app: typer.Typer) -> click.Command:
+    key = _registered(app)
+    if key not in _commands:
+        _commands[key] = (app, _build_command(app))  # the app kept alive: its id is never another's
+    return _commands[key][1]
+
+
+_build_command = typer.testing._get_command
+typer.testing._get_command = _command_once

@@ -1,19 +1,21 @@
-"""Sandboxes without Docker, for the tests of the run's pipeline that do not test Docker (runner, resume, fleet) and
-the loop's unit tests: each command runs as a host subprocess in the task's worktree. Only scripts the tests wrote
-run here (scripted models, sample repositories); the real sandbox has its own tests and one e2e run per path.
+"""Sandboxes without Docker, for the tests of the run's pipeline that do not test Docker (runner, resume, fleet) and the
+loop's unit tests: each command runs as a host subprocess in the task's worktree. Only scripts the tests wrote run
+here (scripted models, sample repositories); the real sandbox has its own tests and one e2e run per path.
 
 What the container gives a command, a LocalSandbox gives it too, so the pipeline cannot tell: the worktree as its
 working directory (the file tools confine paths to it), a private HOME and TMPDIR of its own, the gate's absolute
 report folder (/tmp/.refactor-agent) mapped into that private folder (tasks in parallel and other tests share the
-host's /tmp), a process group of its own, killed at a timeout and when the sandbox closes, and `python3` being this
-interpreter (with pytest and rope, as the image has them). The gate runs the suite with a fresh PYTHONPYCACHEPREFIX
-(no bytecode of the model's is ever read), in which the interpreter would compile pytest and the standard library
-again at every run (two seconds each); an image's interpreter could bring that bytecode along, and here a fresh
-prefix starts with a copy of the interpreter's own (bytecode_template), never with any of the worktree's."""
+host's /tmp), a process group of its own, killed at a timeout and when the sandbox closes, and `python3` with this
+interpreter's libraries (pytest and rope, as the image has them; not refactor-agent). The gate runs the suite with a
+fresh PYTHONPYCACHEPREFIX (no bytecode of the model's is ever read), in which the interpreter would compile pytest
+and the standard library again at every run (two seconds each); an image's interpreter could bring that bytecode
+along, and here a fresh prefix starts with links to the interpreter's own (bytecode_template), never with any of the
+worktree's."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import subprocess
@@ -95,9 +97,14 @@ class LocalExecutor:
 # (tests/conftest.py), so that the CLI's child processes share one copy.
 BYTECODE_ENV = "REFACTOR_AGENT_TESTS_BYTECODE"
 _WRAPPER = """#!/bin/bash
-# python3 of a local sandbox: a fresh PYTHONPYCACHEPREFIX starts with the interpreter's own bytecode.
-if [[ -n "${{PYTHONPYCACHEPREFIX:-}}" && ! -e "$PYTHONPYCACHEPREFIX" ]]; then
-    mkdir -p "$PYTHONPYCACHEPREFIX" && cp -a {template}/. "$PYTHONPYCACHEPREFIX"
+# python3 of a local sandbox: a fresh PYTHONPYCACHEPREFIX starts with the interpreter's own bytecode, as hard links
+# (Python replaces a .pyc it writes, never writes into one; copying the 8 MB took more CPU than the suite's tests).
+# On another file system, a copy.
+prefix="${{PYTHONPYCACHEPREFIX:-}}"
+if [[ -n "$prefix" && ! -e "$prefix" ]]; then
+    mkdir -p "$prefix"
+    cp -al {template}/. "$prefix" 2>/dev/null ||
+        {{ rm -rf "$prefix" && mkdir -p "$prefix" && cp -a {template}/. "$prefix"; }}
 fi
 exec {python} "$@"
 """
@@ -130,13 +137,34 @@ def bytecode_template() -> Path:
     return template
 
 
+def sandbox_python() -> Path:
+    """An interpreter with this one's libraries (pytest, rope) and not the editable install of refactor-agent, as
+    the image has none: a virtual environment whose .pth names this interpreter's site-packages (a path line: their
+    own .pth files, the editable install's finder among them, are not run). The finder's import was an eighth of
+    the start-up of each Python process of a sandbox. Made once per machine, like the bytecode template."""
+    libraries = sorted(path for path in sys.path if path.endswith("site-packages"))
+    key = hashlib.sha256("\n".join([os.path.realpath(sys.executable), *libraries]).encode()).hexdigest()[:12]
+    home = Path(tempfile.gettempdir()) / f"local-sandbox-python-{os.getuid()}-{key}"
+    python = home / "bin" / "python3"
+    if python.exists():
+        return python
+    with tempfile.TemporaryDirectory(dir=home.parent) as scratch:
+        made = Path(scratch) / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(made)], check=True, capture_output=True)
+        (site,) = made.glob("lib/python*/site-packages")
+        (site / "tests-libraries.pth").write_text("".join(f"{path}\n" for path in libraries))
+        with contextlib.suppress(OSError):  # another process made it first: theirs is as good
+            made.rename(home)
+    return python
+
+
 def python_folder(home: Path) -> Path:
     """A folder with `python3` and `python` for the sandbox's commands (see _WRAPPER)."""
     folder = home / "bin"
     folder.mkdir()
     for name in ("python3", "python"):
         wrapper = folder / name
-        wrapper.write_text(_WRAPPER.format(template=bytecode_template(), python=sys.executable))
+        wrapper.write_text(_WRAPPER.format(template=bytecode_template(), python=sandbox_python()))
         wrapper.chmod(0o755)
     return folder
 

@@ -3,10 +3,12 @@ fingerprint of a user's checkout."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from support.scripted_server import Reply
@@ -54,7 +56,33 @@ def read_only_git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=environment).stdout
 
 
+# Each set of files is committed once per session, into a template that make_repo copies (five git processes and
+# a commit's housekeeping, for each of the hundreds of repositories the tests make, were a tenth of the fast tier).
+_TEMPLATES: dict[tuple[tuple[str, str], ...], Path] = {}
+_TEMPLATE_ROOT: list[Path] = []
+_TEMPLATE_PARENT = Path(tempfile.gettempdir())  # as the session starts: some tests point tempfile at their scratch
+
+
 def make_repo(path: Path, files: dict[str, str] = SAMPLE_FILES) -> Path:
+    """A repository at `path` on branch main, `files` in its one commit ("initial", by Dev <dev@example.com>)."""
+    if path.exists() and any(path.iterdir()):
+        return _commit_repo(path, files)  # what is there already goes into the commit too
+    key = tuple(sorted(files.items()))
+    template = _TEMPLATES.get(key)
+    if template is None:
+        if not _TEMPLATE_ROOT:
+            _TEMPLATE_ROOT.append(Path(tempfile.mkdtemp(prefix="repo-templates-", dir=_TEMPLATE_PARENT)))
+            atexit.register(shutil.rmtree, _TEMPLATE_ROOT[0], ignore_errors=True)
+        template = _commit_repo(_TEMPLATE_ROOT[0] / str(len(_TEMPLATES)), files)
+        _TEMPLATES[key] = template
+    shutil.copytree(template, path, symlinks=True, dirs_exist_ok=True)
+    # The copies' inodes and change times are not those the index recorded: refreshed now, as a fresh commit's
+    # index is, so that the first `git status` of a run (or of a test comparing the index's bytes) has no work.
+    git(path, "update-index", "-q", "--refresh")
+    return path
+
+
+def _commit_repo(path: Path, files: dict[str, str]) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")
     git(path, "config", "user.email", "dev@example.com")
