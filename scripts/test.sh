@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: sets up what the tests need (scripts/setup.sh), then runs every test, the ones that
 # need Docker, a real llama-server, a browser and a local Ray cluster included (markers `docker`,
-# `llama_server`, `browser`, `bootstrap`, `ray`: run, never skipped).
+# `llama_server`, `browser`, `bootstrap`, `ray`, and the slower `killed` and `wheel`: run, never skipped).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

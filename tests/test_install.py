@@ -19,6 +19,7 @@ DATA_SUFFIXES = (".md", ".scm")
 DATA_FILES = ("sandbox/Dockerfile", "agent/bundle/install.sh")
 
 
+@pytest.mark.wheel
 def test_the_wheel_holds_every_module_and_data_file_of_the_source_tree(built_wheel: Path) -> None:
     listed = set(zipfile.ZipFile(built_wheel).namelist())
     in_packages = [name for name in source_files() if name.split("/", 1)[0] in PACKAGES]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from agent.record.journal import run_directories
 
 from support.cli_runs import LOCAL_AGENT, kill_processes_under, wait_for
@@ -44,6 +46,7 @@ def branches(repo: Path) -> list[str]:
     return sorted(git(repo, "for-each-ref", "--format=%(refname:strip=2)", "refs/heads/refactor-agent/").split())
 
 
+@pytest.mark.killed
 def test_a_night_killed_mid_task_resumes_onto_its_stable_branches(tmp_path: Path) -> None:
     repo, _night_file, run_dir = killed_night(tmp_path)
     runs = run_dir.parent
@@ -68,6 +71,7 @@ def test_a_night_killed_mid_task_resumes_onto_its_stable_branches(tmp_path: Path
         assert git(repo, "rev-parse", f"{branch}^").strip() == git(repo, "rev-parse", "main").strip()
 
 
+@pytest.mark.killed
 def test_the_next_night_supersedes_a_killed_one_and_leaves_one_branch_per_task(tmp_path: Path) -> None:
     repo, night_file, killed = killed_night(tmp_path)
     assert f"refactor-agent/{killed.name}/2-add-a-perimeter-helper" in branches(repo)  # the task in flight's
@@ -90,6 +94,7 @@ def test_the_next_night_supersedes_a_killed_one_and_leaves_one_branch_per_task(t
     assert f"run {killed.name} was superseded by night " in done.stdout
 
 
+@pytest.mark.killed
 def test_a_kill_during_a_rebase_then_resume_publishes_it_once_asks_no_model_and_sweeps_its_checkout(
     tmp_path: Path,
 ) -> None:

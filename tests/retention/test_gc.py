@@ -128,6 +128,7 @@ def garbage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Garbage:
     return made
 
 
+@pytest.mark.killed
 def test_dry_run_says_what_would_go_and_removes_nothing(garbage: Garbage) -> None:
     runs, refs = garbage.runs_left(), wip_refs(garbage.repo)
     lines = garbage.gc("--dry-run")
@@ -142,6 +143,7 @@ def test_dry_run_says_what_would_go_and_removes_nothing(garbage: Garbage) -> Non
     garbage.left_alone()
 
 
+@pytest.mark.killed
 def test_gc_removes_what_is_beyond_the_bounds_and_keeps_what_is_still_needed(garbage: Garbage) -> None:
     lines = garbage.gc()
     killed = garbage.killed.name

@@ -35,6 +35,7 @@ from support.repos import BREAK, REPAIR, make_repo
 from support.scripted_server import Hold, Reply, ScriptedServer
 
 
+@pytest.mark.killed
 @pytest.mark.parametrize("reboot", [False, True], ids=["killed", "rebooted"])
 def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_files(
     tmp_path: Path, reboot: bool
@@ -67,6 +68,7 @@ def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_
     assert "Add one, two and three" in report
 
 
+@pytest.mark.killed
 def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(tmp_path: Path) -> None:
     repo, run_dir, _ = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two, three and four")
     four = Reply(tool_calls=[("create_file", {"path": "pkg/four.py", "content": "FOUR = 4\n"})])
@@ -89,6 +91,7 @@ def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(tmp_path: 
     assert sorted(commit.stats.files) == ["pkg/four.py", "pkg/one.py", "pkg/two.py", "three.txt"]
 
 
+@pytest.mark.killed
 def test_a_tool_call_cut_off_by_the_kill_is_reported_as_interrupted_and_never_run_again(tmp_path: Path) -> None:
     script = [THREE_STEPS[0], Reply(tool_calls=[("bash", {"command": "sleep 300 && touch slept.txt"})])]
     repo, run_dir, _ = killed_run(tmp_path, script, "Add one", until="sleep 300")
@@ -105,6 +108,7 @@ def test_a_tool_call_cut_off_by_the_kill_is_reported_as_interrupted_and_never_ru
     assert list(commit.stats.files) == ["pkg/one.py"]
 
 
+@pytest.mark.killed
 def test_a_finished_task_is_not_redone_and_the_next_one_goes_on(tmp_path: Path) -> None:
     script = [THREE_STEPS[0], FINISH, THREE_STEPS[1], Hold()]
     repo, run_dir, before_kill = killed_run(tmp_path, script, "first", "second")
@@ -126,6 +130,7 @@ def test_a_finished_task_is_not_redone_and_the_next_one_goes_on(tmp_path: Path) 
         assert list(commit.stats.files) == files
 
 
+@pytest.mark.killed
 def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(tmp_path: Path) -> None:
     repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
     # What a kill between the commit and the task's record leaves: the branch holds the task's commit.
@@ -155,6 +160,7 @@ def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout) == (2, f"error: run {run_dir.name} is completed: nothing to resume\n")
 
 
+@pytest.mark.killed
 def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(tmp_path: Path) -> None:
     repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
     with ScriptedServer([FINISH]) as server:
@@ -167,6 +173,7 @@ def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(tmp_path:
     assert task["status"] == "committed"
 
 
+@pytest.mark.killed
 def test_review_discard_drops_what_an_unfinished_run_kept_for_resume(tmp_path: Path) -> None:
     repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
     assert wip_refs(repo)
@@ -194,6 +201,7 @@ def test_every_task_a_fleet_had_in_flight_goes_on_from_its_own_conversation(tmp_
     }
 
 
+@pytest.mark.killed
 def test_a_task_killed_in_a_repair_round_goes_on_with_the_files_of_that_rounds_tool_calls(tmp_path: Path) -> None:
     # The gate finds a regression and sends it back; the repair round's first tool call repairs it; the kill comes
     # while the model is asked for the next step. The repaired file must be what the resumed task goes on with.

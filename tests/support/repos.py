@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from support.scripted_server import Reply
@@ -58,7 +59,7 @@ def read_only_git(repo: Path, *args: str) -> str:
 
 # Each set of files is committed once per session, into a template that make_repo copies (five git processes and
 # a commit's housekeeping, for each of the hundreds of repositories the tests make, were a tenth of the fast tier).
-_TEMPLATES: dict[tuple[tuple[str, str], ...], Path] = {}
+_TEMPLATES: dict[tuple[object, ...], Path] = {}
 _TEMPLATE_ROOT: list[Path] = []
 _TEMPLATE_PARENT = Path(tempfile.gettempdir())  # as the session starts: some tests point tempfile at their scratch
 
@@ -67,13 +68,19 @@ def make_repo(path: Path, files: dict[str, str] = SAMPLE_FILES) -> Path:
     """A repository at `path` on branch main, `files` in its one commit ("initial", by Dev <dev@example.com>)."""
     if path.exists() and any(path.iterdir()):
         return _commit_repo(path, files)  # what is there already goes into the commit too
-    key = tuple(sorted(files.items()))
+    return copy_of_template(("make_repo", *sorted(files.items())), path, lambda template: _commit_repo(template, files))
+
+
+def copy_of_template(key: tuple[object, ...], path: Path, build: Callable[[Path], object]) -> Path:
+    """A copy at `path` (new or empty) of the repository `build` made at a path of its own, once per `key` and
+    session."""
     template = _TEMPLATES.get(key)
     if template is None:
         if not _TEMPLATE_ROOT:
             _TEMPLATE_ROOT.append(Path(tempfile.mkdtemp(prefix="repo-templates-", dir=_TEMPLATE_PARENT)))
             atexit.register(shutil.rmtree, _TEMPLATE_ROOT[0], ignore_errors=True)
-        template = _commit_repo(_TEMPLATE_ROOT[0] / str(len(_TEMPLATES)), files)
+        template = _TEMPLATE_ROOT[0] / str(len(_TEMPLATES))
+        build(template)
         _TEMPLATES[key] = template
     shutil.copytree(template, path, symlinks=True, dirs_exist_ok=True)
     # The copies' inodes and change times are not those the index recorded: refreshed now, as a fresh commit's
