@@ -144,7 +144,7 @@ def sandbox_python() -> Path:
     the start-up of each Python process of a sandbox. Made once per machine, like the bytecode template."""
     libraries = sorted(path for path in sys.path if path.endswith("site-packages"))
     key = hashlib.sha256("\n".join([os.path.realpath(sys.executable), *libraries]).encode()).hexdigest()[:12]
-    home = Path(tempfile.gettempdir()) / f"local-sandbox-python-{os.getuid()}-{key}"
+    home = bytecode_template().parent / f"local-sandbox-python-{os.getuid()}-{key}"  # not a test's tempdir
     python = home / "bin" / "python3"
     if python.exists():
         return python
