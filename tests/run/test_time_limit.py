@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import git
 import pytest
@@ -27,7 +27,7 @@ from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 from support.cli_runs import cli_command, start_cli
 from support.repos import make_repo
 from support.scripted_model import ScriptedModel, run_in_process
-from support.scripted_server import Hold, Reply, ScriptedServer, Stall
+from support.scripted_server import Hold, Reply, ScriptedServer, Stall, Step
 
 T = TypeVar("T")
 MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "do it"}]
@@ -213,18 +213,27 @@ def test_the_grace_period_is_at_most_a_quarter_of_the_time() -> None:
     assert grace_start(0, 7200) == 7200 - 300
 
 
+class HoldsOnceTold(ScriptedServer):
+    """Plays its script until a request carries the time-up message; that one it never answers."""
+
+    def next_step(self, body: dict[str, Any]) -> tuple[Step, int, int]:
+        step, prompt_n, cache_n = super().next_step(body)
+        told = body.get("messages", [{}])[-1].get("content") == TIME_UP_MESSAGE
+        return (Hold() if told else step), prompt_n, cache_n
+
+
 @pytest.mark.docker
 def test_a_model_that_never_finishes_is_told_then_stopped_at_the_deadline(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     runs_dir = tmp_path / "runs"
-    script = [
-        Reply(tool_calls=[("create_file", {"path": "pkg/half.py", "content": "HALF = 1\n"})]),
-        Reply(tool_calls=[("bash", {"command": "sleep 45"})]),  # still running when the grace period starts
-        Hold(),  # the server never answers again
-    ]
-    with ScriptedServer(script) as server:
-        command = [*cli_command(repo, server, runs_dir, "first", "second"), "--deadline", "60s"]
-        process = start_cli([*command, "--min-task-time", "10s"], tmp_path / "scratch", stdout=subprocess.DEVNULL)
+    deadline_s = 30
+    # Commands run one after the other until the grace period starts, whenever the task started; more than the
+    # deadline leaves time for.
+    working = [Reply(tool_calls=[("bash", {"command": "sleep 0.5"})]) for _ in range(deadline_s * 2)]
+    script = [Reply(tool_calls=[("create_file", {"path": "pkg/half.py", "content": "HALF = 1\n"})]), *working]
+    with HoldsOnceTold(script) as server:
+        command = [*cli_command(repo, server, runs_dir, "first", "second"), "--deadline", f"{deadline_s}s"]
+        process = start_cli([*command, "--min-task-time", "5s"], tmp_path / "scratch", stdout=subprocess.DEVNULL)
         try:
             exit_code = process.wait(timeout=180)  # ends instead of waiting on the held request forever
         finally:
@@ -237,7 +246,7 @@ def test_a_model_that_never_finishes_is_told_then_stopped_at_the_deadline(tmp_pa
     summary = json.loads((run_dir / "summary.json").read_text())
     first, second = summary["tasks"]
     assert (first["status"], second["status"]) == ("timed_out", "skipped")
-    assert summary["wall_time_s"] < 60 + 60  # the deadline, then at most a minute to settle
+    assert summary["wall_time_s"] < deadline_s + 60  # the deadline, then at most a minute to settle
     assert second["reason"].startswith("deadline: ")
     (commit,) = git.Repo(repo).iter_commits(f"main..{first['branch']}")
     assert list(commit.stats.files) == ["pkg/half.py"]
@@ -248,7 +257,7 @@ def test_a_model_that_never_finishes_is_told_then_stopped_at_the_deadline(tmp_pa
 @pytest.mark.docker
 def test_a_task_over_its_time_limit_is_timed_out_and_the_next_one_runs(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
-    config = RunConfig(repo=repo, tasks=["slow", "quick"], runs_dir=tmp_path / "runs", task_timeout_s=15)
+    config = RunConfig(repo=repo, tasks=["slow", "quick"], runs_dir=tmp_path / "runs", task_timeout_s=10)
     script = [
         Reply(tool_calls=[("create_file", {"path": "pkg/slow.py", "content": "SLOW = 1\n"})]),
         Reply(tool_calls=[("bash", {"command": "sleep 120"})]),  # cut off by the task's limit
@@ -258,6 +267,6 @@ def test_a_task_over_its_time_limit_is_timed_out_and_the_next_one_runs(tmp_path:
     summary = run_in_process(config, ScriptedModel(script))
     slow, quick = summary.tasks
     assert (slow.status, quick.status) == ("timed_out", "committed")
-    assert slow.reason.startswith("--task-timeout 15s: stopped at ")
+    assert slow.reason.startswith("--task-timeout 10s: stopped at ")
     (commit,) = git.Repo(repo).iter_commits(f"main..{slow.branch}")
     assert list(commit.stats.files) == ["pkg/slow.py"]
