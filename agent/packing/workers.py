@@ -42,9 +42,11 @@ def _install(function: Callable[[Any, Any], Any], context: Any) -> None:
     global _worker_function, _worker_context
     _worker_function, _worker_context = function, context
     # A forked worker inherits the run's stop handlers (agent.run.interrupt), which would raise Interrupted in it, with
-    # a traceback, when the pool is terminated: a worker just ends, and the parent settles the run.
+    # a traceback, when the pool is terminated: a worker just ends, and the parent settles the run. It was forked
+    # with the stop signals blocked (LazyPool.start), so one sent before this point waits here and then ends it.
     for stop_signal in STOP_SIGNALS:
         signal.signal(stop_signal, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _call(item: Any) -> Any:
@@ -75,9 +77,15 @@ class LazyPool(Generic[Context, Item, Result]):
             # Objects the children never free need no tracing by their collector, which would otherwise touch
             # (and so copy) every page of the parent's heap.
             gc.freeze()
-            self._pool = multiprocessing.get_context("fork").Pool(
-                self._workers, initializer=_install, initargs=(self._function, self._context)
-            )
+            # The workers, and the pool's threads that fork replacements later, inherit this mask: a stop signal
+            # (close() terminates the pool) cannot reach a worker before _install has reset its handlers.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                self._pool = multiprocessing.get_context("fork").Pool(
+                    self._workers, initializer=_install, initargs=(self._function, self._context)
+                )
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             gc.unfreeze()
         chunksize = max(1, len(items) // (self._workers * CHUNKS_PER_WORKER))
         return self._pool.map_async(_call, items, chunksize).get

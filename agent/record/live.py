@@ -249,7 +249,9 @@ class RunView:
             case ToolResultEvent():
                 call = state.calls.pop(event.id, None)
                 shown = _shown_argument(call.arguments) if call is not None else ""
-                outcome = f"error: {_first_line(event.text, RESULT_CHARS)}" if event.is_error else "ok"
+                # A tool's error text says "error: ..." itself: the line says it once.
+                error = _first_line(event.text, RESULT_CHARS).removeprefix("error: ")
+                outcome = f"error: {error}" if event.is_error else "ok"
                 return f"turn {event.turn}  {' '.join(filter(None, [event.name, shown]))} → {outcome}"
             case GenerationProgress():
                 state.now = f"generating {event.tokens:,} tokens ({event.elapsed_s:.0f} s)"

@@ -317,7 +317,8 @@ def _environment_line(environment: EnvironmentRecord) -> str:
     if environment.status == "failed":
         tail = " / ".join(environment.log_tail[-3:])
         return f"FAILED, tasks unverified: {environment.error} (log: {environment.log})" + (f": {tail}" if tail else "")
-    collected = f", {environment.tests_collected} tests collected" if environment.tests_collected is not None else ""
+    tests = environment.tests_collected
+    collected = f", {counted(tests, 'test')} collected" if tests is not None else ""
     return f"{environment.status} {environment.image} ({environment.source}){collected}"
 
 

@@ -400,9 +400,11 @@ def discard(
         if one is not None:
             ref = find_task(directory, run)
             record, tasks = ref.run, [ref.task]
+            of = f"task {ref.task.index} of run {record.run_id}"
         else:
             record = load_run(directory, run)
             tasks = record.summary.tasks
+            of = f"run {run}"
         chosen = [task for task in tasks if task.branch and only in (None, task.verdict, _empty(task))]
         keys = {task.branch: task.key for task in chosen if task.key is not None and task.published == task.branch}
         deleted: list[str] = []
@@ -436,12 +438,11 @@ def discard(
     if _as_json(context, as_json):
         _print_json({"deleted": deleted, "kept": kept, "recorded_discarded": recorded})
         return
-    _say(
-        f"deleted {counted(len(deleted), 'branch', 'branches')} of run {run}"
-        + "".join(f"\n  {branch}" for branch in deleted)
-    )
+    listed = "".join(f"\n  {branch}" for branch in deleted)
+    _say(f"deleted {counted(len(deleted), 'branch', 'branches')} of {of}{listed}")
     if recorded:
-        _say(f"recorded as discarded in the task record: {counted(len(recorded), 'task')}; later nights skip them")
+        them = "it" if len(recorded) == 1 else "them"
+        _say(f"recorded as discarded in the task record: {counted(len(recorded), 'task')}; later nights skip {them}")
     for branch, why in kept.items():
         _say(f"kept {branch}: {why}", err=True)
     if kept:

@@ -12,5 +12,5 @@ schedule.
 - lock.py: one run at a time per repository;
 - interrupt.py: SIGINT, SIGTERM and SIGHUP stop a run the same way;
 - time_limit.py: the night's deadline and a task's time limit, in any thread;
-- schedule.py: `schedule install/remove/show`: the night from cron or a systemd timer.
+- schedule.py: `schedule install/list/remove`: the night from cron or a systemd timer.
 """

@@ -141,8 +141,12 @@ def _locked(
             view.error(str(error))
             return EXIT_USAGE
         if planned is None:
-            summary = _nothing_to_run(night, prepared, journal, view)
+            summary = _nothing_to_run(night, prepared, journal)
             _night_end(night, prepared, journal, summary, plan, view=view, hooks=tonight[1])
+            # The same end as a night that ran: where its report is, what to review, the user's notification.
+            _print_summary(view, summary, journal, headline=f"run {summary.run_id}: nothing to run tonight")
+            if night.on_finish:
+                _on_finish(night.on_finish, journal, summary, view)
             return summary.exit_code
         night = planned.night
     progress = previous = None
@@ -245,7 +249,7 @@ def _planned(
     return planned.plan, Tonight(planned.plan, planned.night, prepared.repos, hooks, view.log)
 
 
-def _nothing_to_run(night: NightConfig, prepared: Prepared, journal: RunJournal, view: RunView) -> RunSummary:
+def _nothing_to_run(night: NightConfig, prepared: Prepared, journal: RunJournal) -> RunSummary:
     """A night whose every task is kept, retired or skipped: its record and report say so, no model is asked."""
     journal.write_json(NIGHT_RECORD, night)
     repositories = [str(path) for path in night.repositories()]
@@ -260,7 +264,6 @@ def _nothing_to_run(night: NightConfig, prepared: Prepared, journal: RunJournal,
     )
     journal.write_summary(summary)
     journal.close()
-    view.log(f"run {summary.run_id}: nothing to run tonight; {journal.directory}")
     return summary
 
 
@@ -290,9 +293,9 @@ def task_dispatch(night: NightConfig) -> TaskDispatch:
     return RayDispatch(night.ray_address) if night.executor == "ray" else local_dispatch(night)
 
 
-def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> None:
-    """The end block: what the run proved (the embedded model's first run) or its tally, where its report is, and
-    the command that reviews it. Each task's end line came as it happened."""
+def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal, *, headline: str | None = None) -> None:
+    """The end block: what the run proved (the embedded model's first run) or its tally (or `headline`), where its
+    report is, and the command that reviews it. Each task's end line came as it happened."""
     if summary.interrupted_by:
         view.log(
             f"run interrupted by {summary.interrupted_by}: the task in flight kept its changes in patch.diff "
@@ -302,7 +305,9 @@ def _print_summary(view: RunView, summary: RunSummary, journal: RunJournal) -> N
         view.log(f"warning: {warning}")
     if summary.error is not None:
         view.error(f"run failed: {summary.error}")
-    if is_embedded(summary.served_model):  # the first run proves the install; SmolLM2 refactors nothing real
+    if headline is not None:
+        view.log(headline)
+    elif is_embedded(summary.served_model):  # the first run proves the install; SmolLM2 refactors nothing real
         view.log(view.proof.line())
     else:
         view.log(f"run {summary.run_id}: {verdict_counts(summary)}")

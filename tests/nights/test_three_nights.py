@@ -131,11 +131,18 @@ def test_night_after_night_each_task_keeps_one_branch(tmp_path: Path, monkeypatc
         [STABLE[T4], "present"],
     ]
 
-    third = fixture.night("--keep-history", "1")
+    notified = tmp_path / "notified"
+    third = fixture.night("--keep-history", "1", "--on-finish", f"touch {notified}")
     assert third.exit_code == 0, third.output
     assert third.requests == []
     assert fixture.branches() == branches_2
-    assert "nothing to run tonight" in third.output
+    # A night with nothing to run ends as any night: its report, what to review, the user's notification.
+    end = third.output.splitlines()
+    run_3 = _latest_run(fixture.runs)
+    assert f"run {run_3.name}: nothing to run tonight" in end
+    assert f"report: {(run_3 / 'report.html').absolute().as_uri()}" in end
+    assert any(line.startswith(f"next: refactor-agent review {run_3.name}") for line in end)
+    assert notified.exists()
     summary_3 = json.loads((_latest_run(fixture.runs) / "summary.json").read_text())
     (since,) = summary_3["fates"]
     assert since["unchanged"] == [STABLE[T3], STABLE[T4]]

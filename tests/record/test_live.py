@@ -112,7 +112,7 @@ STORY = [
         id="b",
         name="str_replace",
         is_error=True,
-        text="old occurs 0 times in 'shapes/report.py'; it must occur exactly once (add surrounding lines)",
+        text="error: old occurs 0 times in 'shapes/report.py'; it must occur exactly once (add surrounding lines)",
     ),
     ToolCallEvent(task=1, turn=3, id="c", name="bash", arguments='{"command": "sed -i s/a/b/ shapes/geometry.py"}'),
     ToolResultEvent(task=1, turn=3, id="c", name="bash", is_error=False, text=""),

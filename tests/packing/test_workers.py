@@ -1,0 +1,52 @@
+"""The pack's worker processes under a run's stop handlers."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.packing import workers
+from agent.packing.workers import LazyPool
+from agent.run.interrupt import stop_signals
+
+
+def _square(_context: None, item: int) -> int:
+    return item * item
+
+
+@pytest.mark.timeout(60)  # the old code never returned from map() here: fail in a minute, not ten
+def test_a_stop_signal_that_reaches_a_worker_as_it_starts_ends_it_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`run --parallel 2` once printed `Process ForkPoolWorker-3 ... Interrupted: interrupted by SIGTERM`: the pool's
+    terminate() reached a worker forked with the run's handlers before it had reset them."""
+    if workers.worker_count() < 2:
+        pytest.skip("one core: the pack uses no worker processes")  # never on CI's two cores
+    first = tmp_path / "first"
+    real_install = workers._install
+
+    def signalled_as_it_starts(*args: Any) -> None:
+        # The first worker gets its SIGTERM in the window between the fork and the reset of its handlers.
+        try:
+            os.close(os.open(first, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            pass
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+        real_install(*args)
+
+    monkeypatch.setattr(workers, "_install", signalled_as_it_starts)
+    monkeypatch.setattr(workers, "worker_count", lambda: 2)
+    with stop_signals():
+        pool = LazyPool(_square, None)
+        try:
+            assert pool.map(list(range(40))) == [item * item for item in range(40)]
+        finally:
+            pool.close()
+    assert first.exists()
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.err and "Interrupted" not in captured.err, captured.err
