@@ -52,6 +52,19 @@ def _in_module(test: str, modules: list[str]) -> bool:
     return any(test.startswith(f"{module}::") for module in modules)
 
 
+def regressed_tests(comparison: Comparison, baseline: SuiteRun) -> int:
+    """How many tests the regressed entries stand for: a module that no longer imports is one entry for all its
+    tests that passed at baseline (at least one), which the reason counts as tests, not as one."""
+    modules = comparison.unimportable
+    tests = len(comparison.regressed) - len(modules)
+    for module in modules:
+        tests += max(
+            1,
+            sum(1 for test, outcome in baseline.outcomes.items() if outcome == "passed" and _in_module(test, [module])),
+        )
+    return tests
+
+
 def compare(baseline: SuiteRun, after: SuiteRun) -> Comparison:
     unimportable = sorted(set(after.import_errors) - set(baseline.import_errors))
     before = {test: outcome for test, outcome in baseline.outcomes.items() if not _in_module(test, unimportable)}

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from agent.gate.compare import Comparison
+from agent.gate.compare import Comparison, regressed_tests
 from agent.gate.results import SuiteRun
 from agent.protocol.records import marked
 from agent.safety.printable import counted, printable
@@ -68,12 +68,14 @@ def _judge(
         return GateCheck(verdict="unverified", reason=why, **facts)
     if final is not None and not final.ran and comparison.regressed:
         # Not one test failed: none ran (a timeout, a suite that no longer starts). Said as it happened.
-        lost = f"{counted(len(comparison.regressed), 'test')} that passed had no result"
+        lost = f"{counted(regressed_tests(comparison, baseline), 'test')} that passed had no result"
         reason = f"the suite did not run after the change ({final.reason}): {lost}{broken}"
         return GateCheck(verdict="regressed", reason=reason, **facts)
     if comparison.regressed or syntax_errors:
         tests = (
-            f"{counted(len(comparison.regressed), 'test')} regressed" if comparison.regressed else "no test regressed"
+            f"{counted(regressed_tests(comparison, baseline), 'test')} regressed"
+            if comparison.regressed
+            else "no test regressed"
         )
         return GateCheck(verdict="regressed", reason=f"{tests}{broken}", **facts)
     if final is not None and not final.per_test:

@@ -523,3 +523,14 @@ def test_the_project_own_unittest_runner_gives_per_test_evidence(tmp_path: Path)
         rerun = rerun_selected(sandbox, chosen.command, comparison.regressed, timeout_s=120)
         assert rerun is not None and rerun.outcomes == {"geometry.test_area.AreaTests.test_area": "failed"}
         assert judge(baseline, after, settle_flaky(comparison, rerun), []).verdict == "regressed"
+
+
+def test_a_module_that_no_longer_imports_counts_its_tests_that_passed() -> None:
+    """Its two passing tests were "1 test that passed had no result": the module's one entry among the regressed."""
+    baseline = _suite({"t.py::a": "passed", "t.py::b": "passed", "u.py::c": "passed"})
+    broken = SuiteRun(command="pytest", ran=False, reason="exit code 2", import_errors={"t.py": "SyntaxError"})
+    check = judge(baseline, broken, compare(baseline, broken), [])
+    assert check.reason == "the suite did not run after the change (exit code 2): 3 tests that passed had no result"
+    collected = _suite({"u.py::c": "failed"}).model_copy(update={"import_errors": {"t.py": "ImportError: x"}})
+    check = judge(baseline, collected, compare(baseline, collected), [])
+    assert check.verdict == "regressed" and check.reason == "3 tests regressed"
