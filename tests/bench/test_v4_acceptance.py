@@ -21,8 +21,8 @@ def test_the_acceptance_bench_runs_on_the_embedded_server_with_v4s_template(tmp_
     out = tmp_path / "v4.json"
     environment = {**os.environ, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        # 8 turns of about 260 tokens from 3,900: the 7th request would pass 65% of the 8,192-token window.
-        [sys.executable, str(BENCH), "--turns", "8", "--compact-at", "0.65", "--json", str(out)],
+        # 4 turns of about 260 tokens from 3,900: the 4th request would pass 53.5% of the 8,192-token window.
+        [sys.executable, str(BENCH), "--turns", "4", "--compact-at", "0.535", "--json", str(out)],
         cwd=ROOT,
         env=environment,
         capture_output=True,
