@@ -28,7 +28,7 @@ pytestmark = pytest.mark.llama_server
 # Listings of about 600 tokens each (a token a character): the 13 tool schemas, the system message and the task
 # take about 2,900 of the 4,096 tokens, so each listing takes the conversation past the threshold (3,481).
 LISTINGS = [
-    Reply("Look at more of the numbers.", calls=(invoke("bash", command=f"seq {n} {n + 150}"),)) for n in range(3)
+    Reply("Look at more of the numbers.", calls=(invoke("bash", command=f"seq {n} {n + 150}"),)) for n in range(2)
 ]
 GLANCE = Reply("A few numbers first.", calls=(invoke("bash", command="seq 1 20"),))
 RENAME = [
