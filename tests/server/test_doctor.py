@@ -30,7 +30,7 @@ from agent.server.doctor import (
 from agent.server.launcher import start_server, stop_server
 from agent.server.presets import PresetRequest, build_preset
 
-from support.llama_fixtures import READY_TIMEOUT_S, free_port
+from support.llama_fixtures import READY_TIMEOUT_S, TEST_THREADS, free_port
 from support.scripted_server import Reply, ScriptedServer, rendered_prompt, tokens_of
 
 METRICS_TEXT = """\
@@ -361,7 +361,7 @@ def test_doctor_cli_prints_one_line_per_check(llama_server):
 
 @pytest.mark.llama_server
 def test_doctor_warns_that_a_server_without_a_slot_save_path_prefills_every_task(llama_binary, llama_state_dir):
-    preset = build_preset(PresetRequest(ctx_size=1024, port=free_port(), extra_args=["--threads", "1"]))
+    preset = build_preset(PresetRequest(ctx_size=1024, port=free_port(), extra_args=list(TEST_THREADS)))
     preset = preset.model_copy(update={"slot_save_path": None})
     state = start_server(preset, binary=llama_binary, state_dir=llama_state_dir, ready_timeout_s=READY_TIMEOUT_S)
     try:

@@ -27,7 +27,7 @@ from agent.server.kv_store import CacheEntry, KVCacheStore, ReuseSeen, SavedSlot
 from agent.server.launcher import ServerState, _state_file
 from agent.server.presets import PresetRequest
 
-from support.llama_fixtures import READ_FILE_TOOLS, TEST_CTX, free_port, running_server
+from support.llama_fixtures import READ_FILE_TOOLS, TEST_CTX, TEST_THREADS, free_port, running_server
 from support.scripted_server import Die, ScriptedServer, ScriptedSlots, common_prefix, rendered_prompt
 
 TOOLS = [{"type": "function", "function": {"name": "finish", "parameters": {"type": "object", "properties": {}}}}]
@@ -294,7 +294,7 @@ def test_a_task_extending_what_the_slot_holds_restores_nothing_and_a_resumed_one
 
 
 def _two_slots(save_dir: Path) -> PresetRequest:
-    extra = ["--threads", "1", "--chat-template-file", str(find_chat_template())]
+    extra = [*TEST_THREADS, "--chat-template-file", str(find_chat_template())]
     return PresetRequest(ctx_size=TEST_CTX, port=free_port(), parallel=2, extra_args=extra, slot_save_path=save_dir)
 
 

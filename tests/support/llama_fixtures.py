@@ -26,7 +26,10 @@ TEST_CTX = 4096
 # scripted task of a dozen turns fits SmolLM2's whole window, and the compaction tests outgrow TEST_CTX.
 V4_CTX = 8192
 READY_TIMEOUT_S = 180.0
-PREFILL_THREADS = 2
+# One thread to decode: the test process shares the (often 2) cores, and spinning ggml workers that lose their core
+# to it decode at half the speed of a single thread. Two to prefill (--threads-batch), which the test waits for: the
+# tier's largest cost, prompts of thousands of tokens, goes nearly twice as fast.
+TEST_THREADS = ("--threads", "1", "--threads-batch", "2")
 # Unconditional acceptance probability per draft position (non-increasing, one per --spec-draft-n-max position).
 SYNTHETIC_RATES = (0.9, 0.7, 0.5, 0.3, 0.1)
 READ_FILE_TOOLS = [
@@ -94,10 +97,7 @@ def running_server(request: PresetRequest, binary: Path, state_dir: Path) -> Ite
 def _embedded(
     *, self_draft: bool, extra_args: tuple[str, ...] = (), ctx: int = TEST_CTX, save_dir: Path | None = None
 ) -> PresetRequest:
-    # One thread to decode: the test process shares the (often 2) cores, and spinning ggml workers that lose their
-    # core to it decode at half the speed of a single thread. Two to prefill (--threads-batch), which the test
-    # waits for: the tier's largest cost, prompts of thousands of tokens, goes nearly twice as fast.
-    extra = ["--threads", "1", "--threads-batch", str(PREFILL_THREADS), *extra_args]
+    extra = [*TEST_THREADS, *extra_args]
     return PresetRequest(
         self_draft=self_draft, ctx_size=ctx, port=free_port(), slot_save_path=save_dir, extra_args=extra
     )
