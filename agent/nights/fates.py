@@ -12,9 +12,8 @@ import git
 from pydantic import BaseModel, ValidationError
 
 from agent.nights.errors import NightError
-from agent.nights.identity import repository_key
-from agent.nights.plan import record_store
-from agent.nights.record import MAX_RECORD_BYTES, RECORDS_DIR
+from agent.nights.plan import record_key, record_store
+from agent.nights.record import MAX_RECORD_BYTES, record_path
 from agent.protocol.nights import NightPlan, PlannedTask, RepoPlan, TaskKey, TaskRecord, TaskRecordFile
 from agent.protocol.records import KindTally, RepoFates, now_iso
 from agent.worktree.safe_git import SafeGit
@@ -89,10 +88,6 @@ def since_last_night(plan: NightPlan, records: dict[str, TaskRecordFile]) -> lis
     return [repo_fates(plan, repo, records[repo.repo]) for repo in plan.repos if repo.repo in records]
 
 
-def record_path(runs_dir: Path, key: str) -> Path:
-    return runs_dir / RECORDS_DIR / f"{key}.json"
-
-
 def read_record(path: Path) -> TaskRecordFile:
     """The record as it is on disk: NightError (one line) when it is missing, a link, too large or does not
     parse."""
@@ -163,7 +158,7 @@ def night_fates(
 
 def record_of(runs_dir: Path, repo: git.Repo) -> Path:
     """Where a repository's task record is (record_store's file)."""
-    return record_path(runs_dir, repository_key(Path(str(repo.working_tree_dir)), Path(repo.common_dir)))
+    return record_path(runs_dir, record_key(repo))
 
 
 def record_discards(

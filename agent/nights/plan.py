@@ -81,6 +81,11 @@ class Planned:
     fresh: dict[TaskKey, TaskRecord]  # every task of the night file as a new record would hold it
 
 
+def record_key(repo: git.Repo) -> str:
+    """The name of a repository's task record (its work tree and git directory, agent/nights/identity.py)."""
+    return repository_key(Path(str(repo.working_tree_dir)), Path(repo.common_dir))
+
+
 def record_store(
     runs_dir: Path,
     repo: git.Repo,
@@ -90,8 +95,7 @@ def record_store(
     run_id: str,
     log: Callable[[str], None],
 ) -> RecordStore:
-    key = repository_key(Path(str(repo.working_tree_dir)), Path(repo.common_dir))
-    return RecordStore(runs_dir, key, safe_git, night=night, known=known, written_by=run_id, log=log)
+    return RecordStore(runs_dir, record_key(repo), safe_git, night=night, known=known, written_by=run_id, log=log)
 
 
 def fresh_record(night: str, config: RunConfig, spec: TaskSpec, branch: str, run_id: str) -> TaskRecord:

@@ -9,6 +9,9 @@ from agent.protocol.config import RepoSelect
 from agent.worktree.safe_git import GitError, SafeGit
 
 PREDICATE_TIMEOUT_S = 60.0
+# git grep over the repository's objects as the nights read them: a literal pattern (no regex engine runs on the
+# repository's text), binary files and the repository's textconv filters left out, no colour codes in the output.
+LITERAL_GREP = ("grep", "-I", "--no-textconv", "--no-color", "-F")
 
 
 def _pathspec(glob: str) -> str:
@@ -30,7 +33,7 @@ def unmatched(
                 return f"if_path_exists: no {path} {at}"
         if select.if_contains is not None:
             rule = select.if_contains
-            grep = ("grep", "-q", "-I", "--no-textconv", "--no-color", "-F", "-e", rule.pattern)
+            grep = (*LITERAL_GREP, "-q", "-e", rule.pattern)
             code, _ = safe_git.run_status(*grep, commit, "--", _pathspec(rule.glob), allowed=(0, 1), timeout=timeout_s)
             if code != 0:
                 return f"if_contains: no {rule.glob} file contains {rule.pattern!r} {at}"

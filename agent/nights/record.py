@@ -30,6 +30,11 @@ MAX_RECORD_BYTES = 64 * 1024**2
 _THREADS = threading.Lock()
 
 
+def record_path(runs_dir: Path, key: str) -> Path:
+    """runs/.tasks/<repository-key>.json."""
+    return runs_dir / RECORDS_DIR / f"{key}.json"
+
+
 class RecordStore:
     def __init__(
         self,
@@ -43,8 +48,8 @@ class RecordStore:
         log: Callable[[str], None],
     ) -> None:
         """`known`: tonight's tasks as a new record would hold them (for a rebuild)."""
-        self.directory = runs_dir / RECORDS_DIR
-        self.path = self.directory / f"{key}.json"
+        self.path = record_path(runs_dir, key)
+        self.directory = self.path.parent
         self.git = git
         self.night = night
         self.known = known

@@ -21,6 +21,7 @@ import pathspec
 from pathspec.patterns.gitignore import GitIgnorePatternError
 from pathspec.patterns.gitignore.basic import GitIgnoreBasicPattern
 
+from agent.nights.predicates import LITERAL_GREP
 from agent.protocol.config import Shard, ShardRule
 from agent.safety.printable import counted, printable
 from agent.worktree.safe_git import GitError, SafeGit
@@ -70,7 +71,7 @@ def _regular_files(safe_git: SafeGit, commit: str) -> list[str]:
 
 
 def _containing(safe_git: SafeGit, commit: str, pattern: str) -> set[str]:
-    grep = ("grep", "-l", "-z", "-I", "--no-textconv", "--no-color", "-F", "-e", pattern, commit)
+    grep = (*LITERAL_GREP, "-l", "-z", "-e", pattern, commit)
     code, names = safe_git.run_status(*grep, allowed=(0, 1), timeout=SHARD_TIMEOUT_S)
     prefix = f"{commit}:"
     found = (name.decode("utf-8", errors="replace") for name in names.split(b"\0") if name)

@@ -193,13 +193,19 @@ def tasks(
                 row["branch state"] = states[task.index]
         _print_json({"run": record.summary.model_dump(mode="json"), "rows": rows})
         return
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=PIPED_WIDE_TABLE_WIDTH if wide else PIPED_TABLE_WIDTH)
+    console = _table_console(PIPED_WIDE_TABLE_WIDTH if wide else PIPED_TABLE_WIDTH)
     if wide:
         console.print(run_table(record, states))
     else:
         console.print(run_table(record, stable=states))
+
+
+def _table_console(piped_width: int) -> Console:
+    """The terminal's width; `piped_width` when the output is piped and COLUMNS does not say one."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=piped_width)
+    return console
 
 
 def _branch_states(record: RunRecord) -> dict[int, str]:
@@ -234,10 +240,7 @@ def fates(
     if _as_json(context, as_json):
         _print_json(table)
         return
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=PIPED_TABLE_WIDTH)
-    console.print(fates_view(table))
+    _table_console(PIPED_TABLE_WIDTH).print(fates_view(table))
 
 
 @review_app.command()
