@@ -41,6 +41,8 @@ STREAM_END_GRACE_S = 10
 FLOOD_CEILING_BYTES = 64 * 1024 * 1024
 SIGKILL_EXIT_CODE = 137
 TIMEOUT_EXIT_CODES = (124, SIGKILL_EXIT_CODE)
+# GNU timeout's own failure: it could not start the command (a full process table: "fork system call failed").
+TIMEOUT_COULD_NOT_START = 125
 # How long a command killed from outside may wait for the daemon to say its container is gone.
 VANISH_SETTLE_S = 3.0
 # How often a running command's stream, the host disk and the container's process count are looked at.
@@ -220,7 +222,9 @@ class DockerSandbox:
         with self._exec_lock:
             return self._execute(command, timeout, max_output_bytes, stdin)
 
-    def _execute(self, command: str, timeout: float, max_output_bytes: int, stdin: bytes | None) -> ExecResult:
+    def _execute(
+        self, command: str, timeout: float, max_output_bytes: int, stdin: bytes | None, *, first_try: bool = True
+    ) -> ExecResult:
         # A table filled after the last command ended (a bomb in the background) would fail this one too.
         restarted_before = self._recycle_if_full()
         self._disk.command_started()
@@ -274,6 +278,11 @@ class DockerSandbox:
         # A command can end on its own and still leave processes that fill the table, or fill the disk
         # between two looks.
         restarted_after = None if restarted_during else self._recycle_if_full()
+        if restarted_after and exit_code == TIMEOUT_COULD_NOT_START and first_try:
+            # The bombed table was not seen full before the command, and the command never started: it runs in the
+            # fresh container, where it would have run had the table been seen full a moment earlier.
+            again = self._execute(command, timeout, max_output_bytes, stdin, first_try=False)
+            return again.model_copy(update={"sandbox_restarted": again.sandbox_restarted or restarted_after})
         return ExecResult(
             exit_code=None if timed_out or killed_at is not None else exit_code,
             output=output,
