@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -12,6 +13,7 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel
 
+from agent.protocol.config import RUN_ID_PATTERN
 from agent.protocol.events import Event
 from agent.protocol.records import RunSummary
 from agent.record.report import render_html, render_markdown, split_patch
@@ -31,8 +33,27 @@ def run_directories(runs_dir: Path) -> list[Path]:
     return sorted(path for path in runs_dir.iterdir() if path.is_dir() and not path.name.startswith("."))
 
 
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+SUFFIX_STEP = 256
+
+
+def new_run_id(runs_dir: Path | None = None) -> str:
+    """<date>-<time>-<4 hex>. The newest run is the last by name (run_directories), also when two start within one
+    second (a night that takes less than a second, then the next): the suffix is drawn above every suffix of that
+    second already in `runs_dir`, and a second whose suffixes are used up is waited out."""
+    while True:
+        second = time.strftime("%Y%m%d-%H%M%S")
+        taken = [int(path.name[-4:], 16) for path in _runs_of_second(runs_dir, second)]
+        floor = max(taken, default=-1) + 1
+        if floor <= 0xFFFF:
+            # A small random step: two runs starting at once in one runs_dir still draw different ids.
+            return f"{second}-{floor + secrets.randbelow(min(SUFFIX_STEP, 0x10000 - floor)):04x}"
+        time.sleep(1.0 - time.time() % 1.0)
+
+
+def _runs_of_second(runs_dir: Path | None, second: str) -> list[Path]:
+    if runs_dir is None or not runs_dir.is_dir():
+        return []
+    return [path for path in runs_dir.glob(f"{second}-*") if re.match(RUN_ID_PATTERN, path.name)]
 
 
 def _default(value: Any) -> Any:

@@ -87,7 +87,7 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None, options: 
     except PreflightError as error:
         view.error(str(error))
         return EXIT_USAGE
-    run_id = resume or new_run_id()
+    run_id = resume or new_run_id(night.runs_dir)
     locks = [RepoLock(Path(repo.common_dir).resolve(), run_id) for repo in prepared.repos.values()]
     try:
         for lock, path in zip(locks, prepared.repos, strict=True):

@@ -193,7 +193,12 @@ class OpenAIChatModel:
             "extra_body": extra_body,
         }
 
-    def _request_arguments(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    def _request_arguments(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], resample: int = 0
+    ) -> dict[str, Any]:
+        """resample: how many replies to this request broke the tool-call format so far. With a seed, each resample
+        asks with the next seed: the same seed on the same prompt gives the same broken reply again, while a run
+        with a seed stays reproducible. A transient retry keeps its seed."""
         sampling = self.config.sampling
         arguments: dict[str, Any] = {
             **chat_body(messages, tools, self.config.effort),
@@ -203,7 +208,7 @@ class OpenAIChatModel:
         }
         arguments["extra_body"]["min_p"] = sampling.min_p
         if sampling.seed is not None:
-            arguments["seed"] = sampling.seed
+            arguments["seed"] = sampling.seed + resample
         if sampling.max_tokens is not None:
             arguments["max_tokens"] = sampling.max_tokens
         return arguments
@@ -215,7 +220,7 @@ class OpenAIChatModel:
             nonlocal resamples
             while True:
                 try:
-                    turn = self._stream_once(messages, tools)
+                    turn = self._stream_once(messages, tools, resamples)
                 except openai.APIError as error:
                     if not _is_format_mismatch(error):
                         raise
@@ -265,9 +270,12 @@ class OpenAIChatModel:
         self._on_retry(f"resample {resamples + 1}/{self.config.max_resamples}: {reason}")
         return resamples + 1
 
-    def _stream_once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
+    def _stream_once(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], resample: int
+    ) -> AssistantTurn:
         accumulator = _StreamAccumulator(time.monotonic())
-        self._follow(self._client.chat.completions.create(**self._request_arguments(messages, tools)), accumulator)
+        arguments = self._request_arguments(messages, tools, resample)
+        self._follow(self._client.chat.completions.create(**arguments), accumulator)
         if accumulator.finish_reason is None:
             raise StreamCut()
         return accumulator.finish()

@@ -101,6 +101,17 @@ def test_broken_tool_call_format_is_resampled_and_counted() -> None:
     assert (turn.stats.resamples, turn.stats.retries) == (2, 0)
 
 
+def test_a_resample_asks_with_the_next_seed_and_a_transient_retry_keeps_its_seed() -> None:
+    """The same seed on the same prompt gives the same broken reply again (a seeded run failed its task so, four
+    replies alike, in CI): a resample moves to the next seed; a server error is repeated as it was."""
+    crashed = Fail(502, {"error": {"code": 502, "message": "bad gateway", "type": "server_error"}})
+    script = [StreamError(FORMAT_ERROR), crashed, StreamError(FORMAT_ERROR), Reply(content="fine")]
+    with ScriptedServer(script) as server:
+        turn = client(server, sampling=SamplingConfig(seed=7)).complete(MESSAGES, TOOLS)
+    assert turn.content == "fine"
+    assert [request["seed"] for request in server.requests] == [7, 8, 8, 9]
+
+
 def test_resamples_are_bounded() -> None:
     with ScriptedServer([StreamError(FORMAT_ERROR)] * 3) as server:
         with pytest.raises(MalformedOutput, match="tool-call format 3 times"):
