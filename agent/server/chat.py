@@ -270,9 +270,7 @@ class OpenAIChatModel:
         self._on_retry(f"resample {resamples + 1}/{self.config.max_resamples}: {reason}")
         return resamples + 1
 
-    def _stream_once(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], resample: int
-    ) -> AssistantTurn:
+    def _stream_once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], resample: int) -> AssistantTurn:
         accumulator = _StreamAccumulator(time.monotonic())
         arguments = self._request_arguments(messages, tools, resample)
         self._follow(self._client.chat.completions.create(**arguments), accumulator)
