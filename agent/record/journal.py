@@ -53,7 +53,7 @@ def new_run_id(runs_dir: Path | None = None) -> str:
 def _runs_of_second(runs_dir: Path | None, second: str) -> list[Path]:
     if runs_dir is None or not runs_dir.is_dir():
         return []
-    return [path for path in runs_dir.glob(f"{second}-*") if re.match(RUN_ID_PATTERN, path.name)]
+    return [path for path in runs_dir.glob(f"{second}-*") if re.fullmatch(RUN_ID_PATTERN, path.name)]
 
 
 def _default(value: Any) -> Any:

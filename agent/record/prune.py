@@ -18,11 +18,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agent.protocol.config import RUN_ID_PATTERN
 from agent.protocol.records import RunSummary
 from agent.record.progress import ResumeError, load_run_night
 
-# What new_run_id() makes (journal.py): <date>-<time>-<4 hex>.
-RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
+RUN_ID = re.compile(RUN_ID_PATTERN)  # what new_run_id() makes (journal.py)
 BranchTips = Callable[[Path], dict[str, str]]  # a repository's task branches and their commits
 
 
