@@ -42,18 +42,13 @@ def new_run_id(runs_dir: Path | None = None) -> str:
     second already in `runs_dir`, and a second whose suffixes are used up is waited out."""
     while True:
         second = time.strftime("%Y%m%d-%H%M%S")
-        taken = [int(path.name[-4:], 16) for path in _runs_of_second(runs_dir, second)]
+        runs = runs_dir.glob(f"{second}-*") if runs_dir is not None else ()
+        taken = [int(path.name[-4:], 16) for path in runs if re.fullmatch(RUN_ID_PATTERN, path.name)]
         floor = max(taken, default=-1) + 1
         if floor <= 0xFFFF:
             # A small random step: two runs starting at once in one runs_dir still draw different ids.
             return f"{second}-{floor + secrets.randbelow(min(SUFFIX_STEP, 0x10000 - floor)):04x}"
         time.sleep(1.0 - time.time() % 1.0)
-
-
-def _runs_of_second(runs_dir: Path | None, second: str) -> list[Path]:
-    if runs_dir is None or not runs_dir.is_dir():
-        return []
-    return [path for path in runs_dir.glob(f"{second}-*") if re.fullmatch(RUN_ID_PATTERN, path.name)]
 
 
 def _default(value: Any) -> Any:

@@ -194,7 +194,7 @@ class OpenAIChatModel:
         }
 
     def _request_arguments(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], resample: int = 0
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], resample: int
     ) -> dict[str, Any]:
         """resample: how many replies to this request broke the tool-call format so far. With a seed, each resample
         asks with the next seed: the same seed on the same prompt gives the same broken reply again, while a run
