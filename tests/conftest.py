@@ -5,9 +5,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import click
 import typer
 import typer.testing
+
+# typer 0.29 vendors click (as agent/commands.py reads it): no click package need be installed.
+from typer._click import Command
 
 # The tests' modules (as pytest rewrites their asserts) and the product's are compiled once and kept in their
 # __pycache__ folders, which git ignores: where the environment sets PYTHONDONTWRITEBYTECODE, each session would
@@ -40,7 +42,7 @@ os.environ.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "maintenance.aut
 # CliRunner builds the click command of the app at each invoke, and building the command table (typer reads every
 # option's annotations) took longer than most commands the tests run: built once per app and what is registered on
 # it. The commands' functions are the registered ones either way; what they look up, they look up when called.
-_commands: dict[tuple[int, ...], tuple[typer.Typer, click.Command]] = {}
+_commands: dict[tuple[int, ...], tuple[typer.Typer, Command]] = {}
 
 
 def _registered(app: typer.Typer) -> tuple[int, ...]:
@@ -48,7 +50,7 @@ def _registered(app: typer.Typer) -> tuple[int, ...]:
     return (id(app), len(app.registered_commands), *(part for group in groups for part in _registered(group)))
 
 
-def _command_once(app: typer.Typer) -> click.Command:
+def _command_once(app: typer.Typer) -> Command:
     key = _registered(app)
     if key not in _commands:
         _commands[key] = (app, _build_command(app))  # the app kept alive: its id is never another's
