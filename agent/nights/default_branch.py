@@ -39,6 +39,12 @@ def default_branch(git: SafeGit) -> DefaultBranch:
                 return DefaultBranch(target.removeprefix("refs/remotes/"), target, _commit(git, target), "remote HEAD")
             except GitError:
                 continue  # a remote HEAD naming a branch that was never fetched
+    return checked_out_branch(git)
+
+
+def checked_out_branch(git: SafeGit) -> DefaultBranch:
+    """The checked-out branch as a default branch: never a detached HEAD, an unborn branch or one of
+    refactor-agent's (NightError saying which)."""
     head = _symbolic(git, "HEAD")
     if head is None or not head.startswith("refs/heads/"):
         raise NightError(

@@ -58,9 +58,10 @@ def _contained(git: SafeGit, tip: str, onto: str) -> bool:
     return code == 0 and output.split(b"\n", 1)[0].decode().strip() == _rev(git, "rev-parse", f"{onto}^{{tree}}")
 
 
-def find_merge(git: SafeGit, key: TaskKey, tips: list[str], default: DefaultBranch) -> Merge | None:
+def find_merge(git: SafeGit, key: TaskKey | None, tips: list[str], default: DefaultBranch) -> Merge | None:
     """The first check that finds any of `tips` (the branch now, and every tip the task published) in the default
-    branch, cheapest first."""
+    branch, cheapest first. No key (a run that is no named night's: its commits carry no task trailer): no trailer
+    check."""
     onto = default.commit
     present = [tip for tip in dict.fromkeys(tips) if _exists(git, tip)]
     for tip in present:
@@ -68,7 +69,7 @@ def find_merge(git: SafeGit, key: TaskKey, tips: list[str], default: DefaultBran
             return Merge("ancestor")
     for tip in present:
         since = _rev(git, "merge-base", tip, onto)
-        if (commit := _trailer_commit(git, key, since, onto)) is not None:
+        if key is not None and (commit := _trailer_commit(git, key, since, onto)) is not None:
             return Merge("trailer", commit)
         if _same_patch(git, tip, since, onto):
             return Merge("patch_id")

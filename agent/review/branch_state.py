@@ -10,7 +10,10 @@ from __future__ import annotations
 from typing import Literal
 
 from agent.gate.verdict import REBASED_ONTO_TRAILER, read_trailers
+from agent.nights.default_branch import DefaultBranch, checked_out_branch, default_branch
+from agent.nights.errors import NightError
 from agent.nights.identity import TASK_TRAILER
+from agent.nights.merged import find_merge
 from agent.protocol.records import TaskSummary
 from agent.review.repository import UserRepository
 from agent.worktree.safe_git import GitError
@@ -29,18 +32,22 @@ def shown(state: BranchState | None) -> str:
 
 
 def branch_state(repository: UserRepository, task: TaskSummary) -> BranchState | None:
-    """present: the branch points at the task's commit (pushed: and a remote-tracking branch of the same name does
-    too); rebased or replaced: a named night's branch that a later night moved (its commit names the same task);
-    outside: it points elsewhere; merged: it is gone and the commit, or its patch, is on the checked-out branch;
-    deleted: gone otherwise."""
+    """merged: the task's commit is in the default branch or the checked-out branch, by the nights' own checks
+    (agent/nights/merged.py: an ancestor, its task trailer, the same patch, all of its change), whether or not its
+    branch is still there (a squash-merged pull request leaves it); else present: the branch points at the task's
+    commit (pushed: and a remote-tracking branch of the same name does too); rebased or replaced: a named night's
+    branch that a later night moved (its commit names the same task); outside: it points elsewhere; deleted: gone
+    and not merged."""
     if task.branch is None or task.commit is None:
         return None
     tip = repository.tip(task.branch)
-    if tip is not None:
-        if tip != task.commit:
-            return _moved(repository, task, tip)
-        return "pushed" if tip in _remote_tips(repository, task.branch) else "present"
-    return "merged" if _merged(repository, task.commit) else "deleted"
+    if tip is not None and tip != task.commit:
+        return _moved(repository, task, tip)
+    if _merged(repository, task.key, task.commit):
+        return "merged"
+    if tip is None:
+        return "deleted"
+    return "pushed" if tip in _remote_tips(repository, task.branch) else "present"
 
 
 def _moved(repository: UserRepository, task: TaskSummary, tip: str) -> BranchState:
@@ -63,20 +70,22 @@ def _remote_tips(repository: UserRepository, branch: str) -> set[str]:
     return tips
 
 
-def _merged(repository: UserRepository, commit: str) -> bool:
-    """The commit is an ancestor of HEAD (merged, fast-forwarded), or `git cherry` finds its patch there (cherry-
-    picked, rebased, squashed alone). A commit git no longer has is not merged as far as anyone can tell."""
-    try:
-        repository.git.run("cat-file", "-e", f"{commit}^{{commit}}")
-    except GitError:
-        return False
-    try:
-        repository.git.run("merge-base", "--is-ancestor", commit, "HEAD")
-        return True
-    except GitError:
-        pass
-    try:
-        cherry = repository.git.run("cherry", "HEAD", commit, f"{commit}^")
-    except GitError:
-        return False
-    return cherry.decode().startswith("-")
+def _merged(repository: UserRepository, key: str | None, commit: str) -> bool:
+    """Looked for where a night looks (the default branch: a remote's HEAD as last fetched, else the checked-out
+    branch) and in the checked-out branch (merged here, not pushed yet); never in a branch of refactor-agent's (one
+    checked out to try it holds its commit). A check git cannot answer, or a commit it no longer has, is not
+    merged as far as anyone can tell."""
+    targets: dict[str, DefaultBranch] = {}
+    for read in (default_branch, checked_out_branch):
+        try:
+            target = read(repository.git)
+        except (NightError, GitError):
+            continue
+        targets.setdefault(target.commit, target)
+    for target in targets.values():
+        try:
+            if find_merge(repository.git, key, [commit], target) is not None:
+                return True
+        except GitError:
+            continue
+    return False

@@ -35,7 +35,8 @@ def test_night_after_night_each_task_keeps_one_branch(tmp_path: Path, monkeypatc
         assert git(fixture.repo, "rev-parse", f"{branch}^").strip() == main_1  # one commit on the base
     assert all(fate == "waiting" for fate in fixture.fates().values())
     assert git(fixture.repo, "log", "-1", "--format=%B", STABLE[T3]).count("Refactor-Agent-Task: nightly/t-") == 1
-    (since,) = json.loads((_latest_run(fixture.runs) / "summary.json").read_text())["fates"]
+    run_1 = _latest_run(fixture.runs)
+    (since,) = json.loads((run_1 / "summary.json").read_text())["fates"]
     assert (since["new"], since["previous_base"]) == (list(STABLE.values()), None)
 
     # Between nights: T1 squash-merged under its PR's title (its trailers lost), T2's branch deleted (discarded),
@@ -129,6 +130,14 @@ def test_night_after_night_each_task_keeps_one_branch(tmp_path: Path, monkeypatc
     assert [line.split() for line in shown[shown.index("branches now:") + 1 :]] == [
         [STABLE[T3], "present"],
         [STABLE[T4], "present"],
+    ]
+    # Night 1's run the morning after night 2: T1's branch is still there, squash-merged (the night retired it).
+    shown = _review(run_1.name, "--runs-dir", str(fixture.runs)).splitlines()
+    assert [line.split(maxsplit=1) for line in shown[shown.index("branches now:") + 1 :]] == [
+        [STABLE[T1], "merged"],
+        [STABLE[T2], "deleted"],
+        [STABLE[T3], "moved by a later night's rebase"],
+        [STABLE[T4], "replaced by a later night's result"],
     ]
 
     notified = tmp_path / "notified"

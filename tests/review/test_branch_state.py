@@ -1,5 +1,6 @@
-"""A task branch's state in a real repository: present, pushed, merged (fast-forward, cherry-picked), deleted, moved
-outside refactor-agent; and none for a task that made no commit."""
+"""A task branch's state in a real repository: present, pushed, merged (fast-forward, cherry-picked, squash-merged
+with the branch still there, here or on the remote), deleted, moved outside refactor-agent; and none for a task that
+made no commit."""
 
 from __future__ import annotations
 
@@ -73,11 +74,34 @@ def _move(repo: Path) -> None:
     git(repo, "branch", "-q", "-f", BRANCH, "main")
 
 
+def _squash(repo: Path) -> None:
+    """A pull request squash-merged under its title: a new commit, the branch left where it was."""
+    git(repo, "merge", "--squash", "-q", BRANCH)
+    git(repo, "commit", "-q", "-m", "Rename (#7)")
+
+
+def _squash_on_the_remote(repo: Path, tmp_path: Path) -> None:
+    """Squash-merged on the remote and fetched (origin/HEAD, the default branch a night reads), not pulled."""
+    _push(repo, tmp_path)
+    _squash(repo)
+    git(repo, "push", "-q", "origin", "main")
+    git(repo, "remote", "set-head", "origin", "main")
+    git(repo, "reset", "-q", "--hard", "HEAD~1")
+
+
+def _check_out(repo: Path) -> None:
+    """The task branch checked out to try it: HEAD holds its commit, which merges nothing."""
+    git(repo, "checkout", "-q", BRANCH)
+
+
 CASES = {
     "present": (lambda repo, tmp: None, "present"),
     "pushed": (_push, "pushed"),
     "merged by fast-forward": (lambda repo, tmp: _merge_fast_forward(repo), "merged"),
     "cherry-picked": (lambda repo, tmp: _cherry_pick(repo), "merged"),
+    "squash-merged, the branch kept": (lambda repo, tmp: _squash(repo), "merged"),
+    "squash-merged on the remote, the branch kept": (_squash_on_the_remote, "merged"),
+    "checked out": (lambda repo, tmp: _check_out(repo), "present"),
     "deleted": (lambda repo, tmp: _delete(repo), "deleted"),
     "moved outside": (lambda repo, tmp: _move(repo), "moved outside refactor-agent"),
 }
