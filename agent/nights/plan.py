@@ -94,8 +94,12 @@ def record_store(
     known: dict[TaskKey, TaskRecord],
     run_id: str,
     log: Callable[[str], None],
+    *,
+    read_only: bool = False,
 ) -> RecordStore:
-    return RecordStore(runs_dir, record_key(repo), safe_git, night=night, known=known, written_by=run_id, log=log)
+    return RecordStore(
+        runs_dir, record_key(repo), safe_git, night=night, known=known, written_by=run_id, log=log, read_only=read_only
+    )
 
 
 def fresh_record(night: str, config: RunConfig, spec: TaskSpec, branch: str, run_id: str) -> TaskRecord:
@@ -217,6 +221,8 @@ def _repo_plan(
     run_id: str,
     options: dict[str, bool],
     log: Callable[[str], None],
+    *,
+    plan_only: bool,
 ) -> tuple[RepoPlan, RecordStore, list[tuple[RunConfig, TaskSpec]], dict[TaskKey, TaskRecord]]:
     name = str(night.name)
     default = default_branch(safe_git)
@@ -227,7 +233,7 @@ def _repo_plan(
         key: fresh_record(name, config, spec, wanted_branch(name, spec), run_id)
         for key, (config, spec) in wanted.items()
     }
-    store = record_store(night.runs_dir, repo, safe_git, name, known, run_id, log)
+    store = record_store(night.runs_dir, repo, safe_git, name, known, run_id, log, read_only=plan_only)
     record = store.load()
     # A name another task has (any fate), or a branch of ours without a record (not ours: left alone).
     taken = {task.branch for task in record.tasks.values()}
@@ -318,7 +324,9 @@ def plan_night(
     plans, stores, runs, fresh = [], {}, [], {}
     for path, entries in by_repo.items():
         safe_git = user_git(repos[path], hooks_dir)
-        plan, store, repo_runs, known = _repo_plan(night, path, entries, repos[path], safe_git, run_id, choices, log)
+        plan, store, repo_runs, known = _repo_plan(
+            night, path, entries, repos[path], safe_git, run_id, choices, log, plan_only=options.plan_only
+        )
         plans.append(plan)
         fresh.update(known)
         stores[str(path)] = store

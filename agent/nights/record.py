@@ -3,8 +3,9 @@
 Written whole (agent/record/atomic.py) under a file lock (fcntl, held for milliseconds) and a thread lock (a
 fleet's threads): the night that writes it also holds the repository lock, so two nights never write it at once,
 and `review` takes only the file lock. Read without a lock (the file is always whole). A missing or unparsable file
-is rebuilt from git (the unparsable one kept beside it); a record of a newer version is refused, never overwritten.
-Every ref move is written to `pending` first (agent/nights/publish.py) and settled from git at the next load."""
+is rebuilt from git (the unparsable one kept beside it; `night --plan`'s store only reads it so); a record of a
+newer version is refused, never overwritten. Every ref move is written to `pending` first (agent/nights/publish.py)
+and settled from git at the next load."""
 
 from __future__ import annotations
 
@@ -46,8 +47,10 @@ class RecordStore:
         known: dict[TaskKey, TaskRecord],
         written_by: str,
         log: Callable[[str], None],
+        read_only: bool = False,
     ) -> None:
-        """`known`: tonight's tasks as a new record would hold them (for a rebuild)."""
+        """`known`: tonight's tasks as a new record would hold them (for a rebuild). `read_only`: `night --plan`'s,
+        which is never updated: an unparsable record is read as rebuilt and said so, nothing kept or written."""
         self.path = record_path(runs_dir, key)
         self.directory = self.path.parent
         self.git = git
@@ -55,6 +58,7 @@ class RecordStore:
         self.known = known
         self.written_by = written_by
         self.log = log
+        self.read_only = read_only
         self.said_unreadable = False
 
     def load(self) -> TaskRecordFile:
@@ -102,10 +106,13 @@ class RecordStore:
                 self.path.rename(kept)
             branches = counted(len(record.tasks), "branch", "branches")
             if not self.said_unreadable:  # once: the planning reads it, then its first update renames it
-                self.log(
-                    f"task record {self.path} did not parse ({what}): rebuilt from {branches}; "
-                    f"the old file is kept as {kept.name}"
+                done = (
+                    f"read as rebuilt from {branches}; --plan writes nothing (the night will rebuild it and keep "
+                    "the old file beside it)"
+                    if self.read_only
+                    else f"rebuilt from {branches}; the old file is kept as {kept.name}"
                 )
+                self.log(f"task record {self.path} did not parse ({what}): {done}")
                 self.said_unreadable = True
             return record
 

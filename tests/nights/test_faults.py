@@ -23,6 +23,15 @@ def test_a_record_that_does_not_parse_is_rebuilt_the_old_one_kept_beside_and_the
     path.write_text('{"version": 1, "tasks": {')  # cut short
     tip = fixture.branches()[UNITS]
 
+    plan = fixture.night("--plan", tasks=(T3,))
+    assert plan.exit_code == 0, plan.output
+    assert [line for line in plan.output.splitlines() if "did not parse" in line] == [
+        f"task record {path} did not parse (JSONDecodeError): read as rebuilt from 1 branch; --plan writes nothing "
+        "(the night will rebuild it and keep the old file beside it)"
+    ]
+    assert sorted(path.parent.glob(f"{path.name}*")) == [path]  # nothing kept beside: the plan wrote nothing
+    assert path.read_text() == '{"version": 1, "tasks": {'
+
     second = fixture.night(tasks=(T3,))
     assert second.exit_code == 0, second.output
     said = [line for line in second.output.splitlines() if "did not parse" in line]

@@ -86,6 +86,31 @@ def test_an_unparsable_record_is_rebuilt_from_the_branches_and_kept_beside(tmp_p
     assert TaskRecordFile.model_validate_json(store.path.read_bytes()).tasks[KEY].tip == tip
 
 
+def test_an_unparsable_record_read_for_a_plan_is_read_as_rebuilt_and_nothing_is_written(tmp_path: Path) -> None:
+    repo, safe, _store, lines = setup(tmp_path)
+    tip = commit_on(repo, BRANCH, f"Add units\n\nRefactor-Agent-Run: r1\nRefactor-Agent-Task: {KEY}")
+    store = RecordStore(
+        tmp_path / "runs",
+        "repo-1",
+        safe,
+        night="nightly",
+        known={KEY: fresh()},
+        written_by="plan",
+        log=lines.append,
+        read_only=True,
+    )
+    store.directory.mkdir(parents=True)
+    store.path.write_text('{"version": 1, "tasks": ')
+    assert store.load().tasks[KEY].tip == tip
+    assert store.load().tasks[KEY].tip == tip
+    assert sorted(store.directory.iterdir()) == [store.path]
+    assert store.path.read_text() == '{"version": 1, "tasks": '
+    assert lines == [  # once
+        f"task record {store.path} did not parse (JSONDecodeError): read as rebuilt from 1 branch; --plan writes "
+        "nothing (the night will rebuild it and keep the old file beside it)"
+    ]
+
+
 def test_a_record_of_a_newer_version_is_refused_and_left_untouched(tmp_path: Path) -> None:
     _repo, _safe, store, _lines = setup(tmp_path)
     store.directory.mkdir(parents=True)
