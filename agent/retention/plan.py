@@ -23,7 +23,13 @@ from agent.review.records import ReviewError
 from agent.review.repository import UserRepository, user_repository
 from agent.safety.printable import counted
 from agent.server.kv_store import KVCacheStore
-from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, SCRATCH_PREFIX, remove_run_scratch, stale_scratch
+from agent.worktree.leftovers import (
+    BUILD_SCRATCH_PREFIX,
+    HOOKS_SCRATCH_PREFIX,
+    SCRATCH_PREFIX,
+    remove_run_scratch,
+    stale_scratch,
+)
 from agent.worktree.safe_git import GitError
 from sandbox.errors import SandboxError
 
@@ -154,7 +160,12 @@ def _history(collection: Collection, keep: int, repositories: Repositories) -> N
 
 
 def _scratch(collection: Collection, root: Path | None) -> None:
-    for prefix, what in ((SCRATCH_PREFIX, "a run"), (BUILD_SCRATCH_PREFIX, "an environment build")):
+    kinds = (
+        (SCRATCH_PREFIX, "a run"),
+        (BUILD_SCRATCH_PREFIX, "an environment build"),
+        (HOOKS_SCRATCH_PREFIX, "a command's hooks folder"),
+    )
+    for prefix, what in kinds:
         for directory, record in stale_scratch(root=root, prefix=prefix):
             if not collection.dry_run:
                 remove_run_scratch(directory, record.git_dir)

@@ -42,7 +42,7 @@ from agent.safety.printable import counted
 from agent.server.api import is_embedded
 from agent.server.paths import default_kv_cache_dir
 from agent.settings.runs_dir import runs_dir_to_read
-from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, build_scratch, sweep_run_scratch
+from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, HOOKS_SCRATCH_PREFIX, build_scratch, sweep_run_scratch
 from agent.worktree.workspace import WorkspaceError, open_repository
 
 ON_FINISH_TIMEOUT_S = 600
@@ -52,7 +52,7 @@ def execute(night: NightConfig, *, view: RunView, resume: str | None = None, opt
     """`options`: a named night's (`night --plan`, `--only failed`, `--retry discarded`)."""
     if night.name is not None:  # before anything is created
         try:
-            with build_scratch() as hooks:
+            with build_scratch(prefix=HOOKS_SCRATCH_PREFIX) as hooks:
                 refuse_a_second_night_file(night, hooks)
         except NightError as error:
             view.error(str(error))
@@ -71,7 +71,7 @@ def _print_plan(night: NightConfig, options: PlanOptions, view: RunView) -> int:
     """`night --plan`: the decisions, with no lock taken and nothing written (it works while a night runs)."""
     try:
         repos = {path: open_repository(path) for path in night.repositories()}
-        with build_scratch() as hooks:
+        with build_scratch(prefix=HOOKS_SCRATCH_PREFIX) as hooks:
             planned = plan_night(night, repos, "plan", hooks_dir=hooks, options=options, log=view.log)
     except (WorkspaceError, NightError) as error:
         view.error(str(error))
@@ -93,7 +93,7 @@ def _execute(night: NightConfig, *, view: RunView, resume: str | None, options: 
         for lock, path in zip(locks, prepared.repos, strict=True):
             lock.acquire(path, view.log)
         # Owned and swept like a build's scratch: a kill -9 leaves it to the next run, never for good.
-        with build_scratch() as hooks:
+        with build_scratch(prefix=HOOKS_SCRATCH_PREFIX) as hooks:
             return _locked(night, prepared, run_id, view=view, resume=resume is not None, tonight=(options, hooks))
     except LockHeld as held:
         view.error(str(held))
@@ -123,6 +123,7 @@ def _locked(
     swept = sweep_run_scratch(prefix=BUILD_SCRATCH_PREFIX)
     if swept:
         view.log(f"removed the scratch directories of {counted(swept, 'environment build')} that did not finish")
+    sweep_run_scratch(prefix=HOOKS_SCRATCH_PREFIX)  # killed commands' empty hooks folders: nothing to tell the user
     servers: dict[str, object] = {"server_url": prepared.server_url}
     if prepared.fleet is not None:  # the servers that answered; the run's record names only those
         servers["servers"] = prepared.fleet

@@ -11,7 +11,9 @@ git wrote in them) are deleted, no git command runs; the worktrees themselves (m
 read, only deleted without following symlinks.
 
 An environment build's scratch directory (the committed tree it builds from, its tools and the egress proxy's
-socket) carries the same kind of owner record, without a git directory: it holds no worktree.
+socket) carries the same kind of owner record, without a git directory: it holds no worktree. So does a command's
+empty folder for git's hooks, under a name of its own: a run holds one from start to end, and its leftover is no
+environment build (a sweep counts those for the user).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from sandbox.owner import current_owner, owner_is_gone
 
 SCRATCH_PREFIX = "refactor-agent-run-"
 BUILD_SCRATCH_PREFIX = "refactor-agent-env-"
+HOOKS_SCRATCH_PREFIX = "refactor-agent-hooks-"
 OWNER_RECORD = "owner.json"
 # Our owner record and git's worktree records are a few hundred bytes: anything larger is not one of them.
 MAX_RECORD_BYTES = 64 * 1024
@@ -71,10 +74,11 @@ def remove_run_scratch(directory: Path, git_dir: Path | None) -> None:
 
 
 @contextlib.contextmanager
-def build_scratch(*, root: Path | None = None) -> Iterator[Path]:
-    """A scratch directory of this process (an environment build's, a run's empty hooks folder): mode 0700, owner
-    record first, removed when the block ends; a kill -9 leaves it to the next run's sweep."""
-    directory = Path(tempfile.mkdtemp(prefix=BUILD_SCRATCH_PREFIX, dir=root))
+def build_scratch(*, root: Path | None = None, prefix: str = BUILD_SCRATCH_PREFIX) -> Iterator[Path]:
+    """A scratch directory of this process (an environment build's; with HOOKS_SCRATCH_PREFIX a command's empty
+    hooks folder): mode 0700, owner record first, removed when the block ends; a kill -9 leaves it to the next run's
+    sweep."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
     (directory / OWNER_RECORD).write_text(ScratchOwner(owner=current_owner()).model_dump_json(), encoding="utf-8")
     try:
         yield directory
@@ -148,7 +152,7 @@ def stale_scratch(*, root: Path | None = None, prefix: str = SCRATCH_PREFIX) -> 
 
 def sweep_run_scratch(*, root: Path | None = None, prefix: str = SCRATCH_PREFIX) -> int:
     """Remove the scratch directories (and worktrees) of runs whose process has ended, or with BUILD_SCRATCH_PREFIX
-    those of environment builds; returns how many."""
+    (HOOKS_SCRATCH_PREFIX) those of environment builds (hooks folders); returns how many."""
     stale = stale_scratch(root=root, prefix=prefix)
     for directory, record in stale:
         remove_run_scratch(directory, record.git_dir)

@@ -48,6 +48,12 @@ def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_
     done, after = resume(tmp_path, run_dir, [FINISH])
     assert done.returncode == 0, done.stdout
     assert "resuming run" in done.stdout
+    # What the kill left is said as what it was: the task's worktree; no environment was built (as_is), and the
+    # killed run's empty hooks folder is no build's. A reboot took both with the temporary directory.
+    swept = [line for line in done.stdout.splitlines() if line.startswith("removed ")]
+    worktrees = "removed the worktrees of 1 earlier run that did not finish (their branches are kept)"
+    assert swept == ([] if reboot else [worktrees])
+    assert not list((tmp_path / "scratch").glob("refactor-agent-*-*/owner.json"))  # each swept all the same
 
     held, first_after = before_kill[-1]["messages"], after[0]["messages"]
     # The conversation as it was (byte for byte: the server's cached prefix still matches), then the restart.

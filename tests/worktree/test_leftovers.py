@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from agent.cli import app
 from agent.worktree.leftovers import (
     BUILD_SCRATCH_PREFIX,
+    HOOKS_SCRATCH_PREFIX,
     OWNER_RECORD,
     ScratchOwner,
     create_run_scratch,
@@ -54,6 +55,25 @@ def killed_run(repo: Path, root: Path) -> Path:
     return dead
 
 
+def killed_hooks_folder(root: Path) -> Path:
+    """The empty hooks folder a command killed with -9 held (named as such, not as an environment build's)."""
+    folder = Path(tempfile.mkdtemp(prefix=HOOKS_SCRATCH_PREFIX, dir=root))
+    gone = ScratchOwner(owner=f"{socket.gethostname()}:{os.getpid()}:0")
+    (folder / OWNER_RECORD).write_text(gone.model_dump_json())
+    return folder
+
+
+def test_a_killed_commands_hooks_folder_is_swept_under_its_own_name_not_as_an_environment_build(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "scratch"
+    root.mkdir()
+    hooks = killed_hooks_folder(root)
+    assert sweep_run_scratch(root=root, prefix=BUILD_SCRATCH_PREFIX) == 0
+    assert sweep_run_scratch(root=root, prefix=HOOKS_SCRATCH_PREFIX) == 1
+    assert not hooks.exists()
+
+
 def test_the_sweep_removes_runs_whose_process_is_gone_and_keeps_their_branches(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     root = tmp_path / "scratch"
@@ -84,13 +104,15 @@ def test_sandbox_sweep_removes_the_worktrees_of_killed_runs(tmp_path: Path, monk
     root = tmp_path / "scratch"
     root.mkdir()
     dead = killed_run(repo, root)
+    hooks = killed_hooks_folder(root)
     monkeypatch.setattr(tempfile, "tempdir", str(root))
 
     result = CliRunner().invoke(app, ["sandbox", "sweep"])
 
     assert result.exit_code == 0, result.output
     assert "scratch directories of 1 unfinished run" in result.output
-    assert not dead.exists() and listed_worktrees(repo) == [str(repo)]
+    assert "scratch directories of 0 unfinished environment builds" in result.output  # a hooks folder is none
+    assert not dead.exists() and not hooks.exists() and listed_worktrees(repo) == [str(repo)]
     git(repo, "branch", "-D", DEAD_BRANCH)
 
 
