@@ -35,6 +35,17 @@ _session_home = Path(tempfile.mkdtemp(prefix="refactor-agent-tests-"))
 atexit.register(shutil.rmtree, _session_home, ignore_errors=True)
 os.environ["XDG_STATE_HOME"] = str(_session_home / "state")
 
+# ... nor the user's cache: the packer's caches (token counts, outlines, symbols, churn, the estimator's
+# calibration) go under the session's $XDG_CACHE_HOME, so what a developer's runs learnt never changes what a test
+# sees, and the tests never fill the user's folder (several sessions at once never share one). Within a session
+# the tests still share it, as one user's runs do; no test counts on a cache warmed by an earlier session. pip's
+# wheel cache stays the user's (the wheel tests' setuptools, the bundle's dependencies: a cold one is the index),
+# and so does the llama-server wheel scripts/setup-llama.sh built (support/install_fixtures.py: the bundle's).
+from support.user_cache import USER_CACHE  # noqa: E402 - read before the session's cache replaces it
+
+os.environ.setdefault("PIP_CACHE_DIR", str(USER_CACHE / "pip"))
+os.environ["XDG_CACHE_HOME"] = str(_session_home / "cache")
+
 # The tests' own git commands (fixture repositories, a user's commits between nights) skip the housekeeping each
 # commit starts (`git maintenance run --auto`, a process per commit); the product's git drops GIT_CONFIG_* anyway.
 os.environ.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "maintenance.auto", "GIT_CONFIG_VALUE_0": "false"})

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from agent.packing import PackError, PackOptions, pack_repository
 from agent.packing.budget import context_budget
 from agent.packing.graph import build_graph
+from agent.packing.options import default_cache_dir
 from agent.packing.outline import MAX_OUTLINE_BYTES, MAX_PARSED_BYTES, extract_outline
 from agent.packing.rank import rank_files
 from agent.packing.render import MAX_SHOWN_LINE_CHARS
@@ -32,6 +33,7 @@ from agent.server.launcher import ServerState
 from support.pack_repos import commit_all, make_module_repo, make_planted_repo, tiered_repo
 from support.repos import make_repo
 from support.scripted_server import ScriptedServer, tokens_of
+from support.user_cache import USER_CACHE
 
 
 @pytest.fixture
@@ -908,3 +910,13 @@ def test_a_line_past_the_limit_is_shown_cut_and_the_file_says_so(tmp_path: Path,
     assert f"{long_line[:MAX_SHOWN_LINE_CHARS]}[... {len(long_line) - MAX_SHOWN_LINE_CHARS} more characters" in text
     assert f"{code}{long_line[:100]}" in text and '<file path="ok.py">\ny = 2\n</file>' in text
     assert len(text) < len(code) + 2 * MAX_SHOWN_LINE_CHARS
+
+
+def test_a_pack_on_the_default_cache_writes_the_sessions_folder_never_the_users(tmp_path: Path) -> None:
+    """conftest.py gives the session its own $XDG_CACHE_HOME: the packer's default cache (counts, outlines, churn,
+    the estimator's calibration) is not the user's, whose contents would change what a test sees."""
+    packed = pack_repository(make_repo(tmp_path / "repo"), PackOptions())
+    assert packed.stats.files_full == 5
+    folder = default_cache_dir()
+    assert not folder.is_relative_to(USER_CACHE)
+    assert (folder / "pack-cache.sqlite3").is_file()

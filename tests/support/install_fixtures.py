@@ -43,6 +43,7 @@ from sandbox.models import DEFAULT_IMAGE
 
 from support.namespaces import in_loopback_namespace
 from support.scripted_server import Reply, ScriptedServer
+from support.user_cache import USER_CACHE
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 PIP_TIMEOUT_S = 900  # a cold pip cache downloads the dependencies (numpy, tree-sitter's grammars, uv)
@@ -109,9 +110,11 @@ def bundle(built_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     client.images.get(DEFAULT_IMAGE).tag(tag)
     directory = tmp_path_factory.mktemp("bundle") / "bundle"
     try:
+        # The llama-server wheel is found where scripts/setup-llama.sh built it: the user's cache, not the session's.
         done = subprocess.run(
             [sys.executable, "-m", "agent", "bundle", directory, "--wheel", built_wheel, "--image", tag],
             cwd=SOURCE_ROOT, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False,
+            env={**os.environ, "XDG_CACHE_HOME": str(USER_CACHE)},
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         client.images.remove(tag)  # only the tag: the sandbox image keeps the layers
