@@ -57,19 +57,25 @@ class TimeUp(BaseException):
         self.reason = reason
 
 
+def wall_clock() -> float:
+    """Now, in epoch seconds (time.time()): the one reading of the clock the limits here make, so that a test of
+    the deadline can move the clock to it instead of waiting for it."""
+    return time.time()
+
+
 def grace_start(start: float, end: float) -> float:
-    """When the time-is-up message is due, for a task that may run from `start` until `end` (time.time())."""
+    """When the time-is-up message is due, for a task that may run from `start` until `end` (wall_clock())."""
     return end - min(GRACE_S, (end - start) / 4)
 
 
 def task_end(night: NightConfig, config: RunConfig) -> tuple[float, str] | None:
-    """When a task starting now must end (time.time()), and why: the night's deadline or its own --task-timeout,
+    """When a task starting now must end (wall_clock()), and why: the night's deadline or its own --task-timeout,
     the earlier."""
     ends = []
     if night.deadline_at is not None:
         ends.append((night.deadline_at.timestamp(), "deadline"))
     if config.task_timeout_s is not None:
-        ends.append((time.time() + config.task_timeout_s, f"--task-timeout {format_duration(config.task_timeout_s)}"))
+        ends.append((wall_clock() + config.task_timeout_s, f"--task-timeout {format_duration(config.task_timeout_s)}"))
     return min(ends) if ends else None
 
 
@@ -77,7 +83,7 @@ def skip_reason(night: NightConfig) -> str | None:
     """Why a task must not start now (less than --min-task-time before the night's deadline), or None."""
     if night.deadline_at is None:
         return None
-    left = night.deadline_at.timestamp() - time.time()
+    left = night.deadline_at.timestamp() - wall_clock()
     if left < night.min_task_time_s:
         return (
             f"deadline: {format_duration(left)} left at {now_iso()}, less than --min-task-time "
@@ -90,12 +96,12 @@ def time_notice(end: float | None) -> Callable[[], str | None]:
     """The loop's notice: once, the time-is-up message when the task is within its grace period."""
     if end is None:
         return lambda: None
-    due = grace_start(time.time(), end)
+    due = grace_start(wall_clock(), end)
     sent = False
 
     def notice() -> str | None:
         nonlocal sent
-        if sent or time.time() < due:
+        if sent or wall_clock() < due:
             return None
         sent = True
         return TIME_UP_MESSAGE
@@ -104,7 +110,7 @@ def time_notice(end: float | None) -> Callable[[], str | None]:
 
 
 def time_limit(end: float, reason: str) -> contextlib.AbstractContextManager[None]:
-    """Within: TimeUp(reason) at `end` (time.time()), or at once when it has passed; in any thread."""
+    """Within: TimeUp(reason) at `end` (wall_clock()), or at once when it has passed; in any thread."""
     if threading.current_thread() is threading.main_thread():
         return _alarm(end, reason)
     return _Watchdog(end, reason)
@@ -123,7 +129,7 @@ def _alarm(end: float, reason: str) -> Iterator[None]:
     """The main thread's limit: SIGALRM. An enclosing limit that falls earlier is left to fire; a later one is
     re-armed on the way out."""
     outer_delay = signal.getitimer(signal.ITIMER_REAL)[0]
-    outer_end = time.time() + outer_delay if outer_delay else None
+    outer_end = wall_clock() + outer_delay if outer_delay else None
     if outer_end is not None and outer_end <= end:
         yield
         return
@@ -133,14 +139,14 @@ def _alarm(end: float, reason: str) -> Iterator[None]:
         raise TimeUp(reason)
 
     previous = signal.signal(signal.SIGALRM, _expire)
-    signal.setitimer(signal.ITIMER_REAL, max(0.001, end - time.time()))
+    signal.setitimer(signal.ITIMER_REAL, max(0.001, end - wall_clock()))
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         if outer_end is not None:
-            signal.setitimer(signal.ITIMER_REAL, max(0.001, outer_end - time.time()))
+            signal.setitimer(signal.ITIMER_REAL, max(0.001, outer_end - wall_clock()))
 
 
 # Guards the watchdogs' state and `_sent`: a watchdog's timer sends TimeUp only while the `with` has not been left.
@@ -169,7 +175,7 @@ class _Watchdog:
                 super().__init__(reason)
 
         self.expired = Expired
-        self.timer = threading.Timer(max(0.0, end - time.time()), self._expire)
+        self.timer = threading.Timer(max(0.0, end - wall_clock()), self._expire)
         self.timer.daemon = True
 
     def __enter__(self) -> None:

@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import agent.run.command
 from agent.cli import app
 from agent.dispatch.fleet import FleetDispatch
 from agent.protocol.config import LLMConfig, NightConfig, RunConfig
+from agent.protocol.events import Event
 from agent.protocol.records import RunSummary
 from agent.record.journal import RunJournal
 from agent.run.compose import build_run
@@ -28,6 +30,7 @@ from agent.run.interrupt import stop_signals
 from agent.run.run import Run
 
 from support.cli_runs import read_run
+from support.limits import HeldLimits, moved_clock
 from support.llama_fixtures import free_port
 from support.local_sandbox import LocalSandboxes
 from support.repos import SAMPLE_FILES, make_repo
@@ -35,9 +38,11 @@ from support.scripted_model import ScriptedModel
 from support.scripted_server import Die, Reply, ScriptedServer
 
 TASKS = {"alpha": "Add the alpha module", "beta": "Add the beta module"}
-# Limits long enough for a task to start and write its file on a loaded machine, short enough for the tier.
-TASK_TIMEOUT_S = 8
-DEADLINE_S = 20
+# The limits' tests do not wait for a task to get its work done in time: a limit that falls first stops its task
+# once the task is in flight (support/limits.py), so the limits are as short as their messages allow.
+TASK_TIMEOUT_S = 1
+# Far enough for any task to start however slow the machine: the test moves the limits' clock to it.
+DEADLINE_S = 3600
 MIN_TASK_TIME_S = 10
 
 
@@ -76,7 +81,7 @@ def fleet_run(tmp_path: Path, repo: Path, urls: list[str], events: list, **llm: 
     return run, dispatch
 
 
-def run_night(night: NightConfig, run_id: str, events: list) -> RunSummary:
+def run_night(night: NightConfig, run_id: str, observe: Callable[[Event], None]) -> RunSummary:
     """The night over the fleet of its first entry's servers, in this process."""
     run = build_run(
         night,
@@ -85,7 +90,7 @@ def run_night(night: NightConfig, run_id: str, events: list) -> RunSummary:
         model=ScriptedModel([]),  # each task gets its own model on the fleet
         server_url=night.repos[0].llm.fleet[0],
         journal=RunJournal(night.runs_dir, run_id),
-        observe=events.append,
+        observe=observe,
         dispatch=FleetDispatch(night.repos[0].llm),
     )
     try:
@@ -94,9 +99,14 @@ def run_night(night: NightConfig, run_id: str, events: list) -> RunSummary:
         run.journal.close()
 
 
-def endless(key: str) -> Reply:
-    """A request the server keeps prefilling for ten minutes, streaming its progress."""
-    return Reply(tool_calls=[("finish", {"summary": f"Add pkg/{key}.py"})], prefill_chunks=6000, prefill_interval_s=0.1)
+def endless(key: str, arrived: Callable[[], None] | None = None) -> Reply:
+    """A request the server keeps prefilling for ten minutes, streaming its progress; `arrived` runs when it comes."""
+    return Reply(
+        tool_calls=[("finish", {"summary": f"Add pkg/{key}.py"})],
+        prefill_chunks=6000,
+        prefill_interval_s=0.1,
+        before=arrived,
+    )
 
 
 def test_the_task_of_a_server_that_dies_moves_to_the_other_server(tmp_path: Path) -> None:
@@ -195,7 +205,7 @@ def test_a_night_of_two_repositories_over_two_servers_prepares_each_repository_o
             runs_dir=tmp_path / "runs",
         )
         events: list = []
-        summary = run_night(night, "fleet-night", events)
+        summary = run_night(night, "fleet-night", events.append)
     assert [(task.repo, task.status) for task in summary.tasks] == [(str(repos[key]), "committed") for key in TASKS]
     assert sorted(record.repo for record in summary.environments) == sorted(str(path) for path in repos.values())
     assert len([event for event in events if event.type == "environment"]) == 2, "one environment per repository"
@@ -207,8 +217,10 @@ def test_a_task_over_its_time_limit_on_a_fleet_is_timed_out_with_its_work_while_
     tmp_path: Path,
 ) -> None:
     repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
-    scripts = {TASKS["alpha"]: [create("alpha"), endless("alpha")], TASKS["beta"]: [create("beta"), finish("beta")]}
-    with ScriptedServer(scripts=scripts) as first, ScriptedServer(scripts=scripts) as second:
+    limits = HeldLimits()  # alpha's limit stops it once it has written its file and waits on the server
+    alpha_steps = [create("alpha"), endless("alpha", arrived=limits.in_flight.set)]
+    scripts = {TASKS["alpha"]: alpha_steps, TASKS["beta"]: [create("beta"), finish("beta")]}
+    with ScriptedServer(scripts=scripts) as first, ScriptedServer(scripts=scripts) as second, limits:
         llm = LLMConfig(servers=[first.url, second.url])
         night = NightConfig(  # per-task settings: a group of its own for the task with a limit
             repos=[
@@ -217,7 +229,7 @@ def test_a_task_over_its_time_limit_on_a_fleet_is_timed_out_with_its_work_while_
             ],
             runs_dir=tmp_path / "runs",
         )
-        summary = run_night(night, "fleet-timeout", [])
+        summary = run_night(night, "fleet-timeout", lambda _event: None)
     alpha, beta = summary.tasks
     assert (alpha.status, beta.status, beta.verdict) == ("timed_out", "committed", "verified")
     assert alpha.reason.startswith(f"--task-timeout {TASK_TIMEOUT_S}s: stopped at ")
@@ -231,26 +243,40 @@ def test_a_task_over_its_time_limit_on_a_fleet_is_timed_out_with_its_work_while_
     assert summary.exit_code == 1
 
 
-def test_at_the_deadline_a_fleet_stops_its_tasks_in_flight_and_skips_those_that_cannot_start(tmp_path: Path) -> None:
+def test_at_the_deadline_a_fleet_stops_its_tasks_in_flight_and_skips_those_that_cannot_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
     tasks = {**TASKS, "gamma": "Add the gamma module"}
-    scripts = {text: [create(key), endless(key)] for key, text in tasks.items()}
-    with ScriptedServer(scripts=scripts) as first, ScriptedServer(scripts=scripts) as second:
+    limits = HeldLimits()  # the deadline stops alpha and beta once both have written their files
+    both_in_flight = threading.Barrier(2, action=limits.in_flight.set, timeout=120)
+    scripts = {text: [create(key), endless(key, arrived=both_in_flight.wait)] for key, text in tasks.items()}
+    deadline = datetime.now().astimezone() + timedelta(seconds=DEADLINE_S)
+    clock = moved_clock(monkeypatch)
+    # Two tasks start at once, with time to spare; once both have started, the clock is at the deadline, which falls
+    # while they hold their servers. The third one would start with less than --min-task-time left.
+    both_started = threading.Barrier(2, action=lambda: clock.move_to(deadline), timeout=120)
+
+    def observe(event: Event) -> None:
+        if event.type == "task_start":
+            both_started.wait()
+
+    with ScriptedServer(scripts=scripts) as first, ScriptedServer(scripts=scripts) as second, limits:
         llm = LLMConfig(servers=[first.url, second.url])
         night = NightConfig(
             repos=[RunConfig(repo=repo, tasks=list(tasks.values()), max_turns=10, llm=llm)],
             runs_dir=tmp_path / "runs",
-            # Two tasks start at once (10 s to spare) and hold their servers past the deadline; the third one would
-            # start with less than --min-task-time left.
-            deadline_at=datetime.now().astimezone() + timedelta(seconds=DEADLINE_S),
+            deadline_at=deadline,
             min_task_time_s=MIN_TASK_TIME_S,
         )
-        summary = run_night(night, "fleet-deadline", [])
+        started = time.monotonic()
+        summary = run_night(night, "fleet-deadline", observe)
     alpha, beta, gamma = summary.tasks
     assert [task.status for task in summary.tasks] == ["timed_out", "timed_out", "skipped"]
     assert all(task.reason.startswith("deadline: stopped at ") for task in (alpha, beta))
     assert gamma.reason.startswith("deadline: ") and f"less than --min-task-time {MIN_TASK_TIME_S}s" in gamma.reason
-    assert summary.wall_time_s < DEADLINE_S + 120, "the night ended soon after its deadline"
+    let_go_s = limits.released_at - started  # from then on the deadline could stop the tasks: both were in flight
+    assert summary.wall_time_s < let_go_s + 120, "the night ended soon after its deadline"
     user = git.Repo(repo)
     for task, key in zip((alpha, beta), tasks, strict=False):
         assert user.commit(task.branch).tree[f"pkg/{key}.py"].data_stream.read() == f"NAME = {key!r}\n".encode()

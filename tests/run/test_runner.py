@@ -126,11 +126,10 @@ def test_tasks_on_one_commit_run_the_baseline_once(tmp_path: Path) -> None:
 def test_the_suite_has_its_own_timeout_not_the_models_command_timeout(tmp_path: Path) -> None:
     """Issue 19: the gate ran the suite under the model's command timeout (600 s), so suites that take longer
     (Django's, typer's on a shared 2-core machine) never ran and every task was unverified."""
-    # Each run of the suite lasts longer than the command timeout, by the sleep alone (pytest's start-up aside).
-    repo = sample_repo(tmp_path, {"tests/conftest.py": "import time\n\ntime.sleep(0.75)\n"})
-    summary, events, _ = run(
-        tmp_path, repo, [BREAK, finish("Add perimeter")] + [finish("done")] * 2, command_timeout_s=0.5
-    )
+    # Each run of the suite lasts longer than the command timeout, by the sleep alone (pytest's start-up aside): the
+    # baseline, the gate's check and its re-run of the regressions (no repair round: each would run both again).
+    repo = sample_repo(tmp_path, {"tests/conftest.py": "import time\n\ntime.sleep(0.6)\n"})
+    summary, events, _ = run(tmp_path, repo, [BREAK, finish("Add perimeter")], command_timeout_s=0.5, repair_rounds=0)
     (baseline,) = [event for event in events if event.type == "baseline"]
     assert baseline.result == "2 passed, 1 failed"
     assert summary.tasks[0].verdict == "regressed"

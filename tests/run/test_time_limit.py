@@ -25,6 +25,7 @@ from agent.server.chat import OpenAIChatModel
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 
 from support.cli_runs import cli_command, start_cli
+from support.limits import HeldLimits
 from support.repos import make_repo
 from support.scripted_model import ScriptedModel, run_in_process
 from support.scripted_server import Hold, Reply, ScriptedServer, Stall, Step
@@ -141,12 +142,14 @@ def test_a_limit_that_falls_while_its_block_is_being_left_raises_nothing_then_or
 
 
 def test_in_a_worker_thread_the_limit_stops_a_model_request_the_server_is_still_prefilling() -> None:
-    endless = Reply(content="late", prefill_chunks=2000, prefill_interval_s=0.1)  # 200 s of prefill, streamed
-    with ScriptedServer([endless]) as server:
+    limits = HeldLimits()  # the limit has fallen when the request starts; it stops the request once the server has it
+    # 200 s of prefill, streamed
+    endless = Reply(content="late", prefill_chunks=2000, prefill_interval_s=0.1, before=limits.in_flight.set)
+    with ScriptedServer([endless]) as server, limits:
         model = OpenAIChatModel(LLMConfig(server_url=server.url, max_retries=0, idle_timeout_s=60))
 
         def request() -> None:
-            with time_limit(time.time() + 1, "--task-timeout 1s"):
+            with time_limit(time.time(), "--task-timeout 1s"):
                 model.complete(MESSAGES, [])
 
         started = time.monotonic()

@@ -8,6 +8,9 @@ import textwrap
 import threading
 from pathlib import Path
 
+import pytest
+
+import agent.server.slot_lock
 from agent.server.slot_lock import claim_slot
 
 URL = "http://127.0.0.1:8080/v1"
@@ -52,7 +55,8 @@ def test_another_server_has_slots_of_its_own(tmp_path: Path) -> None:
         holder.wait()
 
 
-def test_with_every_slot_taken_a_process_waits_for_one(tmp_path: Path) -> None:
+def test_with_every_slot_taken_a_process_waits_for_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent.server.slot_lock, "POLL_S", 0.05)  # it looks again often: ten times in the wait below
     holder = _hold_in_another_process(tmp_path, 1)
     got: list[int] = []
 
@@ -63,7 +67,7 @@ def test_with_every_slot_taken_a_process_waits_for_one(tmp_path: Path) -> None:
     waiter = threading.Thread(target=claim)
     try:
         waiter.start()
-        waiter.join(1.5)
+        waiter.join(0.5)
         assert waiter.is_alive() and not got, "the only slot is taken: it waits"
     finally:
         holder.kill()
