@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 # Kept: who commits are attributed to, and which of the user's own config files git reads. Every other GIT_*
 # variable is dropped (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, GIT_CONFIG_PARAMETERS ...).
@@ -100,14 +101,7 @@ class SafeGit:
     def read_capped(self, *args: str, max_bytes: int) -> CappedOutput:
         """stdout of a command that may print gigabytes: the first max_bytes are kept, the rest only counted."""
         with tempfile.TemporaryFile() as errors:
-            process = subprocess.Popen(
-                self.command(*args),
-                cwd=self.work_tree,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=errors,
-                env=_environment(None),
-            )
+            process = self._reading(args, errors)
             assert process.stdout is not None
             kept = bytearray()
             total = 0
@@ -123,6 +117,34 @@ class SafeGit:
             return CappedOutput(bytes(kept), total)
         cut = kept.rfind(b"\n", 0, max_bytes) + 1
         return CappedOutput(bytes(kept[:cut]), total)
+
+    def read_within(self, *args: str, max_bytes: int) -> bytes | None:
+        """stdout of a command that must succeed, or None when it is longer than max_bytes: git is stopped there,
+        the rest is never read (a blob of gigabytes costs what max_bytes does)."""
+        with tempfile.TemporaryFile() as errors:
+            process = self._reading(args, errors)
+            assert process.stdout is not None
+            with process.stdout:
+                data = process.stdout.read(max_bytes + 1)
+                if len(data) > max_bytes:
+                    process.kill()
+                    process.wait()
+                    return None
+            if process.wait() != 0:
+                errors.seek(0)
+                raise GitError(_failure(args, errors.read(64 * 1024)))
+        return data
+
+    def _reading(self, args: tuple[str, ...], errors: IO[bytes]) -> subprocess.Popen[bytes]:
+        """A git command whose stdout is read as it comes (a pipe), its stderr kept in `errors`."""
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=self.work_tree,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            env=_environment(None),
+        )
 
 
 def _failure(args: tuple[str, ...], stderr: bytes) -> str:

@@ -330,16 +330,20 @@ class Workspace:
         it would otherwise land in the user's .git whole), and repositories of their own (`git init` in a
         subdirectory), which git would add as a gitlink, or fail on when they have no commit. Second: the tracked
         ones among them, whose base version the index is to keep."""
-        listing = self.git.run(*exclude, "ls-files", "-z", "--others", "--exclude-standard", env=env)
-        modified = self.git.run("ls-files", "-z", "--modified", env=env)
+        # One listing of both, each name after its tag: "? " new (untracked, not ignored), "C " tracked and
+        # changed; the excludes apply to untracked names only.
+        listing = self.git.run(
+            *exclude, "ls-files", "-z", "-t", "--others", "--modified", "--exclude-standard", env=env
+        )
+        entries = [(entry[:2], entry[2:]) for entry in listing.split(b"\0") if entry]
         left_out: dict[bytes, str] = {}
         tracked = []
-        for name in filter(None, listing.split(b"\0")):
+        for name in (name for tag, name in entries if tag == b"? "):
             if name.endswith(b"/"):  # git lists a nested repository as a directory and does not look inside
                 left_out[name.rstrip(b"/")] = "a git repository of its own"
             elif (size := self._oversized(name)) is not None:
                 left_out[name] = f"{size} bytes, above the limit of {self.max_file_bytes}"
-        for name in filter(None, modified.split(b"\0")):  # a deleted file is listed too, and has no size
+        for name in (name for tag, name in entries if tag != b"? "):  # a deleted file is listed too, and has no size
             if name not in left_out and (size := self._oversized(name)) is not None:
                 left_out[name] = f"{size} bytes, above the limit of {self.max_file_bytes}: its base version is kept"
                 tracked.append(name)
@@ -467,11 +471,9 @@ class Workspace:
         """A file's bytes at the base commit ("before") or as staged now ("after"), from git's blobs (never from
         a path on the host); None when absent or larger than `limit`."""
         spec = f"{self.base_commit}:{path}" if which == "before" else f":{path}"
-        try:
-            if int(self.git.run("cat-file", "-s", spec)) > limit:
-                return None
-            return self.git.run("cat-file", "blob", spec)
-        except (GitError, ValueError):
+        try:  # one git process, whether the blob is there, too large or small enough
+            return self.git.read_within("cat-file", "blob", spec, max_bytes=limit)
+        except GitError:
             return None
 
     def commit(self, message: str, trailers: dict[str, str]) -> str | None:

@@ -108,6 +108,26 @@ def test_the_diff_stat_lists_new_and_changed_files_and_leaves_the_models_index_a
         workspace.remove()
 
 
+def test_a_file_is_read_from_the_base_commit_or_as_staged_and_never_past_the_limit(tmp_path: Path) -> None:
+    workspace = create(make_repo(tmp_path / "repo"), "read")
+    try:
+        base = (workspace.path / "pkg/geometry.py").read_bytes()
+        (workspace.path / "pkg/geometry.py").write_text("def area(w, h):\n    return w * h\n")
+        (workspace.path / "pkg/new.py").write_text("NEW = 1\n")
+        (workspace.path / "pkg/large.py").write_bytes(b"#" * 5000)
+        assert workspace.changed_paths() == ["pkg/geometry.py", "pkg/large.py", "pkg/new.py"]
+        assert workspace.file_at("pkg/geometry.py", "before", limit=4096) == base
+        assert workspace.file_at("pkg/geometry.py", "after", limit=4096) == b"def area(w, h):\n    return w * h\n"
+        assert workspace.file_at("pkg/new.py", "before", limit=4096) is None
+        assert workspace.file_at("pkg/new.py", "after", limit=8) == b"NEW = 1\n"
+        assert workspace.file_at("pkg/new.py", "after", limit=7) is None
+        assert workspace.file_at("pkg/large.py", "after", limit=4096) is None
+        assert workspace.file_at("pkg", "after", limit=4096) is None  # a directory, not a file
+        assert workspace.file_at("missing.py", "after", limit=4096) is None
+    finally:
+        workspace.remove()
+
+
 def test_slug_is_safe_for_branch_names() -> None:
     assert task_slug("Rename `foo()` → bar, everywhere!!") == "rename-foo-bar-everywhere"
     assert task_slug("???") == "task"
