@@ -44,16 +44,18 @@ def _git(repo_dir: Path, *args: str) -> bytes:
 def ensure_work_tree(repo_dir: Path) -> None:
     if not repo_dir.is_dir():
         raise PackError(f"{repo_dir} is not a directory")
+    # One git for both answers, a line each: "true" inside a work tree, then the prefix (empty at the top level;
+    # everything after the first line, as a folder's name may hold a newline).
     probe = subprocess.run(
-        ["git", "-C", str(repo_dir), "rev-parse", "--is-inside-work-tree"],
+        ["git", "-C", str(repo_dir), "rev-parse", "--is-inside-work-tree", "--show-prefix"],
         capture_output=True,
         check=False,
         stdin=subprocess.DEVNULL,
     )
-    if probe.returncode != 0 or probe.stdout.strip() != b"true":
+    inside, _, prefix = probe.stdout.partition(b"\n")
+    if probe.returncode != 0 or inside.strip() != b"true":
         raise PackError(f"{repo_dir} is not inside a git work tree")
-    prefix = _git(repo_dir, "rev-parse", "--show-prefix").strip()
-    if prefix:
+    if prefix.strip():
         raise PackError(f"{repo_dir} is a subdirectory of a git repository; pass its top level")
 
 

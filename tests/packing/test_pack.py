@@ -115,6 +115,10 @@ def test_empty_repository_and_bad_input(tmp_path: Path, cache_dir: Path) -> None
     assert packed.stats.files_listed == 0
     with pytest.raises(PackError, match="not inside a git work tree"):
         pack_repository(tmp_path, PackOptions(cache_dir=cache_dir))
+    for name in ("sub", "\n"):  # a folder's name that is a newline is a prefix all the same
+        (empty / name).mkdir()
+        with pytest.raises(PackError, match="is a subdirectory of a git repository"):
+            pack_repository(empty / name, PackOptions(cache_dir=cache_dir))
     with pytest.raises(PackError, match="not a directory"):
         pack_repository(tmp_path / "missing", PackOptions(cache_dir=cache_dir))
 
