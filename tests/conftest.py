@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 pytest_plugins = ["support.llama_fixtures", "support.install_fixtures"]
 # One copy of the interpreter's bytecode for every local sandbox of the session, its CLI child processes included
 # (support/local_sandbox.py; their TMPDIR is a test's own).
-from support.local_sandbox import BYTECODE_ENV, bytecode_path  # noqa: E402 - support/ is importable from here on
+from support.local_sandbox import BYTECODE_ENV, ZYGOTE_ENV, bytecode_path, stop_zygote  # noqa: E402 - support/ is importable from here on
 
 os.environ.setdefault(BYTECODE_ENV, str(bytecode_path()))
 
@@ -34,6 +34,14 @@ os.environ.setdefault(BYTECODE_ENV, str(bytecode_path()))
 _session_home = Path(tempfile.mkdtemp(prefix="refactor-agent-tests-"))
 atexit.register(shutil.rmtree, _session_home, ignore_errors=True)
 os.environ["XDG_STATE_HOME"] = str(_session_home / "state")
+# The session's pytest zygote, for the gate's runs in local sandboxes (support/pytest_zygote.py): started by the
+# first sandbox of the session's processes, stopped when the session ends.
+os.environ[ZYGOTE_ENV] = f"{os.getpid()}:{_session_home / 'zygote.sock'}"
+
+
+def pytest_sessionfinish() -> None:
+    stop_zygote()
+
 
 # ... nor the user's cache: the packer's caches (token counts, outlines, symbols, churn, the estimator's
 # calibration) go under the session's $XDG_CACHE_HOME, so what a developer's runs learnt never changes what a test

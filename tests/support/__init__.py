@@ -3,6 +3,7 @@
 - scripted_server.py: an OpenAI-compatible server that plays scripted replies and streams like llama-server;
 - scripted_model.py: the same replies as an in-process ChatModel, and a run of the pipeline with it;
 - local_sandbox.py: sandboxes without Docker: commands as host subprocesses in the worktree;
+- pytest_zygote.py, zygote_client.py: their `python3 -m pytest`, forked from a server that imported pytest once;
 - local_cli.py: the real CLI with those sandboxes, for tests that run it as a process (kill -9, resume), forked
   from a server that imported it once;
 - cli_runs.py: the CLI as a process of its own, and what a run leaves;

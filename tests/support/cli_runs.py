@@ -16,6 +16,7 @@ from agent.protocol.events import parse_event
 from agent.record.journal import run_directories
 from sandbox import LABEL, docker_client
 
+from support.local_sandbox import zygote_socket
 from support.scripted_server import ScriptedServer
 
 
@@ -55,6 +56,7 @@ def cli_environment(scratch: Path) -> dict[str, str]:
     """The CLI's environment: its scratch directories under `scratch` (TMPDIR); PYTHONPATH names the code under
     test, which the CLI's working directory (scratch's parent) does not."""
     scratch.mkdir(exist_ok=True)
+    zygote_socket()  # for the CLI's local sandboxes, which find it through the environment
     root = Path(__file__).resolve().parents[2]
     return {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
 

@@ -10,7 +10,8 @@ interpreter's libraries (pytest and rope, as the image has them; not refactor-ag
 fresh PYTHONPYCACHEPREFIX (no bytecode of the model's is ever read), in which the interpreter would compile pytest
 and the standard library again at every run (two seconds each); an image's interpreter could bring that bytecode
 along, and here a fresh prefix starts with links to the interpreter's own (bytecode_template), never with any of the
-worktree's."""
+worktree's. `python3 -m pytest` starts in the session's pytest zygote (support/pytest_zygote.py), with pytest imported:
+its import was most of the CPU time of the gate's runs of small suites."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ import contextlib
 import hashlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -106,8 +109,20 @@ if [[ -n "$prefix" && ! -e "$prefix" ]]; then
     cp -al {template}/. "$prefix" 2>/dev/null ||
         {{ rm -rf "$prefix" && mkdir -p "$prefix" && cp -a {template}/. "$prefix"; }}
 fi
+# `python3 -m pytest ...` starts in the session's pytest zygote, with pytest imported (support/pytest_zygote.py).
+if [[ "${{1:-}}" == -m && "${{2:-}}" == pytest && -S {zygote} ]]; then
+    exec {python} -I -S {client} {zygote} {python} "$@"
+fi
 exec {python} "$@"
 """
+# The session's pytest zygote: "PID:SOCKET", the session's process and where the zygote listens (tests/conftest.py
+# sets it; the CLI's child processes inherit it).
+ZYGOTE_ENV = "REFACTOR_AGENT_TESTS_ZYGOTE"
+_SUPPORT = Path(__file__).parent
+_CLIENT = _SUPPORT / "zygote_client.py"
+_LOCALE = {"LANG": "C.UTF-8"}  # the sandbox's, and the zygote's: a run in another locale is declined
+_started: list[subprocess.Popen] = []  # kept: never collected as a child still running
+_starting = threading.Lock()
 
 
 def bytecode_path() -> Path:
@@ -158,13 +173,75 @@ def sandbox_python() -> Path:
     return python
 
 
+def _zygote_address() -> tuple[int, Path] | None:
+    value = os.environ.get(ZYGOTE_ENV)
+    if not value:
+        return None
+    owner, _, path = value.partition(":")
+    return int(owner), Path(path)
+
+
+def zygote_socket() -> Path | None:
+    """Where the session's pytest zygote listens; None outside a test session. The session's process starts it, at
+    its first local sandbox or CLI process (support/cli_runs.py): its child, whose CPU time counts as the session's
+    (and its runs' with it)."""
+    address = _zygote_address()
+    if address is None:
+        return None
+    owner, path = address
+    with _starting:
+        if owner != os.getpid() or _started:
+            return path  # if it ended, its clients exec the interpreter
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(path))
+            listener.listen(64)
+            home = path.parent
+            environment = {**_LOCALE, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
+            environment.update(TMPDIR=str(home), PYTHONNOUSERSITE="1", PYTHONPYCACHEPREFIX=str(bytecode_template()))
+            command = [str(sandbox_python()), str(_SUPPORT / "pytest_zygote.py"), str(owner), str(listener.fileno())]
+            log = (home / "zygote.log").open("ab")
+            with log:
+                _started.append(
+                    subprocess.Popen(
+                        command,
+                        cwd="/",
+                        env=environment,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=log,
+                        pass_fds=(listener.fileno(),),
+                        start_new_session=True,
+                    )
+                )
+    return path
+
+
+def stop_zygote() -> None:
+    """The session's zygote ends, and the runs it forked with it (the session's end)."""
+    address = _zygote_address()
+    if address is None or address[0] != os.getpid():  # the session's process stops it
+        return
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.connect(str(address[1]))
+        connection.sendall(bytes(8))  # an empty request
+        connection.recv(1)  # its end
+    for process in _started:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def python_folder(home: Path) -> Path:
     """A folder with `python3` and `python` for the sandbox's commands (see _WRAPPER)."""
     folder = home / "bin"
     folder.mkdir()
+    zygote = zygote_socket() or "/nonexistent"  # outside a test session: the interpreter, always
+    text = _WRAPPER.format(template=bytecode_template(), python=sandbox_python(), client=_CLIENT, zygote=zygote)
     for name in ("python3", "python"):
         wrapper = folder / name
-        wrapper.write_text(_WRAPPER.format(template=bytecode_template(), python=sandbox_python()))
+        wrapper.write_text(text)
         wrapper.chmod(0o755)
     return folder
 
@@ -176,7 +253,7 @@ def sandbox_environment(home: Path) -> dict[str, str]:
     # The image's pytest (Debian's) has no plugins; this interpreter's has the tests' own (pytest-timeout, anyio's,
     # platformdirs'), whose loading is 40 % of a small suite's start-up, at every gate run.
     environment = {
-        "HOME": str(home), "TMPDIR": str(home), "LANG": "C.UTF-8", "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(home), "TMPDIR": str(home), **_LOCALE, "GIT_CONFIG_NOSYSTEM": "1",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }  # fmt: skip
     return {**environment, "PATH": os.pathsep.join(folders)}

@@ -1,0 +1,131 @@
+"""The local sandbox of the tests without Docker (support/local_sandbox.py): its `python3 -m pytest` starts in the
+session's pytest zygote, and what the gate reads of a run is what the interpreter itself would have given."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from agent.gate.suite import run_suite
+
+from support.cli_runs import processes_under, wait_for
+from support.local_sandbox import ZYGOTE_ENV, LocalExecutor, sandbox_environment
+from support.repos import make_repo
+
+# What a run starts with, as a test of the suite writes it down (to the file DUMP names).
+STATE_TEST = """import json, os, signal, site, sys, resource, __main__, pytest
+
+def test_state():
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
+        forked = b"pytest_zygote" in parent.read()
+    streams = [
+        (s.encoding, s.errors, s.line_buffering, s.buffer.raw.name, s.mode, type(s.buffer).__name__, s.fileno())
+        for s in (sys.__stdin__, sys.__stdout__, sys.__stderr__)
+    ]
+    state = {
+        "forked": forked, "path": sys.path, "argv": sys.argv, "orig_argv": sys.orig_argv, "flags": str(sys.flags),
+        "pycache_prefix": sys.pycache_prefix, "dont_write_bytecode": sys.dont_write_bytecode, "cwd": os.getcwd(),
+        "environment": dict(os.environ), "umask": os.umask(0o22), "streams": streams, "stdin": sys.stdin.read(),
+        "main": sorted(vars(__main__)), "executable": sys.executable, "cached": pytest.__cached__,
+        "ignored": [n for n in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP) if signal.getsignal(n) == signal.SIG_IGN],
+        "files": resource.getrlimit(resource.RLIMIT_NOFILE), "descriptors": sorted(os.listdir("/proc/self/fd")),
+        "user_site": site.USER_SITE, "session": os.getsid(0) == os.getpid(),
+    }
+    with open(os.environ["DUMP"], "w") as dump:
+        json.dump(state, dump)
+"""
+# The first line of the tests below: the run is the zygote's child (otherwise they would test the interpreter).
+FORKED = "import os\nassert b'pytest_zygote' in open(f'/proc/{os.getppid()}/cmdline', 'rb').read()\n"
+# As the gate runs a suite: no user site-packages (a run without is declined: the zygote's flags have it).
+PYTHON = "export PYTHONNOUSERSITE=1 && python3"
+# PYTHONPATH with a relative entry, an empty one (the working directory) and one twice.
+SETUP = "export PYTHONPATH=.:src::./src/ && ulimit -n 512 && umask 027 && trap '' QUIT && "
+RUN = 'echo typed | DUMP="$HOME/state.json" python3 -m pytest -q -s -p no:cacheprovider tests/test_state.py 3</dev/null'
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = make_repo(tmp_path / "repo")
+    (repo / "tests" / "test_state.py").write_text(STATE_TEST)
+    return repo
+
+
+def _executor(repo: Path, home: Path) -> LocalExecutor:
+    home.mkdir()
+    return LocalExecutor(repo, sandbox_environment(home), report_dir=home / "report")
+
+
+@pytest.fixture
+def sandbox(repo: Path, tmp_path: Path) -> Iterator[LocalExecutor]:
+    executor = _executor(repo, tmp_path / "sandbox")
+    yield executor
+    executor.close()
+
+
+def _state(executor: LocalExecutor, home: Path) -> dict:
+    result = run_suite(executor, SETUP + RUN, timeout_s=120)
+    assert result.outcomes == {"tests/test_state.py::test_state": "passed"}, result.output_tail
+    return json.loads((home / "state.json").read_text().replace(str(home), "HOME"))
+
+
+def test_a_run_forked_by_the_zygote_starts_as_the_interpreter_would_have(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    forked = _state(_executor(repo, tmp_path / "forked"), tmp_path / "forked")
+    monkeypatch.delenv(ZYGOTE_ENV)  # this sandbox's python3 finds no zygote: it execs the interpreter
+    started = _state(_executor(repo, tmp_path / "started"), tmp_path / "started")
+    assert forked.pop("forked") and not started.pop("forked")
+    # Bash exports `_`, the last command's path: the wrapper's, or the interpreter's it execs.
+    forked["environment"].pop("_", None)
+    started["environment"].pop("_", None)
+    assert forked.pop("session") and not started.pop("session"), "a forked run is a process group of its own"
+    assert forked == started
+    # pytest's rootdir first (prepend import mode), then the working directory, PYTHONPATH's, the interpreter's.
+    assert started["path"][:4] == [str(repo / "tests"), str(repo), str(repo), str(repo / "src")]
+    assert started["stdin"] == "typed\n" and started["umask"] == 0o027 and started["files"][0] == 512
+
+
+def test_a_suite_that_hangs_ends_when_its_command_is_killed_with_what_it_started(
+    repo: Path, sandbox: LocalExecutor
+) -> None:
+    """At a timeout the executor kills the command's process group (as closing the sandbox does, here once the
+    suite hangs): the forked run is in a group of its own, which the zygote kills when the client dies."""
+    (repo / "tests" / "test_hangs.py").write_text(
+        f"{FORKED}import pathlib, subprocess, time\n\n"
+        "def test_hangs():\n    subprocess.Popen(['sleep', '300'])\n"
+        "    pathlib.Path('hanging').touch()\n    time.sleep(300)\n"
+    )
+    with ThreadPoolExecutor(max_workers=1) as threads:
+        running = threads.submit(run_suite, sandbox, "python3 -m pytest -q tests/test_hangs.py", timeout_s=600)
+        wait_for((repo / "hanging").exists, "the suite to hang")
+        sandbox.close()
+        run = running.result(timeout=60)
+    assert not run.ran and run.exit_code == -signal.SIGKILL
+    wait_for(lambda: not processes_under(repo), "the run and its sleep to be killed", timeout_s=30)
+
+
+def test_what_a_run_left_running_ends_when_the_sandbox_closes(repo: Path, sandbox: LocalExecutor) -> None:
+    (repo / "tests" / "test_leaves.py").write_text(
+        f"{FORKED}import subprocess\n\n"
+        "def test_leaves():\n    subprocess.Popen(['sleep', '300'], stdout=subprocess.DEVNULL)\n"
+    )
+    result = sandbox.execute(f"{PYTHON} -m pytest -q -p no:cacheprovider tests/test_leaves.py", timeout_s=120)
+    assert result.exit_code == 0 and not result.timed_out
+    assert processes_under(repo, "sleep 300"), "it outlives the run, as it would outlive the interpreter"
+    sandbox.close()
+    wait_for(lambda: not processes_under(repo, "sleep 300"), "what the run left to be killed", timeout_s=30)
+
+
+@pytest.mark.parametrize(
+    ("test", "status"),
+    [("assert False", 1), ("pass", 0), ("os.kill(os.getpid(), signal.SIGTERM)", 128 + signal.SIGTERM)],
+)
+def test_the_shell_sees_the_run_end_as_it_ended(repo: Path, sandbox: LocalExecutor, test: str, status: int) -> None:
+    (repo / "tests" / "test_ends.py").write_text(f"{FORKED}import signal\n\ndef test_ends():\n    {test}\n")
+    result = sandbox.execute(f"{PYTHON} -m pytest -q -p no:cacheprovider tests/test_ends.py; echo status $?")
+    assert result.output.splitlines()[-1] == f"status {status}"
