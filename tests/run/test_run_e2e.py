@@ -328,7 +328,8 @@ def test_a_sandbox_container_removed_mid_task_is_replaced_and_the_task_goes_on(t
     def remove_while_sleeping() -> None:
         def watch() -> None:
             container = task_container()
-            wait_for(lambda: "sleep" in json.dumps(container.top()), "the command to start")
+            # "sleep 60", not "sleep": the container's own process is `sleep infinity`, there before the command.
+            wait_for(lambda: "sleep 60" in json.dumps(container.top()), "the command to start")
             remove(container)
 
         threading.Thread(target=watch, daemon=True).start()
