@@ -175,8 +175,14 @@ class OpenAIChatModel:
         self._clock = clock
         # Our own retry loop counts and logs retries; the SDK's would hide them. httpx applies the timeout to each
         # read, so it is the idle timeout: prefill progress chunks and tokens reset it, a silent server trips it.
+        # TLS settings only for https, as api.http_client builds them: the CA bundle was 20 ms of each client, and
+        # a redirect met on plain HTTP is no safer verified.
         self._client = openai.OpenAI(
-            base_url=config.server_url, api_key="sk-no-key-required", max_retries=0, timeout=config.idle_timeout_s
+            base_url=config.server_url,
+            api_key="sk-no-key-required",
+            max_retries=0,
+            timeout=config.idle_timeout_s,
+            http_client=openai.DefaultHttpxClient(verify=config.server_url.startswith("https://")),
         )
 
     def _streamed(self) -> dict[str, Any]:
