@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from agent.packing.cache import ContentCache
-from agent.packing.listing import ListedPath, modified_paths
+from agent.packing.listing import ListedPath
 from agent.packing.options import PackError
 
 COMMIT_MARK = b"\x01"
@@ -89,7 +89,8 @@ class ChurnOrder:
     def __init__(self, cache_dir: Path) -> None:
         self._cache = ContentCache(cache_dir / "churn.sqlite", "churn")
 
-    def ages(self, repo_dir: Path, commit: str | None, paths: Iterable[str]) -> dict[str, int]:
+    def ages(self, repo_dir: Path, commit: str | None, paths: Iterable[str], modified: set[bytes]) -> dict[str, int]:
+        """`modified`: listing.modified_paths of the repository, whose files count as just changed."""
         wanted = set(paths)
         if commit is None:
             return {}
@@ -100,7 +101,7 @@ class ChurnOrder:
             # Paths the walk never met (untracked ones) are remembered too, so a warm run walks nothing.
             cached.update(dict.fromkeys(wanted - cached.keys(), NEWEST))
             self._cache.put(commit, cached)
-        changed = {ListedPath(raw=raw, mode=None).display for raw in modified_paths(repo_dir)}
+        changed = {ListedPath(raw=raw, mode=None).display for raw in modified}
         return {path: NEWEST if path in changed else cached.get(path, NEWEST) for path in wanted}
 
     def close(self) -> None:

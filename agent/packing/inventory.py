@@ -25,7 +25,7 @@ from agent.packing.classify import (
     unreadable,
     verdict,
 )
-from agent.packing.listing import SYMLINK_MODE, ListedPath, modified_paths
+from agent.packing.listing import SYMLINK_MODE, ListedPath
 from agent.packing.workers import LazyPool
 
 FACTS_TABLE = "facts_v1"  # bump when ContentFacts or its heuristics change
@@ -86,18 +86,19 @@ def take_inventory(
     repo_dir: Path,
     listed: list[ListedPath],
     linguist: dict[bytes, str],
+    modified: set[bytes],
     flags: SelectionFlags,
     cache_dir: Path,
     extract: Callable[[TextFile, bytes], Extracted] | None = None,
     meanwhile: Callable[[], object] | None = None,
 ) -> Inventory[Extracted]:
-    """extract(file, bytes) sees every text file this run had to read, so later phases need not read it again.
+    """`modified`: listing.modified_paths of the repository. extract(file, bytes) sees every text file this run had
+    to read, so later phases need not read it again.
 
     Files are read on all cores, so extract's result must be picklable. meanwhile() runs in this process while
     the workers read (when there is anything to read): the caller's chance to prepare the next phase with a
     core that would otherwise wait.
     """
-    modified = modified_paths(repo_dir)
     cache = ContentCache(cache_dir / "pack-cache.sqlite3", FACTS_TABLE)
     context = _ReadContext(repo_dir, flags, extract, [])
     pool = LazyPool(_read_and_judge, context)

@@ -16,7 +16,7 @@ from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_
 from agent.packing.full_costs import FullCosts
 from agent.packing.inventory import take_inventory
 from agent.packing.languages import language_for
-from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths
+from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths, modified_paths
 from agent.packing.options import PackError, PackOptions, resolved_cache_dir
 from agent.packing.render import RENDERING, Renderer, renderer_for
 from agent.packing.repomap import Outlines, Rankings, SymbolCollector, symbols_of
@@ -231,6 +231,7 @@ class _Packer:
         self.renderer = renderer_for(options.format)
         self.ages: dict[str, int] = {}  # commits since each file last changed; empty: shown in path order
         self.bands: dict[str, int] = {}  # rank bands, when the repository does not fit
+        self.modified: set[bytes] = set()  # tracked paths whose file may differ from the index, listed once
         self._paths: list[str] = []  # of the files listed, once a selection is made
         self._candidates: list[Candidate] | None = None  # in rank order, kept across selection rounds
         self.stats = PackStats(
@@ -251,7 +252,8 @@ class _Packer:
             with timed(self.stats, "order"):
                 order = ChurnOrder(self.cache_dir)
                 try:
-                    self.ages = order.ages(self.repo_dir, self.stats.commit, [text_file.path for text_file in files])
+                    paths = [text_file.path for text_file in files]
+                    self.ages = order.ages(self.repo_dir, self.stats.commit, paths, self.modified)
                 finally:
                     order.close()
         with timed(self.stats, "count"):
@@ -353,6 +355,8 @@ class _Packer:
             self.stats.commit = head_commit(self.repo_dir)
             listed = list_paths(self.repo_dir, include_untracked=self.options.include_untracked)
             linguist = linguist_attributes(self.repo_dir, listed) if not self.options.include_generated else {}
+            # Once per pack: the inventory trusts no index blob of these, the churn order counts them as just changed.
+            self.modified = modified_paths(self.repo_dir)
         flags = SelectionFlags(
             include_generated=self.options.include_generated,
             include_secrets=self.options.include_secrets,
@@ -361,7 +365,9 @@ class _Packer:
         with timed(self.stats, "read"):
             extract = symbols_of if collector is not None else None
             prefetch = _import_ranking if collector is not None and len(listed) >= PREFETCH_MIN_FILES else None
-            inventory = take_inventory(self.repo_dir, listed, linguist, flags, self.cache_dir, extract, prefetch)
+            inventory = take_inventory(
+                self.repo_dir, listed, linguist, self.modified, flags, self.cache_dir, extract, prefetch
+            )
             if collector is not None:
                 collector.keep(inventory.extracted)
             return inventory.files, inventory.excluded
