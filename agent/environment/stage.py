@@ -30,10 +30,24 @@ from sandbox.image import ensure_suite_image
 
 COLLECT_TIMEOUT_S = 300
 ENV_BUILD_LOG = "env-build.log"
-_COLLECTED = re.compile(r"(\d+) tests? collected|collected (\d+) items?")
+# pytest's count, last line first: "N tests collected", or "S/N tests collected (D deselected)" when a conftest or
+# -k/-m deselects some (click's conftest deselects 31,000 of 33,016), and in its header "collected N items" with
+# "/ S selected" then: the tests that run are the S selected.
+_COLLECTED = re.compile(
+    r"(?:(?P<selected_of>\d+)/)?(?P<tests>\d+) tests? collected"
+    r"|collected (?P<items>\d+) items?(?:.* / (?P<selected>\d+) selected)?"
+)
 PLAN_ERRORS = (CommittedFileError, DetectionError, DevcontainerError)
 
 Log = Callable[[str], None]
+
+
+def collected_count(lines: list[str]) -> int | None:
+    """The tests pytest's --collect-only output says will run; None when it says no number."""
+    found = next((match for line in reversed(lines) if (match := _COLLECTED.search(line))), None)
+    if found is None:
+        return None
+    return int(found["selected_of"] or found["tests"] or found["selected"] or found["items"])
 
 
 def collect_tests(
@@ -51,8 +65,7 @@ def collect_tests(
         timeout = min(COLLECT_TIMEOUT_S, seconds)
         result = sandbox.execute(f"{test_command} --collect-only -p no:cacheprovider", timeout_s=timeout)
     lines = [line for line in result.output.splitlines() if line.strip()]
-    found = next((match for line in reversed(lines) if (match := _COLLECTED.search(line))), None)
-    collected = int(found.group(1) or found.group(2)) if found else None
+    collected = collected_count(lines)
     if result.exit_code == 0:
         return collected, ""
     last = lines[-1][:300] if lines else "no output"

@@ -1,0 +1,50 @@
+"""The environment stage's count of the tests a suite collects, read from pytest's own --collect-only output (the
+host's pytest, run for real on a tiny project), deselected tests left out as pytest leaves them out."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.environment.stage import collected_count
+
+# Deselects every test whose name ends in "_slow", the way click's conftest deselects 31,000 of its 33,016.
+CONFTEST = """
+def pytest_collection_modifyitems(config, items):
+    slow = [item for item in items if item.name.endswith("_slow")]
+    config.hook.pytest_deselected(items=slow)
+    items[:] = [item for item in items if item not in slow]
+"""
+
+
+def collect_only(project: Path, *options: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider", *options],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [line for line in done.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("options", [(), ("-q",)], ids=["header and summary", "quiet: summary only"])
+@pytest.mark.parametrize("slow", [0, 3])
+def test_the_count_is_of_the_tests_that_run_not_of_those_deselected(
+    tmp_path: Path, options: tuple[str, ...], slow: int
+) -> None:
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    names = [f"test_{n}" for n in range(2)] + [f"test_{n}_slow" for n in range(slow)]
+    (tmp_path / "test_some.py").write_text("".join(f"def {name}():\n    pass\n\n\n" for name in names))
+    lines = collect_only(tmp_path, *options)
+    assert collected_count(lines) == 2, lines
+
+
+def test_the_header_alone_says_how_many_are_selected() -> None:
+    # What pytest prints first (non-quiet), should the summary line be cut off (a timeout, a crash).
+    assert collected_count(["collected 33016 items / 31000 deselected / 2016 selected", "<Module test_a.py>"]) == 2016
+    assert collected_count(["collected 7 items", "<Module test_a.py>"]) == 7
+    assert collected_count(["no tests ran", "ERROR: file or directory not found: nowhere"]) is None
