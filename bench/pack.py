@@ -1,14 +1,17 @@
 """Benchmark `refactor-agent pack` beside repomix and gitingest on real corpora, in one run.
 
     .venv/bin/python bench/pack.py [--server URL] [--corpus django --corpus sqlalchemy --corpus stdlib]
+    .venv/bin/python bench/pack.py --checkout CORPUS/click --checkout CORPUS/attrs   # real git checkouts
 
 Corpora are built offline-friendly: Django and SQLAlchemy source releases from PyPI (pip download, cached in
 bench/out/downloads), unpacked and committed as git repositories; the Python standard library of this machine
-copied likewise. repomix is installed with npm into bench/out/node, gitingest with pip into its own venv under
-bench/out. Every tool runs once per corpus under /usr/bin/time, which gives wall time and peak resident memory
-(the largest single process of the tree); refactor-agent's own stats add the packer's time without the
-interpreter's start-up and imports. refactor-agent runs cold (empty cache) and warm (cache filled), with
-a 1,000,000-token budget; offline its counts are estimates, with --server they come from the server's tokenizer.
+copied likewise. A --checkout is a project's own git checkout (bench/corpus.toml's), packed as it is, history,
+.gitattributes and all, named by its folder. repomix is installed with npm into bench/out/node, gitingest with
+pip into its own venv under bench/out. Every tool runs once per corpus under /usr/bin/time, which gives wall
+time and peak resident memory (the largest single process of the tree); refactor-agent's own stats add the
+packer's time without the interpreter's start-up and imports. refactor-agent runs cold (empty cache) and warm
+(cache filled), with a 1,000,000-token budget; offline its counts are estimates, with --server they come from the
+server's tokenizer.
 Writes bench/out/pack.json and prints a Markdown table.
 """
 
@@ -215,16 +218,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", help="llama-server URL for exact counts (default: offline estimates only)")
     parser.add_argument("--corpus", action="append", choices=["django", "sqlalchemy", "stdlib"])
+    parser.add_argument("--checkout", action="append", type=Path, default=[], help="a git checkout, packed as it is")
     parser.add_argument("--skip-peers", action="store_true", help="only refactor-agent")
     parser.add_argument("--skip-gitingest", action="store_true", help="refactor-agent and repomix only")
     arguments = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    corpora = arguments.corpus or ["django", "sqlalchemy", "stdlib"]
+    corpora = arguments.corpus or ([] if arguments.checkout else ["django", "sqlalchemy", "stdlib"])
     repomix_binary = None if arguments.skip_peers else ensure_repomix()
     gitingest_binary = None if arguments.skip_peers or arguments.skip_gitingest else ensure_gitingest()
     measurements: list[Measurement] = []
-    for corpus in corpora:
-        repo = stdlib_corpus() if corpus == "stdlib" else release_corpus(corpus)
+    built = [(corpus, stdlib_corpus() if corpus == "stdlib" else release_corpus(corpus)) for corpus in corpora]
+    for corpus, repo in built + [(checkout.resolve().name, checkout.resolve()) for checkout in arguments.checkout]:
         measurements += refactor_agent(corpus, repo, None)
         if arguments.server:
             measurements += refactor_agent(corpus, repo, arguments.server)
