@@ -24,7 +24,8 @@ from sandbox.suites import DEFAULT_SUITE, PYTHON_OF_SUITE, suite_of_image
 
 ROOTFS_REPOSITORY = "refactor-agent-sandbox-rootfs"
 ROOTFS_IMAGE = f"{ROOTFS_REPOSITORY}:{DEFAULT_SUITE}"
-BOOTSTRAP_PACKAGES = ("python3", "python3-pytest", "git", "bash", "coreutils", "procps")
+# less: the pager suites that page output run for real (click's echo_via_pager tests: 27 of its tests fail without).
+BOOTSTRAP_PACKAGES = ("python3", "python3-pytest", "git", "bash", "coreutils", "procps", "less")
 PROGRESS_EVERY_S = 20.0
 # Importing ~400 MB and building can take minutes on a loaded machine.
 BUILD_CLIENT_TIMEOUT_S = 1800

@@ -25,7 +25,7 @@ from sandbox.cli import sandbox_app
 from sandbox.image import ROOTFS_IMAGE, bootstrap_base_image, import_rootfs
 from sandbox.mirrors import DEBOOTSTRAP_DEFAULT_MIRROR, choose_mirror, configured_mirrors, mirror_hosts
 
-PACKAGE_CHECK = "python3 -m pytest --version && git --version && timeout --version && bash --version"
+PACKAGE_CHECK = "python3 -m pytest --version && git --version && timeout --version && bash --version && less --version"
 
 
 # --- no Docker needed ---
@@ -192,6 +192,7 @@ def test_the_bootstrapped_base_has_the_tools(client: docker.DockerClient, bootst
     assert "pytest 7" in output
     assert "git version 2" in output
     assert "GNU coreutils" in output
+    assert any(line.startswith("less ") for line in output.splitlines())  # the pager suites page through
 
 
 @pytest.fixture
@@ -231,4 +232,5 @@ def test_the_default_image_has_the_tools(client: docker.DockerClient) -> None:
     output = _run(client, DEFAULT_IMAGE, f"{PACKAGE_CHECK} && pwd")
     assert "pytest 7" in output
     assert "git version 2" in output
+    assert any(line.startswith("less ") for line in output.splitlines())
     assert output.splitlines()[-1] == "/workspace"
