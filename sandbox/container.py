@@ -184,7 +184,9 @@ class DockerSandbox:
                 mem_limit=self.limits.memory,
                 memswap_limit=self.limits.memory,
                 nano_cpus=int(cpus * 1e9),
-                tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.limits.tmp_size},mode=1777"},
+                # exec said outright: Docker mounts a tmpfs noexec unless told, and suites run programs they write
+                # to tmp_path (click's fake pagers: PermissionError). The workspace is executable anyway.
+                tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={self.limits.tmp_size},mode=1777"},
                 init=True,
             )
             self._container.start()

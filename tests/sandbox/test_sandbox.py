@@ -301,6 +301,13 @@ def test_container_is_confined(client: docker.DockerClient, sandbox: DockerSandb
 
 
 @pytest.mark.docker
+def test_a_program_written_to_tmp_runs(sandbox: DockerSandbox) -> None:
+    # As a suite's test does with tmp_path: click's fake pagers (Docker mounts a tmpfs noexec by default).
+    result = sandbox.execute("printf '#!/bin/sh\\necho ran\\n' > /tmp/pager && chmod +x /tmp/pager && /tmp/pager")
+    assert (result.exit_code, result.output) == (0, "ran\n")
+
+
+@pytest.mark.docker
 def test_a_task_sandbox_works_where_paths_hold_colons_and_commas(client: docker.DockerClient, tmp_path: Path) -> None:
     # As the runner mounts it: the worktree read-write, the repository's git directory read-only at its own path.
     repo = make_repo(tmp_path / "user:repo,one")
