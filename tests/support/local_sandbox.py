@@ -38,7 +38,9 @@ from sandbox import ExecResult, SandboxLimits
 
 
 class LocalExecutor:
-    """Commands as host subprocesses in `workspace`, in a process group of their own."""
+    """Commands as host subprocesses in `workspace`, in a process group of their own; without an `environment`, the
+    test process's, with the sandbox's interpreter as `python3` (a version manager's shim on PATH, pyenv's, took 60 ms
+    of each of the file tools' helper starts)."""
 
     def __init__(self, workspace: Path, environment: dict[str, str] | None = None, report_dir: Path | None = None):
         self.workspace = workspace
@@ -62,7 +64,7 @@ class LocalExecutor:
         process = subprocess.Popen(
             ["bash", "-c", command],
             cwd=self.workspace,
-            env=self.environment,
+            env=self.environment if self.environment is not None else _host_environment(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -171,6 +173,11 @@ def sandbox_python() -> Path:
         with contextlib.suppress(OSError):  # another process made it first: theirs is as good
             made.rename(home)
     return python
+
+
+def _host_environment() -> dict[str, str]:
+    folders = [str(sandbox_python().parent), os.environ.get("PATH", "/usr/bin:/bin")]
+    return {**os.environ, "PATH": os.pathsep.join(folders)}
 
 
 def _zygote_address() -> tuple[int, Path] | None:
