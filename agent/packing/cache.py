@@ -29,14 +29,24 @@ class ContentCache:
         private_dir(path.parent)
         self._table = table
         self._db = sqlite3.connect(path, timeout=30.0, check_same_thread=False)
-        self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        # The table is made by the first save(), in its transaction: a transaction of its own was a second commit
+        # (two fsyncs, most of a cold cache's writing time) for every table of a new cache file.
+        self._has_table = False
         self._pending: dict[str, str] = {}  # key -> JSON text
+
+    def _table_exists(self) -> bool:
+        """Whether the table is there (made by this cache's save(), another packer's or an earlier run's)."""
+        if not self._has_table:
+            query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+            self._has_table = self._db.execute(query, (self._table,)).fetchone() is not None
+        return self._has_table
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         unique = sorted(set(keys))
         found: dict[str, Any] = {}
-        for start in range(0, len(unique), LOOKUP_CHUNK):
-            chunk = unique[start : start + LOOKUP_CHUNK]
+        stored = unique if self._table_exists() else []
+        for start in range(0, len(stored), LOOKUP_CHUNK):
+            chunk = stored[start : start + LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
             query = f"SELECT key, value FROM {self._table} WHERE key IN ({marks})"
             found.update((key, _decoded(value)) for key, value in self._db.execute(query, chunk))
@@ -54,7 +64,13 @@ class ContentCache:
         if self._pending:
             rows = sorted(self._pending.items())
             with self._db:
+                # sqlite3 opens a transaction before an INSERT, not before a CREATE: the table is made in this one.
+                self._db.execute("BEGIN")
+                self._db.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self._table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                )
                 self._db.executemany(f"INSERT OR REPLACE INTO {self._table} (key, value) VALUES (?, ?)", rows)
+            self._has_table = True
             self._pending = {}
 
     def close(self) -> None:
