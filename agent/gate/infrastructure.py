@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from fnmatch import fnmatch
 from pathlib import PurePosixPath
+
+from agent.gate.reading import SIDES, ReadFiles
 
 PYTEST_CONFIG = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini")
 # At any depth: pytest's per-directory hooks and its configuration, nox's, Python's start-up hooks.
@@ -45,8 +47,6 @@ IGNORED_PATHSPECS = (
     *(f":(glob,exclude)**/{directory}/**" for directory in ENVIRONMENT_DIRECTORIES),
 )
 
-Read = Callable[[str, str], bytes | None]
-
 
 def _text(data: bytes | None) -> str:
     return data.decode("utf-8", errors="replace") if data is not None else ""
@@ -65,11 +65,11 @@ def _command_words(test_command: str) -> list[str]:
     return [os.path.normpath(word).removeprefix("./") for word in (*words, *values, *moved) if word]
 
 
-def _plugins(test_command: str, read: Read, changed: Iterable[str]) -> set[str]:
+def _plugins(test_command: str, read: ReadFiles, changed: Iterable[str]) -> set[str]:
     """Module names of the pytest plugins named in the command, the top-level configuration or a changed conftest."""
     conftests = [path for path in changed if PurePosixPath(path).name == "conftest.py"]
     texts = [test_command]
-    texts += [_text(read(path, side)) for path in {*_ROOT_CONFIG, *conftests} for side in ("before", "after")]
+    texts += [_text(data) for _, data in read((path, side) for path in {*_ROOT_CONFIG, *conftests} for side in SIDES)]
     names = {name for text in texts for name in _DASH_P.findall(text)}
     for text in texts:
         for declaration in _PYTEST_PLUGINS.findall(text):
@@ -83,16 +83,23 @@ def _module(path: str) -> str | None:
     return path.removeprefix("src/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
-def _mentions_pytest(path: str, read: Read) -> bool:
-    sides = [read(path, "before"), read(path, "after")]
+def _mentioning_pytest(paths: list[str], read: ReadFiles) -> set[str]:
+    """The shared configuration files among `paths` that mention pytest on either side of the change."""
+    sides: dict[str, list[bytes | None]] = {path: [] for path in paths}
+    for (path, _), data in read((path, side) for path in paths for side in SIDES):
+        sides[path].append(data)
     # Absent on both sides means larger than the read limit: not known to be harmless.
-    return all(side is None for side in sides) or any(b"pytest" in side for side in sides if side is not None)
+    return {
+        path
+        for path, both in sides.items()
+        if all(side is None for side in both) or any(b"pytest" in side for side in both if side is not None)
+    }
 
 
-def infrastructure_in(paths: Iterable[str], test_command: str | None, read: Read) -> list[str]:
+def infrastructure_in(paths: Iterable[str], test_command: str | None, read: ReadFiles) -> list[str]:
     """The paths among `paths` (changed or created by a task) that are test infrastructure for `test_command`.
 
-    `read(path, "before" | "after")` gives a file's bytes at the base commit and now, None where it is absent.
+    `read` gives files' bytes at the base commit ("before") and now ("after"), None where they are absent.
     """
     command = test_command or ""
     words = _command_words(command)
@@ -105,11 +112,12 @@ def infrastructure_in(paths: Iterable[str], test_command: str | None, read: Read
             or any(fnmatch(name, pattern) for pattern in ALWAYS_PATTERNS)
             or path in runner_files
             or path in words  # a runner script or a configuration file the command names: tests/runtests.py
-            or (name in SHARED_CONFIG and _mentions_pytest(path, read))
         )
 
     paths = sorted(set(paths))
-    found = [path for path in paths if by_name(path)]
+    shared = [path for path in paths if PurePosixPath(path).name in SHARED_CONFIG and not by_name(path)]
+    pytest_config = _mentioning_pytest(shared, read) if shared else set()
+    found = [path for path in paths if by_name(path) or path in pytest_config]
     modules = {path: module for path in paths if path not in found and (module := _module(path)) is not None}
     if modules:  # plugins cost a few reads: only when a changed module could be one
         plugins = _plugins(command, read, paths)

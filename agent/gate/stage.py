@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from agent.gate.baseline import BaselineCache
 from agent.gate.compare import compare, settle_flaky
 from agent.gate.infrastructure import infrastructure_in
+from agent.gate.reading import ReadFiles
 from agent.gate.results import SuiteRun
 from agent.gate.suite import rerun_selected, run_suite
 from agent.gate.syntax import syntax_regressions
@@ -20,7 +21,6 @@ from agent.protocol.events import Baseline, Event, GateEvent, GateStart
 from tools.base import Executor
 
 Emit = Callable[[Event], None]
-ReadFile = Callable[[str, str], bytes | None]
 
 
 @dataclass
@@ -76,7 +76,7 @@ class Gate:
         )
         return suite
 
-    def check(self, changed_paths: list[str], read: ReadFile, *, unstaged: Sequence[str] = ()) -> GateCheck:
+    def check(self, changed_paths: list[str], read: ReadFiles, *, unstaged: Sequence[str] = ()) -> GateCheck:
         """The suite again, compared with the baseline (new failures re-run once alone), and the parse check.
 
         `unstaged`: files the task made that the commit leaves out (ignored, too large); the suite reads them too,

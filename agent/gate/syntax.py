@@ -7,11 +7,10 @@ on the host, and are parsed only up to a size cap.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import tree_sitter
 import tree_sitter_language_pack
 
+from agent.gate.reading import ReadFiles
 from agent.packing.languages import language_for
 
 MAX_CHECKED_BYTES = 2 * 1024 * 1024
@@ -30,22 +29,23 @@ def _first_error(language: str, source: bytes) -> tree_sitter.Node | None:
     return root
 
 
-def syntax_regressions(paths: list[str], read: Callable[[str, str], bytes | None]) -> list[str]:
+def syntax_regressions(paths: list[str], read: ReadFiles) -> list[str]:
     """'path:line: does not parse' for each changed file that parsed at baseline and does not now.
 
-    `read(path, "before" | "after")` gives the file's bytes at the base commit and now, None where it is absent.
+    `read` gives files' bytes at the base commit ("before") and now ("after"), None where they are absent; each is
+    parsed as it comes, so one file at a time is held.
     """
+    languages = {path: language for path in paths if (language := language_for(path)) is not None}
+    errors: dict[str, int] = {}  # path -> the line of its first error now
+    for (path, _), after in read((path, "after") for path in languages):
+        if after is None or len(after) > MAX_CHECKED_BYTES:
+            continue
+        if (error := _first_error(languages[path], after)) is not None:
+            errors[path] = error.start_point[0] + 1
     broken: list[str] = []
-    for path in paths:
-        language = language_for(path)
-        after = read(path, "after") if language else None
-        if language is None or after is None or len(after) > MAX_CHECKED_BYTES:
-            continue
-        error = _first_error(language, after)
-        if error is None:
-            continue
-        before = read(path, "before")
+    for (path, _), before in read((path, "before") for path in errors) if errors else ():
+        language = languages[path]
         if before is not None and (len(before) > MAX_CHECKED_BYTES or _first_error(language, before) is not None):
             continue
-        broken.append(f"{path}:{error.start_point[0] + 1}: does not parse as {language} any more")
+        broken.append(f"{path}:{errors[path]}: does not parse as {language} any more")
     return broken

@@ -11,9 +11,12 @@ user's repository, global and system files, which the model cannot write (the sa
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import subprocess
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -30,6 +33,8 @@ KEPT_VARIABLES = (
     "GIT_CONFIG_NOSYSTEM",
 )
 READ_CHUNK_BYTES = 1024 * 1024
+# What `cat-file --batch-command` answers for an object it has: "<id> <type> <size>".
+_OBJECT_HEADER = re.compile(rb"(?P<id>[0-9a-f]{40}|[0-9a-f]{64}) (?P<type>[a-z]+) (?P<size>[0-9]+)")
 
 
 class GitError(Exception):
@@ -135,6 +140,45 @@ class SafeGit:
                 raise GitError(_failure(args, errors.read(64 * 1024)))
         return data
 
+    def read_blobs(self, specs: Iterable[str], *, max_bytes: int) -> Iterator[tuple[str, bytes | None]]:
+        """(spec, bytes) for each blob `specs` names (`<commit>:<path>`, `:<path>` for the index), as read_within
+        reads `cat-file blob <spec>`: None when it names no blob, or one larger than max_bytes. One git process for
+        them all (`cat-file --batch-command`), asked for a blob's contents only once its size is known to be within
+        the cap: a blob of gigabytes costs what a missing one does. Answers come one at a time as they are asked for,
+        so no more than one blob is held here at once."""
+        batch: subprocess.Popen[bytes] | None = None
+        try:
+            for spec in specs:
+                if "\n" in spec or "\r" in spec:  # not one line of the batch's input: a process of its own
+                    yield spec, self._blob(spec, max_bytes)
+                    continue
+                batch = batch or self._batch()
+                try:
+                    data = _batch_blob(batch, spec, max_bytes)
+                except _BatchGone:  # git gave up on this name (`HEAD:../x` dies, as `cat-file blob` does): next one
+                    _stop(batch)
+                    batch, data = None, None
+                yield spec, data
+        finally:
+            if batch is not None:
+                _stop(batch)
+
+    def _blob(self, spec: str, max_bytes: int) -> bytes | None:
+        try:  # one git process, whether the blob is there, too large or small enough
+            return self.read_within("cat-file", "blob", spec, max_bytes=max_bytes)
+        except GitError:
+            return None
+
+    def _batch(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            self.command("cat-file", "--batch-command"),
+            cwd=self.work_tree,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_environment(None),
+        )
+
     def _reading(self, args: tuple[str, ...], errors: IO[bytes]) -> subprocess.Popen[bytes]:
         """A git command whose stdout is read as it comes (a pipe), its stderr kept in `errors`."""
         return subprocess.Popen(
@@ -145,6 +189,54 @@ class SafeGit:
             stderr=errors,
             env=_environment(None),
         )
+
+
+class _BatchGone(Exception):
+    """The batch process ended or answered out of turn."""
+
+
+def _ask(batch: subprocess.Popen[bytes], command: bytes) -> bytes:
+    """One command to `cat-file --batch-command` (flushed: git answers each before reading the next) and the
+    header line of its answer."""
+    assert batch.stdin is not None and batch.stdout is not None
+    try:
+        batch.stdin.write(command + b"\n")
+        batch.stdin.flush()
+    except OSError:
+        raise _BatchGone from None
+    line = batch.stdout.readline()
+    if not line.endswith(b"\n"):
+        raise _BatchGone
+    return line[:-1]
+
+
+def _batch_blob(batch: subprocess.Popen[bytes], spec: str, max_bytes: int) -> bytes | None:
+    assert batch.stdout is not None
+    name = os.fsencode(spec)
+    header = _ask(batch, b"info " + name)
+    if header == name + b" missing" or header == name + b" ambiguous":
+        return None
+    found = _OBJECT_HEADER.fullmatch(header)
+    if found is None:
+        raise _BatchGone
+    if found["type"] != b"blob" or int(found["size"]) > max_bytes:
+        return None
+    if _ask(batch, b"contents " + found["id"]) != header:
+        raise _BatchGone
+    size = int(found["size"])
+    data = batch.stdout.read(size + 1)  # the blob, then the line end git puts after it
+    if len(data) != size + 1:
+        raise _BatchGone
+    return data[:size]
+
+
+def _stop(batch: subprocess.Popen[bytes]) -> None:
+    """End the batch: git exits at the end of its input (or on the closed pipe, mid-answer)."""
+    for pipe in (batch.stdin, batch.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # a write still buffered for a process that is gone
+                pipe.close()
+    batch.wait()
 
 
 def _failure(args: tuple[str, ...], stderr: bytes) -> str:

@@ -16,7 +16,7 @@ import stat
 import tempfile
 import threading
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import git
@@ -467,14 +467,16 @@ class Workspace:
         )
         return [os.fsdecode(name) for name in listing.split(b"\0") if name]
 
-    def file_at(self, path: str, which: str, *, limit: int) -> bytes | None:
-        """A file's bytes at the base commit ("before") or as staged now ("after"), from git's blobs (never from
-        a path on the host); None when absent or larger than `limit`."""
-        spec = f"{self.base_commit}:{path}" if which == "before" else f":{path}"
-        try:  # one git process, whether the blob is there, too large or small enough
-            return self.git.read_within("cat-file", "blob", spec, max_bytes=limit)
-        except GitError:
-            return None
+    def files_at(
+        self, wanted: Iterable[tuple[str, str]], *, limit: int
+    ) -> Iterator[tuple[tuple[str, str], bytes | None]]:
+        """For each (path, "before" | "after") asked for: the file's bytes at the base commit or as staged now, from
+        git's blobs (never from a path on the host), None when absent or larger than `limit`. One git process for
+        them all, each read as it is iterated."""
+        keys = list(wanted)
+        specs = [f"{self.base_commit}:{path}" if which == "before" else f":{path}" for path, which in keys]
+        for key, (_, data) in zip(keys, self.git.read_blobs(specs, max_bytes=limit), strict=True):
+            yield key, data
 
     def commit(self, message: str, trailers: dict[str, str]) -> str | None:
         """Commit all changes on the task branch; None when there is nothing to commit.

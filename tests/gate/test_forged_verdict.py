@@ -44,7 +44,7 @@ BROKEN_GEOMETRY = 'def compute_area(width, height):\n    """Area of a rectangle.
 
 def _files(files: dict[str, bytes]):
     """A `read` over one side of a change: the same bytes before and after (what the config names)."""
-    return lambda path, side: files.get(path)
+    return lambda wanted: [((path, side), files.get(path)) for path, side in wanted]
 
 
 @pytest.mark.parametrize(

@@ -308,11 +308,23 @@ def test_a_file_that_stops_parsing_is_caught_one_broken_before_is_not() -> None:
         "deleted.py": (b"x = 1\n", None),
         "fine.go": (b"package a\n", b"package a\n\nfunc F() {}\n"),
     }
-    broken = syntax_regressions(list(files), lambda path, when: files[path][0 if when == "before" else 1])
+    asked = []
+
+    def read(wanted):
+        for path, when in wanted:
+            asked.append((path, when))
+            yield (path, when), files[path][0 if when == "before" else 1]
+
+    broken = syntax_regressions(list(files), read)
     assert broken == [
         "good.py:1: does not parse as python any more",
         "new.py:1: does not parse as python any more",
     ]
+    # The base version only of what does not parse now; nothing of a language the packer does not know.
+    assert sorted(asked) == sorted(
+        [(path, "after") for path in files if path != "notes.txt"]
+        + [("good.py", "before"), ("was_broken.py", "before"), ("new.py", "before")]
+    )
 
 
 def test_baselines_are_cached_per_commit_command_and_image(tmp_path: Path) -> None:

@@ -108,22 +108,75 @@ def test_the_diff_stat_lists_new_and_changed_files_and_leaves_the_models_index_a
         workspace.remove()
 
 
-def test_a_file_is_read_from_the_base_commit_or_as_staged_and_never_past_the_limit(tmp_path: Path) -> None:
+def test_files_are_read_from_the_base_commit_or_as_staged_never_past_the_limit_by_one_git_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     workspace = create(make_repo(tmp_path / "repo"), "read")
     try:
         base = (workspace.path / "pkg/geometry.py").read_bytes()
         (workspace.path / "pkg/geometry.py").write_text("def area(w, h):\n    return w * h\n")
         (workspace.path / "pkg/new.py").write_text("NEW = 1\n")
         (workspace.path / "pkg/large.py").write_bytes(b"#" * 5000)
-        assert workspace.changed_paths() == ["pkg/geometry.py", "pkg/large.py", "pkg/new.py"]
-        assert workspace.file_at("pkg/geometry.py", "before", limit=4096) == base
-        assert workspace.file_at("pkg/geometry.py", "after", limit=4096) == b"def area(w, h):\n    return w * h\n"
-        assert workspace.file_at("pkg/new.py", "before", limit=4096) is None
-        assert workspace.file_at("pkg/new.py", "after", limit=8) == b"NEW = 1\n"
-        assert workspace.file_at("pkg/new.py", "after", limit=7) is None
-        assert workspace.file_at("pkg/large.py", "after", limit=4096) is None
-        assert workspace.file_at("pkg", "after", limit=4096) is None  # a directory, not a file
-        assert workspace.file_at("missing.py", "after", limit=4096) is None
+        (workspace.path / "pkg/link.py").symlink_to("geometry.py")
+        assert workspace.changed_paths() == ["pkg/geometry.py", "pkg/large.py", "pkg/link.py", "pkg/new.py"]
+        started = []
+        popen = subprocess.Popen
+        monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or popen(*a, **k))
+        wanted = [
+            ("pkg/geometry.py", "before"),
+            ("pkg/geometry.py", "after"),
+            ("pkg/new.py", "before"),
+            ("pkg/large.py", "after"),
+            ("pkg", "after"),  # a directory, not a file
+            ("missing.py", "after"),
+            ("pkg/link.py", "after"),  # the link itself, never what it names
+            ("pkg/new.py", "after"),
+        ]
+        read = list(workspace.files_at(wanted, limit=4096))
+        assert read == [
+            (("pkg/geometry.py", "before"), base),
+            (("pkg/geometry.py", "after"), b"def area(w, h):\n    return w * h\n"),
+            (("pkg/new.py", "before"), None),
+            (("pkg/large.py", "after"), None),
+            (("pkg", "after"), None),
+            (("missing.py", "after"), None),
+            (("pkg/link.py", "after"), b"geometry.py"),
+            (("pkg/new.py", "after"), b"NEW = 1\n"),
+        ]
+        assert len(started) == 1, "one git process for all of them"
+        assert list(workspace.files_at([("pkg/new.py", "after")], limit=8)) == [(("pkg/new.py", "after"), b"NEW = 1\n")]
+        assert list(workspace.files_at([("pkg/new.py", "after")], limit=7)) == [(("pkg/new.py", "after"), None)]
+    finally:
+        workspace.remove()
+
+
+def test_a_name_git_cannot_take_in_its_batch_reads_nothing_else_wrong(tmp_path: Path) -> None:
+    """A path outside the repository ends git's batch (`fatal: ... outside repository`); a line break cannot be
+    one line of it. Neither is read, and the names after them still are."""
+    workspace = create(make_repo(tmp_path / "repo"), "odd names")
+    try:
+        (workspace.path / "odd\nname.py").write_text("ODD = 1\n")
+        (workspace.path / "cr\r.py").write_text("CR = 1\n")
+        workspace.stage()
+        wanted = [
+            ("../outside.py", "before"),
+            ("pkg/geometry.py", "before"),
+            ("odd\nname.py", "after"),
+            ("cr\r.py", "after"),
+            ("missing.py\nHEAD:pkg/geometry.py", "after"),
+            ("pkg/../../x", "after"),
+            ("pkg/__init__.py", "before"),
+        ]
+        read = dict(workspace.files_at(wanted, limit=4096))
+        assert read == {
+            ("../outside.py", "before"): None,
+            ("pkg/geometry.py", "before"): (workspace.path / "pkg/geometry.py").read_bytes(),
+            ("odd\nname.py", "after"): b"ODD = 1\n",
+            ("cr\r.py", "after"): b"CR = 1\n",
+            ("missing.py\nHEAD:pkg/geometry.py", "after"): None,
+            ("pkg/../../x", "after"): None,
+            ("pkg/__init__.py", "before"): (workspace.path / "pkg/__init__.py").read_bytes(),
+        }
     finally:
         workspace.remove()
 

@@ -50,7 +50,7 @@ def gate_with_repairs(
             result = loop.resume(f"Not done: you {reason}. {shard.scope} Undo those changes, then call finish.")
             continue
         unstaged = [*workspace.uncommitted_files, *workspace.ignored_files(IGNORED_PATHSPECS)]
-        read = partial(workspace.file_at, limit=MAX_CHECKED_BYTES)
+        read = partial(workspace.files_at, limit=MAX_CHECKED_BYTES)
         if failure is not None:
             record.check = failure.check()
             emit(GateEvent(verdict=record.check.verdict, reason=record.check.reason))

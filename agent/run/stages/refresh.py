@@ -107,7 +107,7 @@ def refresh(
                 failure = run_commands(executor, config.after, "after", timeout_s=config.suite_timeout_s)
                 if failure is not None:
                     return BranchTrial(**tried, outcome="regressed", verdict="regressed", reason=failure.describe())
-                check = gate.check(workspace.changed_paths(), partial(workspace.file_at, limit=MAX_CHECKED_BYTES))
+                check = gate.check(workspace.changed_paths(), partial(workspace.files_at, limit=MAX_CHECKED_BYTES))
             tests = evidence_trailer(baseline, check.final)
             # The evidence of the new base replaces the old base's in the rebased commit, with what `after` changed.
             trailers = {**verdict_trailers(baseline, check), REBASED_ONTO_TRAILER: onto}
