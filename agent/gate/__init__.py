@@ -11,6 +11,7 @@ fixed, which are flaky. Nothing here runs on the host: the suite runs in the tas
 - compare.py: baseline against after: broken, fixed, unchanged;
 - syntax.py: the cheap static check: a changed file must still parse;
 - infrastructure.py: the files a test command reads besides the tests;
+- reading.py: the files a check reads, as (path, side) pairs read many at once from the workspace's git blobs;
 - verdict.py: the verdict, the repair message, the commit trailers;
 - baseline.py: baselines kept per base commit, test command and image;
 - test_command.py: which command runs the repository's tests, and why;
