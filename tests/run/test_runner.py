@@ -4,9 +4,11 @@ and real git: the gate's verdicts. The real Docker sandbox runs the same stages 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import git
+import pytest
 
 from agent.protocol.config import RunConfig
 from agent.protocol.model import RetriesExhausted
@@ -68,9 +70,26 @@ def test_a_regression_goes_back_to_the_model_and_its_repair_is_verified(tmp_path
     assert [event.verdict for event in events if event.type == "gate"] == ["regressed", "verified"]
 
 
-def test_work_that_stays_broken_is_committed_as_regressed(tmp_path: Path) -> None:
-    repo = sample_repo(tmp_path)
-    summary, _, model = run(tmp_path, repo, [BREAK, finish("Add perimeter"), finish("done"), finish("really done")])
+@dataclass
+class BrokenRun:
+    root: Path
+    repo: Path
+    summary: RunSummary
+    model: ScriptedModel
+
+
+@pytest.fixture(scope="module")
+def stays_broken(tmp_path_factory: pytest.TempPathFactory) -> BrokenRun:
+    """A task whose work regresses two tests and stays broken through both repair rounds: one run, read by the
+    tests of its verdict, its commit and its record."""
+    root = tmp_path_factory.mktemp("stays-broken")
+    repo = sample_repo(root)
+    summary, _, model = run(root, repo, [BREAK, finish("Add perimeter"), finish("done"), finish("really done")])
+    return BrokenRun(root, repo, summary, model)
+
+
+def test_work_that_stays_broken_is_committed_as_regressed(stays_broken: BrokenRun) -> None:
+    tmp_path, repo, summary, model = stays_broken.root, stays_broken.repo, stays_broken.summary, stays_broken.model
     (task,) = summary.tasks
     assert (task.status, task.verdict) == ("committed", "regressed")
     assert task.tests is not None and task.tests.regressed == AREA_TESTS and task.tests.repair_rounds == 2
@@ -128,22 +147,21 @@ def test_the_suite_has_its_own_timeout_not_the_models_command_timeout(tmp_path: 
     (Django's, typer's on a shared 2-core machine) never ran and every task was unverified."""
     # Each run of the suite lasts longer than the command timeout, by the sleep alone (pytest's start-up aside): the
     # baseline, the gate's check and its re-run of the regressions (no repair round: each would run both again).
-    repo = sample_repo(tmp_path, {"tests/conftest.py": "import time\n\ntime.sleep(0.6)\n"})
-    summary, events, _ = run(tmp_path, repo, [BREAK, finish("Add perimeter")], command_timeout_s=0.5, repair_rounds=0)
+    # No command of the model's runs here (the work is a file tool's), so the timeout can be this short.
+    repo = sample_repo(tmp_path, {"tests/conftest.py": "import time\n\ntime.sleep(0.2)\n"})
+    summary, events, _ = run(tmp_path, repo, [BREAK, finish("Add perimeter")], command_timeout_s=0.1, repair_rounds=0)
     (baseline,) = [event for event in events if event.type == "baseline"]
     assert baseline.result == "2 passed, 1 failed"
     assert summary.tasks[0].verdict == "regressed"
     short = tmp_path / "short"
     slow = sample_repo(short, {"tests/conftest.py": "import time\n\ntime.sleep(1.5)\n"})
-    _, events, _ = run(short, slow, [finish("nothing to do")], suite_timeout_s=0.5)
+    _, events, _ = run(short, slow, [finish("nothing to do")], suite_timeout_s=0.1)
     (baseline,) = [event for event in events if event.type == "baseline"]
-    assert baseline.result.endswith("timed out after 0.5s")
+    assert baseline.result.endswith("timed out after 0.1s")
 
 
-def test_a_regressed_task_keeps_each_failure_and_every_rounds_count(tmp_path: Path) -> None:
-    repo = sample_repo(tmp_path)
-    summary, _, _ = run(tmp_path, repo, [BREAK, finish("Add perimeter"), finish("done"), finish("really done")])
-    (task,) = summary.tasks
+def test_a_regressed_task_keeps_each_failure_and_every_rounds_count(stays_broken: BrokenRun) -> None:
+    (task,) = stays_broken.summary.tasks
     assert task.verdict == "regressed" and task.tests is not None
     assert task.tests.rounds == [2, 2, 2], "the first check and one per repair round"
     assert set(task.tests.failures) == set(AREA_TESTS)
