@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -61,6 +62,7 @@ class Garbage:
     """The state gc works on, and what it must leave."""
 
     def __init__(self, tmp_path: Path) -> None:
+        self.root = tmp_path
         self.repo, self.killed, _ = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two and three")
         self.runs = tmp_path / "runs"
         for run_id in (GONE, WAITING, NEWEST):
@@ -94,6 +96,8 @@ class Garbage:
         self.scratch = tmp_path / "scratch"
         self.stale = sorted(path.name for path in self.scratch.glob("refactor-agent-run-*"))
         assert self.stale, "the killed run left its scratch directory"
+
+    def note_what_stays(self) -> None:
         self.branches = git(self.repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads")
         self.fingerprint = checkout_fingerprint(self.repo)
         self.main_worktree = self.fingerprint["worktrees"].split("\n\n")[0] + "\n\n"
@@ -121,9 +125,25 @@ class Garbage:
         assert sorted(path.name for path in self.outside.iterdir()) == ["old.json", "summary.json"]
 
 
+@pytest.fixture(scope="module")
+def built_garbage(tmp_path_factory: pytest.TempPathFactory) -> tuple[Garbage, Path]:
+    """The state, made once (five real runs), and a copy of it to put back before each test."""
+    made = Garbage(tmp_path_factory.mktemp("garbage"))
+    snapshot = tmp_path_factory.mktemp("garbage-snapshot") / "state"
+    shutil.copytree(made.root, snapshot, symlinks=True)
+    return made, snapshot
+
+
 @pytest.fixture
-def garbage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Garbage:
-    made = Garbage(tmp_path)
+def garbage(built_garbage: tuple[Garbage, Path], monkeypatch: pytest.MonkeyPatch) -> Garbage:
+    """The state as it was made, copied back to where it was made: the runs' records, git's worktrees and the
+    links name its absolute paths. Links stay links, and times (the old baseline's, the link's) are kept."""
+    made, snapshot = built_garbage
+    shutil.rmtree(made.root)
+    shutil.copytree(snapshot, made.root, symlinks=True)
+    # The copies' inodes and change times are not those the index recorded: refreshed, as a fresh checkout's.
+    git(made.repo, "update-index", "-q", "--refresh")
+    made.note_what_stays()
     monkeypatch.setattr("tempfile.tempdir", str(made.scratch))  # where gc looks for scratch directories
     return made
 
