@@ -16,16 +16,18 @@ from typing import Any, TypeVar
 import git
 import pytest
 
+from agent.dispatch import seats
 from agent.dispatch.seats import ServerPool
 from agent.protocol.config import LLMConfig, RunConfig
 from agent.record.journal import run_directories
 from agent.run import time_limit as time_limit_module
 from agent.run.time_limit import TIME_UP_MESSAGE, TimeUp, grace_start, time_limit, wait_in_time
+from agent.run.time_limit import _Watchdog as Watchdog
 from agent.server.chat import OpenAIChatModel
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client
 
 from support.cli_runs import cli_command, start_cli
-from support.limits import HeldLimits
+from support.limits import HeldLimits, on_stack
 from support.repos import make_repo
 from support.scripted_model import ScriptedModel, run_in_process
 from support.scripted_server import Hold, Reply, ScriptedServer, Stall, Step
@@ -66,24 +68,49 @@ def run_in(where: str, work: Callable[[], T]) -> T:
     return work() if where == "main thread" else in_worker_thread(work)
 
 
+def watchdog(limit: object) -> Watchdog:
+    """A worker thread's limit, whose timer the test can wait for."""
+    assert isinstance(limit, Watchdog)
+    return limit
+
+
+def after_the_watchdog(limit: Watchdog) -> None:
+    """Returns once the limit's timer is done (it fired or was cancelled), running Python code after: where a late
+    TimeUp it sent to this thread would be raised. Its timer waited for instead of a time that outlasts it."""
+    limit.timer.join(60)
+    assert not limit.timer.is_alive()
+    for _ in range(3):
+        time.sleep(0.001)
+
+
+@pytest.fixture
+def quick_wakes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The waits of a task's thread wake every 20 ms instead of every WAKE_S: a TimeUp reaches them as it would, only
+    sooner."""
+    monkeypatch.setattr(time_limit_module, "WAKE_S", 0.02)
+    monkeypatch.setattr(seats, "WAKE_S", 0.02)
+
+
 def test_the_limit_raises_in_the_main_thread_and_is_cleared_on_the_way_out() -> None:
-    with pytest.raises(TimeUp, match="deadline"), time_limit(time.time() + 0.2, "deadline"):
+    with pytest.raises(TimeUp, match="deadline"), time_limit(time.time() + 0.05, "deadline"):
         time.sleep(30)  # a blocking call is cut short
-    with time_limit(time.time() + 0.2, "deadline"):
+    end = time.time() + 0.2
+    with time_limit(end, "deadline"):
         pass
-    time.sleep(0.4)  # no late alarm once the block is left
+    time.sleep(end - time.time() + 0.1)  # no late alarm once the block is left, when the limit has passed
 
 
 def test_in_a_worker_thread_the_limit_raises_there_and_a_limit_left_in_time_never_fires() -> None:
     def work() -> str:
-        with time_limit(time.time() + 0.2, "left in time"):
+        left_in_time = watchdog(time_limit(time.time() + 0.2, "left in time"))
+        with left_in_time:
             pass
-        with pytest.raises(TimeUp) as raised, time_limit(time.time() + 0.3, "deadline"):
+        falls = watchdog(time_limit(time.time() + 0.05, "deadline"))
+        with pytest.raises(TimeUp) as raised, falls:
             sleep_until_stopped()
         # No late TimeUp from the first limit, nor a second one from this.
-        ends = time.monotonic() + 0.5
-        while time.monotonic() < ends:
-            time.sleep(0.02)
+        after_the_watchdog(left_in_time)
+        after_the_watchdog(falls)
         return raised.value.reason
 
     assert in_worker_thread(work) == "deadline"
@@ -93,13 +120,14 @@ def test_in_a_worker_thread_the_limit_raises_there_and_a_limit_left_in_time_neve
 def test_limits_nest_and_the_earlier_one_fires_with_its_reason(where: str) -> None:
     def work() -> list[str]:
         reasons = []
-        with pytest.raises(TimeUp) as raised, time_limit(time.time() + 0.3, "outer"):
+        with pytest.raises(TimeUp) as raised, time_limit(time.time() + 0.05, "outer"):
             with time_limit(time.time() + 60, "inner"):
                 sleep_until_stopped()
         reasons.append(raised.value.reason)
-        # The inner limit falls first and is handled inside the outer one, which still holds afterwards.
-        with pytest.raises(TimeUp) as raised, time_limit(time.time() + 1.0, "outer"):
-            with pytest.raises(TimeUp) as inner, time_limit(time.time() + 0.2, "inner"):
+        # The inner limit falls first and is handled inside the outer one, which still holds afterwards (0.3 s
+        # later: time enough for a loaded machine to keep the order).
+        with pytest.raises(TimeUp) as raised, time_limit(time.time() + 0.35, "outer"):
+            with pytest.raises(TimeUp) as inner, time_limit(time.time() + 0.05, "inner"):
                 sleep_until_stopped()
             reasons.append(inner.value.reason)
             sleep_until_stopped()
@@ -114,37 +142,33 @@ def test_limits_nest_and_the_earlier_one_fires_with_its_reason(where: str) -> No
 )
 def test_a_limit_that_falls_while_its_block_is_being_left_raises_nothing_then_or_after(first: str) -> None:
     """The timer and the thread leaving the block meet at the watchdogs' lock, held here until both wait for it."""
-    held, left = threading.Event(), threading.Event()
-    limit_s = 0.3
+    limits: list[tuple[int, Watchdog]] = []
 
-    def hold_the_lock() -> None:
-        with time_limit_module._lock:
-            held.set()
-            left.wait(10)
-            time.sleep(limit_s + 0.5)  # the limit has fallen: its timer waits for the lock as well
+    def both_wait() -> bool:
+        if not limits:
+            return False
+        [(thread_id, limit)] = limits
+        return on_stack(thread_id, Watchdog.__exit__) and on_stack(limit.timer.ident, Watchdog._expire)
 
     def work() -> None:
-        held.wait(10)
-        with time_limit(time.time() + limit_s, "race"):
+        limit = watchdog(time_limit(time.time() + 0.05, "race"))
+        with limit:
+            limits.append((threading.get_ident(), limit))
             if first.startswith("the limit falls"):
-                time.sleep(limit_s + 0.2)  # a C call: a TimeUp sent now would be raised right after it
-            left.set()
-        ends = time.monotonic() + 0.5
-        while time.monotonic() < ends:  # after the block: where a late TimeUp would be raised
-            time.sleep(0.01)
+                # Until it has fallen and its timer waits for the lock (which keeps its TimeUp unsent meanwhile).
+                while not on_stack(limit.timer.ident, Watchdog._expire):
+                    time.sleep(0.005)
+        after_the_watchdog(limit)
 
-    holder = threading.Thread(target=hold_the_lock)
-    holder.start()
-    try:
+    with HeldLimits() as held:
+        held.release_when(both_wait)
         in_worker_thread(work)
-    finally:
-        holder.join()
 
 
 def test_in_a_worker_thread_the_limit_stops_a_model_request_the_server_is_still_prefilling() -> None:
     limits = HeldLimits()  # the limit has fallen when the request starts; it stops the request once the server has it
     # 200 s of prefill, streamed
-    endless = Reply(content="late", prefill_chunks=2000, prefill_interval_s=0.1, before=limits.in_flight.set)
+    endless = Reply(content="late", prefill_chunks=10000, prefill_interval_s=0.02, before=limits.in_flight.set)
     with ScriptedServer([endless]) as server, limits:
         model = OpenAIChatModel(LLMConfig(server_url=server.url, max_retries=0, idle_timeout_s=60))
 
@@ -158,14 +182,28 @@ def test_in_a_worker_thread_the_limit_stops_a_model_request_the_server_is_still_
     assert time.monotonic() - started < 60, "stopped at the limit, not when the prefill ended"
 
 
+class TellsWhenAsked(ScriptedServer):
+    """Sets `asked` when a request comes, before it plays the script's step."""
+
+    def __init__(self, script: list[Step], asked: threading.Event) -> None:
+        super().__init__(script)
+        self.asked = asked
+
+    def next_step(self, body: dict[str, Any]) -> tuple[Step, int, int]:
+        self.asked.set()
+        return super().next_step(body)
+
+
 def test_in_a_worker_thread_a_silent_server_gives_way_to_the_limit_at_its_idle_timeout() -> None:
     """A socket read cannot be cut short from another thread: the limit is raised when --idle-timeout ends the read,
     instead of the request being retried."""
-    with ScriptedServer([Stall(), Stall(), Stall()]) as server:
-        model = OpenAIChatModel(LLMConfig(server_url=server.url, max_retries=2, retry_backoff_s=0, idle_timeout_s=2))
+    limits = HeldLimits()  # a limit that falls before the server has the request waits for it
+    with TellsWhenAsked([Stall(), Stall(), Stall()], limits.in_flight) as server, limits:
+        config = LLMConfig(server_url=server.url, max_retries=2, retry_backoff_s=0, idle_timeout_s=0.6)
+        model = OpenAIChatModel(config)
 
         def request() -> None:
-            with time_limit(time.time() + 0.5, "deadline"):
+            with time_limit(time.time() + 0.1, "deadline"):  # while the server is silent, before the idle timeout
                 model.complete(MESSAGES, [])
 
         with pytest.raises(TimeUp, match="deadline"):
@@ -173,23 +211,23 @@ def test_in_a_worker_thread_a_silent_server_gives_way_to_the_limit_at_its_idle_t
         assert len(server.requests) == 1, "not retried once the time was up"
 
 
-def test_in_a_worker_thread_the_limit_stops_a_wait_for_work_in_another_thread() -> None:
+def test_in_a_worker_thread_the_limit_stops_a_wait_for_work_in_another_thread(quick_wakes: None) -> None:
     """The baseline runs beside the packing in a thread of its own; the task's thread waits for it."""
 
     def wait_forever() -> None:
-        with time_limit(time.time() + 0.3, "deadline"):
+        with time_limit(time.time() + 0.1, "deadline"):
             wait_in_time(Future())
 
     with pytest.raises(TimeUp, match="deadline"):
         in_worker_thread(wait_forever)
 
 
-def test_in_a_worker_thread_the_limit_stops_a_task_waiting_for_a_free_server() -> None:
+def test_in_a_worker_thread_the_limit_stops_a_task_waiting_for_a_free_server(quick_wakes: None) -> None:
     pool = ServerPool(["http://a:1/v1"])
     pool.acquire(None)  # another task holds the fleet's only slot
 
     def wait_for_a_server() -> None:
-        with time_limit(time.time() + 0.3, "deadline"):
+        with time_limit(time.time() + 0.1, "deadline"):
             pool.acquire(None)
 
     with pytest.raises(TimeUp, match="deadline"):
