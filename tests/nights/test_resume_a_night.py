@@ -33,7 +33,7 @@ def killed_night(tmp_path: Path) -> tuple[Path, Path, Path]:
         command = [*LOCAL_AGENT, "night", str(night_file), "--server", server.url]
         process = start_killable(command, scratch)
         try:
-            wait_for(server.held.is_set, "the second task's held request")
+            wait_for(server.held, "the second task's held request")
         finally:
             process.kill()
             process.wait(timeout=60)

@@ -81,7 +81,7 @@ def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(tmp_path: 
     with ScriptedServer([four, Hold()]) as server:
         process = start_killable(resume_command(run_dir, server), tmp_path / "scratch")
         try:
-            wait_for(server.held.is_set, "the second session's held request")
+            wait_for(server.held, "the second session's held request")
         finally:
             process.kill()
             process.wait(timeout=60)

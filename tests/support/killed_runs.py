@@ -48,7 +48,7 @@ def killed_run(
         process = start_killable(command, scratch)
         try:
             if until == "held":
-                wait_for(server.held.is_set, "the held request")
+                wait_for(server.held, "the held request")
             else:
                 wait_for(lambda: processes_under(scratch, until), "the command to run")
         finally:
