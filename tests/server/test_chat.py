@@ -204,8 +204,8 @@ def test_a_stalled_stream_is_abandoned_after_the_idle_timeout() -> None:
     retries: list[str] = []
     started = time.monotonic()
     with ScriptedServer([Stall(), Stall()]) as server:
-        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=1, idle_timeout_s=0.5)
-        with pytest.raises(ModelUnavailable, match=r"failed 2 times, last: idle timeout.*0.5s \(--idle-timeout\)"):
+        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=1, idle_timeout_s=0.2)
+        with pytest.raises(ModelUnavailable, match=r"failed 2 times, last: idle timeout.*0.2s \(--idle-timeout\)"):
             OpenAIChatModel(config, on_retry=retries.append).complete(MESSAGES, TOOLS)
     assert time.monotonic() - started < 60  # instead of the hour a silent server used to cost
     assert len(server.requests) == 2 and "idle timeout" in retries[0]
@@ -213,10 +213,10 @@ def test_a_stalled_stream_is_abandoned_after_the_idle_timeout() -> None:
 
 def test_prefill_progress_keeps_a_slow_prompt_alive_past_the_idle_timeout() -> None:
     events: list[dict[str, Any]] = []
-    # 1.25 s of prefill, a chunk each 0.25 s: longer than the idle timeout, a chunk in each quarter of it.
-    slow = Reply(content="done", prefill_chunks=6, prefill_interval_s=0.25)
+    # 0.5 s of prefill, a chunk each 0.1 s: longer than the idle timeout, a chunk in each quarter of it.
+    slow = Reply(content="done", prefill_chunks=6, prefill_interval_s=0.1)
     with ScriptedServer([slow]) as server:
-        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=0, idle_timeout_s=1.0)
+        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, max_retries=0, idle_timeout_s=0.4)
         turn = OpenAIChatModel(config, on_progress=events.append).complete(MESSAGES, TOOLS)
     assert turn.content == "done" and turn.stats.retries == 0
     assert turn.stats.latency_s > config.idle_timeout_s  # longer than the idle timeout: the chunks kept it alive
@@ -272,10 +272,10 @@ def test_generation_progress_counts_tokens_at_most_once_a_second() -> None:
 
 
 def test_the_total_request_timeout_is_a_backstop_that_is_not_retried() -> None:
-    endless = Reply(content="late", prefill_chunks=40, prefill_interval_s=0.1)  # alive, but 4 s in all
+    endless = Reply(content="late", prefill_chunks=80, prefill_interval_s=0.05)  # alive, but 4 s in all
     with ScriptedServer([endless, Reply(content="never asked")]) as server:
-        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, request_timeout_s=0.3, idle_timeout_s=30.0)
-        with pytest.raises(ModelUnavailable, match=r"still running after 0.3s"):
+        config = LLMConfig(server_url=server.url, retry_backoff_s=0.0, request_timeout_s=0.1, idle_timeout_s=30.0)
+        with pytest.raises(ModelUnavailable, match=r"still running after 0.1s"):
             OpenAIChatModel(config).complete(MESSAGES, TOOLS)
     assert len(server.requests) == 1  # an hour-long request repeated six times would cost the night
 
