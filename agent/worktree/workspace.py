@@ -156,18 +156,25 @@ def _admin_dir(common_dir: Path, worktree: Path) -> Path:
     raise WorkspaceError(f"git created no bookkeeping for the worktree {worktree}")
 
 
-def _user_excludes(user_side: SafeGit) -> str:
-    """The user's global ignore file, which a -c core.excludesFile of ours would otherwise replace."""
+def _user_config(user_side: SafeGit) -> tuple[str, bool]:
+    """The user's global ignore file, which a -c core.excludesFile of ours would otherwise replace, and whether their
+    config names an email to commit as: one git process for both, read once per task (neither changes within it)."""
     try:
-        configured = user_side.run("config", "--get", "core.excludesFile").decode("utf-8", errors="replace").strip()
+        _, listing = user_side.run_status(
+            "config", "-z", "--get-regexp", r"^(core\.excludesfile|user\.email)$", allowed=(0, 1)
+        )
     except GitError:
-        configured = ""
+        listing = b""
+    # "key\nvalue" entries (a key without a value has no line break); the last value of a key is the one git uses
+    values = dict(entry.partition(b"\n")[::2] for entry in listing.split(b"\0") if entry)
+    configured = values.get(b"core.excludesfile", b"").decode("utf-8", errors="replace").strip()
     config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     path = Path(configured).expanduser() if configured else config_home / "git" / "ignore"
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        excludes = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return ""
+        excludes = ""
+    return excludes, b"user.email" in values
 
 
 class Workspace:
@@ -197,7 +204,12 @@ class Workspace:
         self.git = SafeGit(admin_dir, self.path, hooks_dir)
         # Outside the worktree, so the model can neither see nor edit it.
         self.excludes_file = scratch / "excludes"
-        self.excludes_file.write_text(_user_excludes(self.user_side) + "\n" + "\n".join(ARTIFACT_PATTERNS) + "\n")
+        excludes, self._user_named = _user_config(self.user_side)
+        self.excludes_file.write_text(excludes + "\n" + "\n".join(ARTIFACT_PATTERNS) + "\n")
+        # A commit's tree never changes; the wip refs are this task's alone (written here only, and each write
+        # checks the value it replaces): both asked of git once.
+        self._trees: dict[str, str] = {}
+        self._wip_tips: dict[str, str] = {}
 
     @classmethod
     def create(
@@ -404,25 +416,35 @@ class Workspace:
             self.git.run("read-tree", self.base_commit, env=index)
         self._stage_everything(index)
         tree = self.git.run("write-tree", env=index).strip().decode()
-        try:
-            parent = self.git.run("rev-parse", "--verify", "-q", ref).strip().decode()
-        except GitError:
-            parent = self.base_commit
-        if tree == self.git.run("rev-parse", f"{parent}^{{tree}}").strip().decode():
+        if ref not in self._wip_tips:
+            try:
+                self._wip_tips[ref] = self.git.run("rev-parse", "--verify", "-q", ref).strip().decode()
+            except GitError:
+                self._wip_tips[ref] = ""  # none yet: the update below creates it
+        parent = self._wip_tips[ref] or self.base_commit
+        if tree == self._tree_of(parent):
             return None
         message = commit_message("refactor-agent: work in progress", {"Refactor-Agent-Wip": ref})
         commit = self.git.run(
             "commit-tree", tree, "-p", parent, "-F", "-", input=message.encode(), env={**index, **self._identity()}
         )
         sha = commit.strip().decode()
-        self.git.run("update-ref", "-m", "refactor-agent: wip", ref, sha)
+        self.git.run("update-ref", "-m", "refactor-agent: wip", ref, sha, self._wip_tips[ref])
+        self._wip_tips[ref], self._trees[sha] = sha, tree
         return sha
+
+    def _tree_of(self, commit: str) -> str:
+        """The tree of a commit (a full id), asked of git once."""
+        if commit not in self._trees:
+            self._trees[commit] = self.git.run("rev-parse", f"{commit}^{{tree}}").strip().decode()
+        return self._trees[commit]
 
     def drop_ref(self, ref: str) -> None:
         """Delete one of our private refs (a settled task's wip ref); idempotent."""
         if not ref.startswith(WIP_REF_PREFIX):
             raise WorkspaceError(f"refusing to delete {ref}: only {WIP_REF_PREFIX}* refs are ours to delete")
         self.user_side.run("update-ref", "-d", ref)
+        self._wip_tips.pop(ref, None)
 
     def diff(self, *, max_bytes: int) -> CappedOutput:
         """Everything the task changed against its base, new files included; only the first max_bytes kept."""
@@ -443,15 +465,21 @@ class Workspace:
             return "\n".join(listed)
         return "\n".join([*listed[:max_files], f" ... {len(listed) - 1 - max_files} more files", listed[-1]])
 
-    def _user_refs(self) -> bytes:
-        """The user's HEAD and every ref that is not ours (task branches, wip snapshots, history refs): a commit must
-        leave them all as they were. Ours are not compared: tasks running in parallel move theirs, and a night
-        publishes, while this one commits."""
+    def _refs(self, branch_ref: str) -> tuple[bytes, bytes | None]:
+        """The user's HEAD and every ref that is not ours (task branches, wip snapshots, history refs), which a commit
+        must leave as they were, and the tip of our `branch_ref`: one listing. Ours are not compared: tasks running in
+        parallel move theirs, and a night publishes, while this one commits."""
         head = (Path(self.user_repo.git_dir) / "HEAD").read_bytes()
-        refs = self.user_side.run("for-each-ref", "--format=%(refname) %(objectname)")
+        listing = self.user_side.run("show-ref", "--head")  # "<id> HEAD" first (what HEAD resolves to), then each ref
         ours = (b"refs/heads/" + BRANCH_PREFIX.encode(), PRIVATE_REF_PREFIX.encode())
-        others = [line for line in refs.splitlines() if not line.startswith(ours)]
-        return head + b"\0" + self.user_side.run("rev-parse", "HEAD") + b"\0" + b"\n".join(others)
+        others, tip = [], None
+        for line in listing.splitlines():
+            sha, _, name = line.partition(b" ")
+            if name == branch_ref.encode():
+                tip = sha
+            if not name.startswith(ours):
+                others.append(line)
+        return head + b"\0" + b"\n".join(others), tip
 
     def changed_paths(self) -> list[str]:
         """Paths the task changed against its base (added, modified, deleted), as staged."""
@@ -485,15 +513,17 @@ class Workspace:
         be involved, the message goes through stdin whatever its size, and the one ref written is named."""
         self._stage_everything()
         tree = self.git.run("write-tree").strip().decode()
-        if tree == self.git.run("rev-parse", f"{self.base_commit}^{{tree}}").strip().decode():
+        if tree == self._tree_of(self.base_commit):
             return None
         ref = f"refs/heads/{self.branch}"
         if self.branch is None or not self.branch.startswith(BRANCH_PREFIX):
             raise WorkspaceError(f"refusing to commit onto {ref}: only {BRANCH_PREFIX}* branches are ours")
         if self.git.run("symbolic-ref", "HEAD").strip().decode() != ref:
             raise WorkspaceError(f"the worktree's HEAD no longer names {ref}")
-        parent = self.git.run("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").strip().decode()
-        user_refs = self._user_refs()
+        user_refs, tip = self._refs(ref)
+        if tip is None:
+            raise WorkspaceError(f"the task branch {ref} is gone")
+        parent = tip.decode()
         commit = self.git.run(
             "commit-tree",
             tree,
@@ -506,17 +536,13 @@ class Workspace:
         )
         sha = commit.strip().decode()
         self.git.run("update-ref", "-m", "refactor-agent: commit", ref, sha, parent)
-        if self.git.run("rev-parse", "--verify", ref).strip().decode() != sha or self._user_refs() != user_refs:
+        if self._refs(ref) != (user_refs, commit.strip()):
             raise WorkspaceError(f"refs other than {ref} changed while committing; check the repository")
         return sha
 
     def _identity(self) -> dict[str, str]:
         """The user's own identity when their config has one, else refactor-agent's."""
-        try:
-            self.user_side.run("config", "--get", "user.email")
-        except GitError:
-            return FALLBACK_IDENTITY
-        return {}
+        return {} if self._user_named else FALLBACK_IDENTITY
 
     def _committer(self) -> dict[str, str]:
         """The committer alone: a cherry-pick keeps each commit's author."""
@@ -575,7 +601,7 @@ class Workspace:
             self._stage_everything()
             tree = self.git.run("write-tree").strip().decode()
         else:
-            tree = self.git.run("rev-parse", f"{head}^{{tree}}").strip().decode()
+            tree = header.splitlines()[0].removeprefix(b"tree ").decode()  # a commit's header starts with its tree
         commit = self.git.run(
             "commit-tree", tree, *parents, "-F", "-", input=rewritten, env={**self._identity(), **kept_author}
         )
