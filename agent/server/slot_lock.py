@@ -11,7 +11,7 @@ import contextlib
 import fcntl
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -33,8 +33,11 @@ def server_slots(server_url: str) -> int:
 
 
 @contextlib.contextmanager
-def claim_slot(server_url: str, slots: int, *, lock_dir: Path | None = None) -> Iterator[int]:
-    """One of the server's `slots` slots, this process's until the block ends; waits while all are taken."""
+def claim_slot(
+    server_url: str, slots: int, *, lock_dir: Path | None = None, sleep: Callable[[float], None] = time.sleep
+) -> Iterator[int]:
+    """One of the server's `slots` slots, this process's until the block ends; waits while all are taken, POLL_S
+    (through `sleep`) between looks."""
     name = hashlib.sha256(server_url.encode()).hexdigest()[:16]
     directory = (lock_dir or default_state_dir() / "slot-locks") / name
     private_dir(directory)
@@ -51,4 +54,4 @@ def claim_slot(server_url: str, slots: int, *, lock_dir: Path | None = None) -> 
             finally:
                 handle.close()
             return
-        time.sleep(POLL_S)
+        sleep(POLL_S)

@@ -114,7 +114,7 @@ def test_a_silent_client_is_dropped_and_failures_are_one_line_each(
     unreachable = closed.getsockname()[1]
     closed.close()
     lines: list[str] = []
-    proxy = EgressProxy(tmp_path / "egress.sock", {("127.0.0.1", unreachable)}, log=lines.append, head_timeout_s=0.5)
+    proxy = EgressProxy(tmp_path / "egress.sock", {("127.0.0.1", unreachable)}, log=lines.append, head_timeout_s=0.1)
     with proxy:
         with ask(tmp_path / "egress.sock", b"") as silent:
             assert silent.recv(1024) == b"", "the proxy closes a connection that sends no request"
@@ -125,7 +125,7 @@ def test_a_silent_client_is_dropped_and_failures_are_one_line_each(
         reset.close()
         with ask(tmp_path / "egress.sock", b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n") as last:
             last.recv(1024)  # answered: every earlier connection has been handled by now
-    assert lines[0] == "egress: dropped a connection that sent no request within 0.5s"
+    assert lines[0] == "egress: dropped a connection that sent no request within 0.1s"
     assert lines[1].startswith(f"egress: cannot reach 127.0.0.1:{unreachable}: ")
     assert all("\n" not in line and "Traceback" not in line for line in lines)
     assert tracebacks == [], "no connection's failure reaches the thread's exception hook"

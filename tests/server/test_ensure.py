@@ -32,9 +32,9 @@ def test_a_server_that_keeps_loading_ends_the_wait_with_one_line() -> None:
     with ScriptedServer(loading_requests=10**9) as server:
         llm = LLMConfig(server_url=server.url, server_explicit=True)
         with pytest.raises(ServerLoading) as raised:
-            ensure_server(llm, log=lambda _line: None, load_wait_s=0.5, poll_s=0.05)
+            ensure_server(llm, log=lambda _line: None, load_wait_s=0.1, poll_s=0.02)
     message = str(raised.value)
-    assert message == f"llama-server at {server.root} still loading after 0.5s"
+    assert message == f"llama-server at {server.root} still loading after 0.1s"
 
 
 def test_parallel_tasks_need_a_slot_each() -> None:

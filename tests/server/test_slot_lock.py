@@ -6,9 +6,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
-
-import pytest
 
 import agent.server.slot_lock
 from agent.server.slot_lock import claim_slot
@@ -55,20 +54,27 @@ def test_another_server_has_slots_of_its_own(tmp_path: Path) -> None:
         holder.wait()
 
 
-def test_with_every_slot_taken_a_process_waits_for_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent.server.slot_lock, "POLL_S", 0.05)  # it looks again often: ten times in the wait below
+def test_with_every_slot_taken_a_process_waits_for_one(tmp_path: Path) -> None:
     holder = _hold_in_another_process(tmp_path, 1)
     got: list[int] = []
+    waits: list[float] = []
+
+    def wait(seconds: float) -> None:  # it looks again soon, and says how often it did
+        waits.append(seconds)
+        time.sleep(0.01)
 
     def claim() -> None:
-        with claim_slot(URL, 1, lock_dir=tmp_path) as slot:
+        with claim_slot(URL, 1, lock_dir=tmp_path, sleep=wait) as slot:
             got.append(slot)
 
     waiter = threading.Thread(target=claim)
     try:
         waiter.start()
-        waiter.join(0.5)
+        deadline = time.monotonic() + 30
+        while len(waits) < 3 and waiter.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
         assert waiter.is_alive() and not got, "the only slot is taken: it waits"
+        assert waits[:3] == [agent.server.slot_lock.POLL_S] * 3, "looking again after each POLL_S"
     finally:
         holder.kill()
         holder.wait()
