@@ -4,22 +4,19 @@ it, and one line says so."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from support.nights import T3, night_fixture
+from support.nights import T3, after_first_night
 
 
 def test_a_second_night_file_with_the_same_name_is_refused_and_a_moved_one_takes_it_over(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch)
+    fixture = after_first_night(monkeypatch, (T3,))
     first_file = fixture.night_file
-    assert fixture.night(tasks=(T3,)).exit_code == 0
     assert fixture.record()["nights"] == {"nightly": str(first_file)}
 
-    fixture.night_file = tmp_path / "copy.toml"  # the same name = "nightly", the same repository
+    fixture.night_file = fixture.root / "copy.toml"  # the same name = "nightly", the same repository
     runs, record, branches = sorted(fixture.runs.iterdir()), fixture.record(), fixture.branches()
     for options in ((), ("--plan",)):
         second = fixture.night(*options, tasks=(T3,))
@@ -32,7 +29,7 @@ def test_a_second_night_file_with_the_same_name_is_refused_and_a_moved_one_takes
         assert (sorted(fixture.runs.iterdir()), fixture.record(), fixture.branches()) == (runs, record, branches)
 
     fixture.night_file.unlink()
-    moved = fixture.night_file = tmp_path / "moved" / "nightly.toml"
+    moved = fixture.night_file = fixture.root / "moved" / "nightly.toml"
     moved.parent.mkdir()
     first_file.rename(moved)
     again = fixture.night(tasks=(T3,))

@@ -8,17 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from support.nights import SCRIPTS, T2, T3, night_fixture
+from support.nights import SCRIPTS, T2, T3, after_first_night, night_fixture
 from support.repos import git
 
 UNITS = "refactor-agent/nightly/add-a-units-module"
 
 
 def test_a_record_that_does_not_parse_is_rebuilt_the_old_one_kept_beside_and_the_night_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch)
-    assert fixture.night(tasks=(T3,)).exit_code == 0
+    fixture = after_first_night(monkeypatch, (T3,))
     (path,) = (fixture.runs / ".tasks").glob("*.json")
     path.write_text('{"version": 1, "tasks": {')  # cut short
     tip = fixture.branches()[UNITS]
@@ -46,9 +45,8 @@ def test_a_record_that_does_not_parse_is_rebuilt_the_old_one_kept_beside_and_the
     assert fixture.fates() == {T3: "waiting"}
 
 
-def test_a_branch_changed_by_hand_is_left_alone_and_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch)
-    assert fixture.night(tasks=(T3,)).exit_code == 0
+def test_a_branch_changed_by_hand_is_left_alone_and_said_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    fixture = after_first_night(monkeypatch, (T3,))
     left = fixture.branches()[UNITS]
     git(fixture.repo, "checkout", "-q", UNITS)  # a reviewer's fix on the branch
     (fixture.repo / "pkg/units.py").write_text('UNIT = "metre"\n')

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 
-from support.nights import SCRIPTS, T1, T2, T3, T4, night_fixture, reword
+from support.nights import SCRIPTS, T1, T2, T3, T4, after_first_night, night_fixture, reword
 from support.repos import git
 
 STABLE = {
@@ -177,10 +177,9 @@ def _review(*arguments: str) -> str:
 
 
 def test_a_stale_task_that_regresses_on_the_new_base_is_done_again_by_the_model(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch)
-    assert fixture.night(tasks=(T3,)).exit_code == 0
+    fixture = after_first_night(monkeypatch, (T3,))
     # main gains a test that the units module breaks: the rebase applies cleanly and regresses that test.
     (fixture.repo / "tests/test_no_units.py").write_text(
         "import pathlib\n\n\ndef test_no_units():\n    assert not pathlib.Path('pkg/units.py').exists()\n"

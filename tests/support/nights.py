@@ -4,8 +4,11 @@ server per night, and readers of what a night leaves (branches, history refs, th
 
 from __future__ import annotations
 
+import atexit
 import json
-from dataclasses import dataclass
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -105,6 +108,42 @@ class NightFixture:
 def night_fixture(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str] = SAMPLE_FILES
 ) -> NightFixture:
-    monkeypatch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(tmp_path))
+    _local_sandboxes(tmp_path, monkeypatch)
     repo = make_repo(tmp_path / "geometry", files)
     return NightFixture(tmp_path, repo, tmp_path / "nightly.toml", tmp_path / "runs")
+
+
+def _local_sandboxes(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(root))
+
+
+# The first night of a set of tasks, run once per session where it ran and kept as a copy (the runs, the record
+# and git name the fixture's absolute paths, so each test gets it back in that place, not in its tmp_path).
+_FIRST_NIGHTS: dict[tuple[str, ...], tuple[NightFixture, Path]] = {}
+_FIRST_NIGHTS_ROOT: list[Path] = []
+_FIRST_NIGHTS_PARENT = Path(tempfile.gettempdir())  # as the session starts: some tests point tempfile elsewhere
+
+
+def after_first_night(monkeypatch: pytest.MonkeyPatch, tasks: tuple[str, ...]) -> NightFixture:
+    """night_fixture after a first night of `tasks` (the sample repository, SCRIPTS; asserted to succeed), at a
+    root of its own: the night's state as that night left it, whatever an earlier test did to it since."""
+    if not _FIRST_NIGHTS_ROOT:
+        _FIRST_NIGHTS_ROOT.append(Path(tempfile.mkdtemp(prefix="first-nights-", dir=_FIRST_NIGHTS_PARENT)))
+        atexit.register(shutil.rmtree, _FIRST_NIGHTS_ROOT[0], ignore_errors=True)
+    made = _FIRST_NIGHTS.get(tasks)
+    if made is None:
+        root = Path(tempfile.mkdtemp(dir=_FIRST_NIGHTS_ROOT[0]))
+        fixture = night_fixture(root, monkeypatch)
+        first = fixture.night(tasks=tasks)
+        assert first.exit_code == 0, first.output
+        snapshot = root.with_name(f"{root.name}-as-left")
+        shutil.copytree(root, snapshot, symlinks=True)
+        _FIRST_NIGHTS[tasks] = fixture, snapshot
+        return replace(fixture)
+    fixture, snapshot = made
+    shutil.rmtree(fixture.root)
+    shutil.copytree(snapshot, fixture.root, symlinks=True)
+    # The copies' inodes and change times are not those the index recorded: refreshed, as the night left them.
+    git(fixture.repo, "update-index", "-q", "--refresh")
+    _local_sandboxes(fixture.root, monkeypatch)
+    return replace(fixture)
