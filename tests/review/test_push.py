@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 
-from support.nights import T3, NightFixture, night_fixture
+from support.nights import T3, NightFixture, after_first_night, night_fixture
 from support.repos import git
 
 UNITS = "refactor-agent/nightly/add-a-units-module"
@@ -25,13 +25,18 @@ def _push(fixture: NightFixture, code: int = 0) -> str:
     return result.stdout if code == 0 else result.stderr
 
 
-def _with_a_remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[NightFixture, Path]:
-    """The night's fixture with a bare repository of this machine as its `origin`."""
-    fixture = night_fixture(tmp_path, monkeypatch)
-    remote = tmp_path / "remote.git"
+def _add_a_remote(fixture: NightFixture) -> Path:
+    """A bare repository of this machine as the fixture's `origin`."""
+    remote = fixture.root / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
     git(fixture.repo, "remote", "add", "origin", str(remote))
-    return fixture, remote
+    return remote
+
+
+def _after_a_night_with_a_remote(monkeypatch: pytest.MonkeyPatch) -> tuple[NightFixture, Path]:
+    """The night's fixture with its `origin` after a first night of T3 (the remote's branch not pushed yet)."""
+    fixture = after_first_night(monkeypatch, (T3,), before=_add_a_remote)
+    return fixture, fixture.root / "remote.git"
 
 
 def _move_main(fixture: NightFixture) -> None:
@@ -52,8 +57,7 @@ def _pushed(fixture: NightFixture) -> dict:
 def test_a_night_branch_replaced_after_its_push_updates_the_remote_and_one_moved_there_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fixture, remote = _with_a_remote(tmp_path, monkeypatch)
-    assert fixture.night(tasks=(T3,)).exit_code == 0
+    fixture, remote = _after_a_night_with_a_remote(monkeypatch)
     first = fixture.branches()[UNITS]
     assert _push(fixture).strip() == f"pushed {UNITS} ({first[:12]}) to origin"
     assert _remote_tip(remote) == first
@@ -90,7 +94,8 @@ def test_a_night_branch_replaced_after_its_push_updates_the_remote_and_one_moved
 def test_a_night_branch_never_pushed_is_not_pushed_over_one_the_remote_already_has(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fixture, remote = _with_a_remote(tmp_path, monkeypatch)
+    fixture = night_fixture(tmp_path, monkeypatch)
+    remote = _add_a_remote(fixture)
     git(fixture.repo, "push", "-q", "origin", f"main:refs/heads/{UNITS}")  # someone's branch of that name
     assert fixture.night(tasks=(T3,)).exit_code == 0
     refused = _push(fixture, code=1)
@@ -103,12 +108,11 @@ def test_a_night_branch_never_pushed_is_not_pushed_over_one_the_remote_already_h
 
 
 def test_a_night_branch_pushed_before_its_record_was_rebuilt_still_updates_the_remote(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A record rebuilt from git keeps no pushes: the remote's branch as git last saw it, a commit of this task, is
     the lease."""
-    fixture, remote = _with_a_remote(tmp_path, monkeypatch)
-    assert fixture.night(tasks=(T3,)).exit_code == 0
+    fixture, remote = _after_a_night_with_a_remote(monkeypatch)
     first = fixture.branches()[UNITS]
     _push(fixture)
     (record,) = (fixture.runs / ".tasks").glob("*.json")

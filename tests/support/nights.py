@@ -8,6 +8,7 @@ import atexit
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -119,26 +120,33 @@ def _local_sandboxes(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 # The first night of a set of tasks, run once per session where it ran and kept as a copy (the runs, the record
 # and git name the fixture's absolute paths, so each test gets it back in that place, not in its tmp_path).
-_FIRST_NIGHTS: dict[tuple[str, ...], tuple[NightFixture, Path]] = {}
+_FIRST_NIGHTS: dict[tuple[object, ...], tuple[NightFixture, Path]] = {}
 _FIRST_NIGHTS_ROOT: list[Path] = []
 _FIRST_NIGHTS_PARENT = Path(tempfile.gettempdir())  # as the session starts: some tests point tempfile elsewhere
 
 
-def after_first_night(monkeypatch: pytest.MonkeyPatch, tasks: tuple[str, ...]) -> NightFixture:
+def after_first_night(
+    monkeypatch: pytest.MonkeyPatch,
+    tasks: tuple[str, ...],
+    before: Callable[[NightFixture], object] | None = None,
+) -> NightFixture:
     """night_fixture after a first night of `tasks` (the sample repository, SCRIPTS; asserted to succeed), at a
-    root of its own: the night's state as that night left it, whatever an earlier test did to it since."""
+    root of its own: the night's state as that night left it, whatever an earlier test did to it since. `before`
+    prepares the fixture before that night (what it makes belongs under the fixture's root)."""
     if not _FIRST_NIGHTS_ROOT:
         _FIRST_NIGHTS_ROOT.append(Path(tempfile.mkdtemp(prefix="first-nights-", dir=_FIRST_NIGHTS_PARENT)))
         atexit.register(shutil.rmtree, _FIRST_NIGHTS_ROOT[0], ignore_errors=True)
-    made = _FIRST_NIGHTS.get(tasks)
+    made = _FIRST_NIGHTS.get((tasks, before))
     if made is None:
         root = Path(tempfile.mkdtemp(dir=_FIRST_NIGHTS_ROOT[0]))
         fixture = night_fixture(root, monkeypatch)
+        if before is not None:
+            before(fixture)
         first = fixture.night(tasks=tasks)
         assert first.exit_code == 0, first.output
         snapshot = root.with_name(f"{root.name}-as-left")
         shutil.copytree(root, snapshot, symlinks=True)
-        _FIRST_NIGHTS[tasks] = fixture, snapshot
+        _FIRST_NIGHTS[tasks, before] = fixture, snapshot
         return replace(fixture)
     fixture, snapshot = made
     shutil.rmtree(fixture.root)
