@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -12,6 +13,7 @@ from agent.dispatch.seats import FleetModel, NoServerLeft, ServerPool, prefix_di
 from agent.protocol.config import LLMConfig
 from agent.protocol.events import Retry, TaskServer
 
+from support.limits import on_stack
 from support.scripted_server import Die, Reply, ScriptedServer
 
 A, B, C = "http://a:1/v1", "http://b:1/v1", "http://c:1/v1"
@@ -52,19 +54,43 @@ def test_with_slots_tasks_spread_over_the_servers_first_and_a_slot_keeps_its_pre
     assert _take(pool, "commit-2") == (A, 1, "holds the task's prefix"), "the slot that served it, not just its server"
 
 
+class Looks:
+    """Counts a pool's looks for a free seat (each begins with check_stop), so that a test can wait until a task
+    waiting for a seat has looked at the pool as it is now, instead of for a time it surely took to."""
+
+    def __init__(self, pool: ServerPool) -> None:
+        self.count = 0
+        check_stop = pool.check_stop
+
+        def counted() -> None:
+            self.count += 1
+            check_stop()
+
+        pool.check_stop = counted  # type: ignore[method-assign]
+
+    def wait_for_one_after(self, seen: int, waiter: threading.Thread) -> None:
+        """Returns once the waiter has looked (again) since `seen` looks were counted and waits once more, or has
+        ended. Counted after a change of the pool (under its lock, as the looks are): a look at the changed pool."""
+        deadline = time.monotonic() + 30
+        while waiter.is_alive() and not (self.count > seen and on_stack(waiter.ident, threading.Condition.wait)):
+            assert time.monotonic() < deadline, "the waiter never looked again"
+            time.sleep(0.002)
+
+
 def test_a_task_waits_for_a_free_slot_and_a_dead_server_is_out_of_rotation() -> None:
     pool = ServerPool([A, B], slots_per_server=2)
     taken = [pool.acquire(None)[0] for _ in range(4)]
+    looks = Looks(pool)
     got: list[tuple[str, int, str]] = []
     waiter = threading.Thread(target=lambda: got.append(_take(pool, None)))
     waiter.start()
-    waiter.join(0.2)
+    looks.wait_for_one_after(0, waiter)
     assert waiter.is_alive() and not got, "every slot is taken: the fifth task waits"
     pool.take_out(A, "connection refused")
     for seat in taken:
         if seat.url == A:
             pool.release(seat)
-    waiter.join(0.2)
+    looks.wait_for_one_after(looks.count, waiter)
     assert waiter.is_alive(), "a freed slot on a dead server is no slot, none of its slots"
     pool.release(next(seat for seat in taken if seat.url == B))
     waiter.join(10)
