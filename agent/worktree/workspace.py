@@ -210,6 +210,10 @@ class Workspace:
         # checks the value it replaces): both asked of git once.
         self._trees: dict[str, str] = {}
         self._wip_tips: dict[str, str] = {}
+        # Index files staged into at least once (their stat data written); the snapshots' own index and its tree
+        # (outside the worktree: only snapshot() writes it).
+        self._staged_indexes: set[str] = set()
+        self._wip_tree: str | None = None
 
     @classmethod
     def create(
@@ -335,18 +339,11 @@ class Workspace:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             file.write(f"gitdir: {self.admin_dir}\n")
 
-    def _left_out(
-        self, exclude: tuple[str, str], env: dict[str, str] | None = None
-    ) -> tuple[dict[bytes, str], list[bytes]]:
+    def _left_out(self, listing: bytes) -> tuple[dict[bytes, str], list[bytes]]:
         """Paths not to stage, with the reason: files above max_file_bytes, new or tracked (a tracked file grown past
         it would otherwise land in the user's .git whole), and repositories of their own (`git init` in a
         subdirectory), which git would add as a gitlink, or fail on when they have no commit. Second: the tracked
-        ones among them, whose base version the index is to keep."""
-        # One listing of both, each name after its tag: "? " new (untracked, not ignored), "C " tracked and
-        # changed; the excludes apply to untracked names only.
-        listing = self.git.run(
-            *exclude, "ls-files", "-z", "-t", "--others", "--modified", "--exclude-standard", env=env
-        )
+        ones among them, whose base version the index is to keep. `listing`: the staging's (_stage_everything)."""
         entries = [(entry[:2], entry[2:]) for entry in listing.split(b"\0") if entry]
         left_out: dict[bytes, str] = {}
         tracked = []
@@ -379,11 +376,24 @@ class Workspace:
         command made are packed for the model too."""
         self._stage_everything()
 
-    def _stage_everything(self, env: dict[str, str] | None = None) -> None:
-        """Stage every change into the worktree's index, or the index file `env` names."""
+    def _stage_everything(self, env: dict[str, str] | None = None) -> bool:
+        """Stage every change into the worktree's index, or the index file `env` names; False when the index already
+        held every file as it is (nothing was staged)."""
         self.restore_git_file()
         exclude = self._exclude
-        left_out, tracked = self._left_out(exclude, env)
+        # One listing of what differs from the index, each name after its tag: "? " new (untracked, not ignored),
+        # "C " tracked and changed (content compared where the stat data differ); the excludes apply to untracked
+        # names only.
+        listing = self.git.run(
+            *exclude, "ls-files", "-z", "-t", "--others", "--modified", "--exclude-standard", env=env
+        )
+        index = (env or {}).get("GIT_INDEX_FILE", "")  # "": the worktree's own
+        if not listing and index in self._staged_indexes:
+            # `add` would change no entry; it would only write the stat data back, which its first run here did
+            # (git compares the contents of files whose stat data it does not have, each time it lists them).
+            self.uncommitted_files = {}
+            return False
+        left_out, tracked = self._left_out(listing)
         self.uncommitted_files = {os.fsdecode(name): reason for name, reason in left_out.items()}
         if tracked:  # an earlier staging may hold an edit of the file made before it grew: back to the base
             self.git.run(
@@ -406,6 +416,8 @@ class Workspace:
             input=b"\0".join(pathspecs),
             env=env,
         )
+        self._staged_indexes.add(index)
+        return True
 
     def snapshot(self, ref: str) -> str | None:
         """Keep the files as they are now as a commit on `ref` (parent: the previous snapshot, else the base):
@@ -414,8 +426,12 @@ class Workspace:
         index = {"GIT_INDEX_FILE": str(self.scratch / "wip-index")}
         if not (self.scratch / "wip-index").exists():
             self.git.run("read-tree", self.base_commit, env=index)
-        self._stage_everything(index)
-        tree = self.git.run("write-tree", env=index).strip().decode()
+            self._staged_indexes.discard(index["GIT_INDEX_FILE"])
+            self._wip_tree = None
+        tree, self._wip_tree = self._wip_tree, None  # unknown until this staging is through
+        if self._stage_everything(index) or tree is None:
+            tree = self.git.run("write-tree", env=index).strip().decode()
+        self._wip_tree = tree
         if ref not in self._wip_tips:
             try:
                 self._wip_tips[ref] = self.git.run("rev-parse", "--verify", "-q", ref).strip().decode()
@@ -458,6 +474,7 @@ class Workspace:
         index = {"GIT_INDEX_FILE": str(self.scratch / "stat-index")}
         if not (self.scratch / "stat-index").exists():
             self.git.run("read-tree", self.base_commit, env=index)
+            self._staged_indexes.discard(index["GIT_INDEX_FILE"])
         self._stage_everything(index)
         lines = self.git.run("diff", "--cached", "--stat=100", *NO_DIFF_PROGRAMS, self.base_commit, env=index)
         listed = lines.decode("utf-8", errors="replace").rstrip("\n").splitlines()

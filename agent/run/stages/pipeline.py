@@ -83,7 +83,8 @@ def run_task(run: Run, context: TaskContext) -> TaskSummary:
     )
     counters_before = context.probe.read() if context.probe is not None else None
     try:
-        if workspace.head() != workspace.base_commit:  # settled before the process died: not done twice
+        # Settled before the process died: not done twice. (A new worktree's HEAD is its base by construction.)
+        if resumed is not None and workspace.head() != workspace.base_commit:
             return already_committed(run.journal, workspace, outcome)
         end = task_end(run.night, config)
         with time_limit(*end) if end is not None else contextlib.nullcontext():
