@@ -6,6 +6,7 @@
 - pytest_zygote.py, zygote_client.py: their `python3 -m pytest`, forked from a server that imported pytest once;
 - local_cli.py: the real CLI with those sandboxes, for tests that run it as a process (kill -9, resume), forked
   from a server that imported it once;
+- cli_preload.py: what those forked CLIs would each import and compute again, done once in that server;
 - cli_runs.py: the CLI as a process of its own, and what a run leaves;
 - repos.py: sample git repositories;
 - pack_repos.py: repositories for the packer's tests;

@@ -53,13 +53,18 @@ def default_signals() -> None:
         signal.signal(stop, signal.SIG_DFL)
 
 
+def code_under_test() -> str:
+    """A PYTHONPATH naming the code under test: this source tree and its tests (for support.*)."""
+    root = Path(__file__).resolve().parents[2]
+    return os.pathsep.join([str(root), str(root / "tests")])
+
+
 def cli_environment(scratch: Path) -> dict[str, str]:
     """The CLI's environment: its scratch directories under `scratch` (TMPDIR); PYTHONPATH names the code under
     test, which the CLI's working directory (scratch's parent) does not."""
     scratch.mkdir(exist_ok=True)
     zygote_socket()  # for the CLI's local sandboxes, which find it through the environment
-    root = Path(__file__).resolve().parents[2]
-    return {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    return {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": code_under_test()}
 
 
 def start_cli(command: list[str], scratch: Path, **popen: object) -> subprocess.Popen:

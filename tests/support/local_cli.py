@@ -9,21 +9,25 @@ imports each start-up costs (a second of CPU, most of what a run killed early sp
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import agent.run.command
 from agent.__main__ import main as agent_main
 
-from support.cli_runs import LOCAL_AGENT, cli_environment, default_signals
+from support.cli_runs import LOCAL_AGENT, cli_environment, code_under_test, default_signals
 from support.local_sandbox import LocalSandboxes
 
-# What `run` and `resume` import, once, in the server the processes are forked from.
-_PRELOADED = ["support.local_cli", "agent.cli", "agent.run.command", "agent.record.live"]
+# What `run` and `resume` import, once, in the server the processes are forked from; support.cli_preload last.
+_PRELOADED = ["support.local_cli", "agent.cli", "agent.run.command", "agent.record.live", "support.cli_preload"]
 _FORKSERVER = multiprocessing.get_context("forkserver")
+_starting = threading.Lock()
+_started: list[bool] = []
 
 
 def main() -> None:
@@ -67,10 +71,30 @@ class ForkedCli:
         return self._process.exitcode
 
 
+def _start_forkserver() -> None:
+    """The server, started once with PYTHONPATH naming the tests' folder: multiprocessing hands it this process's
+    sys.path, which Python 3.11's server does not apply, and without it support.* failed to import there (an
+    ImportError it passes over: nothing of support/ preloaded, each forked CLI importing it again)."""
+    with _starting:
+        if _started:
+            return
+        _FORKSERVER.set_forkserver_preload(_PRELOADED)
+        inherited = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join([code_under_test(), *([inherited] if inherited else [])])
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            if inherited is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = inherited
+        _started.append(True)
+
+
 def start_local_cli(command: list[str], scratch: Path) -> ForkedCli:
     """A LOCAL_AGENT command line as a process of its own, its output discarded (start_cli's environment and cwd)."""
     assert tuple(command[: len(LOCAL_AGENT)]) == LOCAL_AGENT
-    _FORKSERVER.set_forkserver_preload(_PRELOADED)
+    _start_forkserver()
     environment = cli_environment(scratch)
     arguments = command[len(LOCAL_AGENT) :]
     process = _FORKSERVER.Process(target=_forked_main, args=(arguments, environment, str(scratch.parent)))
