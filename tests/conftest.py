@@ -5,6 +5,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 import typer
 import typer.testing
 
@@ -37,6 +38,15 @@ os.environ["XDG_STATE_HOME"] = str(_session_home / "state")
 # The session's pytest zygote, for the gate's runs in local sandboxes (support/pytest_zygote.py): started by the
 # first sandbox of the session's processes, stopped when the session ends.
 os.environ[ZYGOTE_ENV] = f"{os.getpid()}:{_session_home / 'zygote.sock'}"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # The killed runs' CLIs are forked from a server that imports the CLI first (support/local_cli.py): started now,
+    # it imports while the tests before them run, not when the first of them waits for it.
+    if any(item.get_closest_marker("killed") for item in session.items):
+        from support.local_cli import start_forkserver
+
+        start_forkserver()
 
 
 def pytest_sessionfinish() -> None:

@@ -71,10 +71,12 @@ class ForkedCli:
         return self._process.exitcode
 
 
-def _start_forkserver() -> None:
+def start_forkserver() -> None:
     """The server, started once with PYTHONPATH naming the tests' folder: multiprocessing hands it this process's
     sys.path, which Python 3.11's server does not apply, and without it support.* failed to import there (an
-    ImportError it passes over: nothing of support/ preloaded, each forked CLI importing it again)."""
+    ImportError it passes over: nothing of support/ preloaded, each forked CLI importing it again). It returns
+    before the server's imports are done (tests/conftest.py starts it once the session's tests are collected: its
+    second of imports runs while the tests before the first killed run do)."""
     with _starting:
         if _started:
             return
@@ -94,7 +96,7 @@ def _start_forkserver() -> None:
 def start_local_cli(command: list[str], scratch: Path) -> ForkedCli:
     """A LOCAL_AGENT command line as a process of its own, its output discarded (start_cli's environment and cwd)."""
     assert tuple(command[: len(LOCAL_AGENT)]) == LOCAL_AGENT
-    _start_forkserver()
+    start_forkserver()
     environment = cli_environment(scratch)
     arguments = command[len(LOCAL_AGENT) :]
     process = _FORKSERVER.Process(target=_forked_main, args=(arguments, environment, str(scratch.parent)))
