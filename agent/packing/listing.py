@@ -41,33 +41,36 @@ def _git(repo_dir: Path, *args: str) -> bytes:
     return completed.stdout
 
 
-def ensure_work_tree(repo_dir: Path) -> None:
+def checked_work_tree(repo_dir: Path) -> str | None:
+    """The commit HEAD names (None for a repository without commits), once `repo_dir` is checked to be the top level
+    of a git work tree (else PackError)."""
     if not repo_dir.is_dir():
         raise PackError(f"{repo_dir} is not a directory")
-    # One git for both answers, a line each: "true" inside a work tree, then the prefix (empty at the top level;
-    # everything after the first line, as a folder's name may hold a newline).
+    # One git for the three answers, a line each: "true" inside a work tree, the prefix (empty at the top level;
+    # it may hold a newline, as a folder's name may), then HEAD's commit; exit 1 and no commit line without one.
     probe = subprocess.run(
-        ["git", "-C", str(repo_dir), "rev-parse", "--is-inside-work-tree", "--show-prefix"],
+        [
+            "git",
+            "-C",
+            str(repo_dir),
+            "rev-parse",
+            "--is-inside-work-tree",
+            "--show-prefix",
+            "--verify",
+            "-q",
+            "HEAD^{commit}",
+        ],
         capture_output=True,
         check=False,
         stdin=subprocess.DEVNULL,
     )
-    inside, _, prefix = probe.stdout.partition(b"\n")
-    if probe.returncode != 0 or inside.strip() != b"true":
+    inside, _, rest = probe.stdout.partition(b"\n")
+    if probe.returncode not in (0, 1) or inside.strip() != b"true":
         raise PackError(f"{repo_dir} is not inside a git work tree")
+    prefix, commit = rest.rstrip(b"\n").rpartition(b"\n")[::2] if probe.returncode == 0 else (rest, b"")
     if prefix.strip():
         raise PackError(f"{repo_dir} is a subdirectory of a git repository; pass its top level")
-
-
-def head_commit(repo_dir: Path) -> str | None:
-    """None for a repository without commits."""
-    completed = subprocess.run(
-        ["git", "-C", str(repo_dir), "rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
-        capture_output=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-    return completed.stdout.decode().strip() if completed.returncode == 0 else None
+    return commit.decode() or None
 
 
 def list_paths(repo_dir: Path, *, include_untracked: bool) -> list[ListedPath]:

@@ -16,7 +16,7 @@ from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_
 from agent.packing.full_costs import FullCosts
 from agent.packing.inventory import take_inventory
 from agent.packing.languages import language_for
-from agent.packing.listing import ensure_work_tree, head_commit, linguist_attributes, list_paths, modified_paths
+from agent.packing.listing import checked_work_tree, linguist_attributes, list_paths, modified_paths
 from agent.packing.options import PackError, PackOptions, resolved_cache_dir
 from agent.packing.render import RENDERING, Renderer, renderer_for
 from agent.packing.repomap import Outlines, Rankings, SymbolCollector, symbols_of
@@ -207,12 +207,13 @@ class _LazyOutlines:
 def pack_repository(repo_dir: Path, options: PackOptions) -> PackedRepository:
     started = time.perf_counter()
     repo_dir = Path(repo_dir).resolve()
-    ensure_work_tree(repo_dir)
+    commit = checked_work_tree(repo_dir)
     budget = resolve_budget(options)
     cache_dir = resolved_cache_dir(options)
     counter = make_counter(options.server_url, cache_dir, concurrency=options.tokenize_concurrency)
     try:
         packer = _Packer(repo_dir, options, counter, cache_dir)
+        packer.stats.commit = commit
         packer.stats.budget_tokens = budget.tokens
         packer.stats.budget_source = budget.source
         packed = packer.pack(budget.tokens)
@@ -352,7 +353,6 @@ class _Packer:
 
     def _inventory(self, collector: SymbolCollector | None) -> tuple[list[TextFile], list[ExcludedFile]]:
         with timed(self.stats, "list"):
-            self.stats.commit = head_commit(self.repo_dir)
             listed = list_paths(self.repo_dir, include_untracked=self.options.include_untracked)
             linguist = linguist_attributes(self.repo_dir, listed) if not self.options.include_generated else {}
             # Once per pack: the inventory trusts no index blob of these, the churn order counts them as just changed.

@@ -112,7 +112,7 @@ class Run:
         self.repos = {
             path: RepoState(
                 repo,
-                Path(repo.git.rev_parse("--path-format=absolute", "--git-common-dir")),
+                Path(repo.common_dir).resolve(),  # as git's --path-format=absolute --git-common-dir, with no git
                 base=tonight.bases.get(path) if tonight is not None else None,
             )
             for path, repo in repos.items()

@@ -96,9 +96,9 @@ def open_repository(path: Path) -> git.Repo:
         raise WorkspaceError(f"{path} is not a git repository (run `git init` and commit first)") from None
     if repo.bare:
         raise WorkspaceError(f"{path} is a bare repository; point refactor-agent at a checkout")
-    try:
-        repo.head.commit  # noqa: B018 - raises on an unborn branch
-    except ValueError:
+    try:  # from the ref files: `repo.head.commit` would start a git process to look the commit up
+        git.SymbolicReference.dereference_recursive(repo, "HEAD")
+    except ValueError:  # an unborn branch
         raise WorkspaceError(f"{path} has no commits yet; commit the code the agent should work on") from None
     return repo
 
