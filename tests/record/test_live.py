@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -37,7 +36,8 @@ from agent.protocol.stats import RequestStats
 from agent.record.json_view import JsonView
 from agent.record.live import RunView
 
-from support.cli_runs import LOCAL_AGENT, cli_command, cli_environment
+from support.cli_runs import LOCAL_AGENT, cli_command
+from support.local_cli import run_local_cli, start_local_cli
 from support.repos import make_repo
 from support.scripted_server import Reply, ScriptedServer
 
@@ -413,11 +413,11 @@ def test_escape_sequences_and_markup_in_the_live_panel_are_shown_as_text() -> No
 def _through_a_terminal(command: list[str], scratch: Path) -> str:
     """What a person at a terminal sees of `command`: its output through a pseudo-terminal, one piece a line."""
     leader, follower = os.openpty()
-    environment = {**cli_environment(scratch), "COLUMNS": "100", "LINES": "40", "TERM": "xterm-256color"}
-    process = subprocess.Popen(
-        command, cwd=scratch.parent, env=environment, stdin=follower, stdout=follower, stderr=follower
-    )
-    os.close(follower)
+    environment = {"COLUMNS": "100", "LINES": "40", "TERM": "xterm-256color"}
+    try:
+        process = start_local_cli(command, scratch, (follower, follower, follower), environment)
+    finally:
+        os.close(follower)
     seen = b""
     while True:
         try:
@@ -448,10 +448,8 @@ def test_a_run_in_a_terminal_prints_every_line_its_log_would(tmp_path: Path) -> 
             command = cli_command(repo, server, tmp_path / where / "runs", "Rename compute_area", cli=LOCAL_AGENT)
             scratch = tmp_path / where / "scratch"
             if where == "piped":
-                done = subprocess.run(
-                    command, cwd=tmp_path, env=cli_environment(scratch), capture_output=True, text=True
-                )
-                outputs.append(done.stdout + done.stderr)
+                stdout, stderr = run_local_cli(command, scratch)
+                outputs.append(stdout + stderr)
             else:
                 outputs.append(_through_a_terminal(command, scratch))
     piped, terminal = (

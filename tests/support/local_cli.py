@@ -4,12 +4,16 @@ sandboxes on this machine (support/local_sandbox.py), for the tests that run the
 
 `start_local_cli` starts that command line as a process forked from a server that imported it once
 (multiprocessing's forkserver, the CLI preloaded): a process of its own all the same, for kill -9, without the
-imports each start-up costs (a second of CPU, most of what a run killed early spends)."""
+imports each start-up costs (a second of CPU, most of what a run killed early spends). Its standard streams are
+discarded, or descriptors given (a pipe, a pseudo-terminal) that the forkserver hands to it, as a Popen would;
+`run_local_cli` runs one to its end and returns its output."""
 
 from __future__ import annotations
 
+import locale
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.reduction
 import os
 import subprocess
 import sys
@@ -36,15 +40,38 @@ def main() -> None:
     agent_main()
 
 
-def _forked_main(arguments: list[str], environment: dict[str, str], cwd: str) -> None:
+class _Descriptor:
+    """A descriptor of the starting process, pickled as one the forked process inherits (multiprocessing sends it
+    to the forkserver with the process, as it does a Connection's)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[object, tuple[object]]:
+        return _inherited, (multiprocessing.reduction.DupFd(self.fd),)
+
+
+def _inherited(duplicate: object) -> int:
+    return duplicate.detach()  # type: ignore[attr-defined] - multiprocessing's DupFd
+
+
+def _forked_main(
+    arguments: list[str], environment: dict[str, str], cwd: str, streams: tuple[int, int, int] | None
+) -> None:
     """In the forked process: what a start of `python -m support.local_cli` by start_cli would have, then main."""
     os.environ.clear()
     os.environ.update(environment)
     tempfile.tempdir = None  # from TMPDIR, now the test's scratch
     os.chdir(cwd)
-    discarded = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(discarded, 1)
-    os.dup2(discarded, 2)
+    if streams is None:
+        discarded = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(discarded, 1)
+        os.dup2(discarded, 2)
+    else:
+        for standard, fd in enumerate(streams):
+            os.dup2(fd, standard)
+        for fd in set(streams):
+            os.close(fd)
     default_signals()
     sys.argv = ["refactor-agent", *arguments]
     main()
@@ -93,15 +120,49 @@ def start_forkserver() -> None:
         _started.append(True)
 
 
-def start_local_cli(command: list[str], scratch: Path) -> ForkedCli:
-    """A LOCAL_AGENT command line as a process of its own, its output discarded (start_cli's environment and cwd)."""
+def start_local_cli(
+    command: list[str],
+    scratch: Path,
+    streams: tuple[int, int, int] | None = None,
+    environment: dict[str, str] | None = None,
+) -> ForkedCli:
+    """A LOCAL_AGENT command line as a process of its own (start_cli's environment, updated with `environment`,
+    and cwd), its stdin, stdout and stderr the descriptors `streams` (the caller's to close), or its output
+    discarded."""
     assert tuple(command[: len(LOCAL_AGENT)]) == LOCAL_AGENT
     start_forkserver()
-    environment = cli_environment(scratch)
+    environment = {**cli_environment(scratch), **(environment or {})}
     arguments = command[len(LOCAL_AGENT) :]
-    process = _FORKSERVER.Process(target=_forked_main, args=(arguments, environment, str(scratch.parent)))
+    handed = tuple(_Descriptor(fd) for fd in streams) if streams is not None else None
+    process = _FORKSERVER.Process(target=_forked_main, args=(arguments, environment, str(scratch.parent), handed))
     process.start()
     return ForkedCli(process, command)
+
+
+def run_local_cli(command: list[str], scratch: Path, timeout_s: float = 120) -> tuple[str, str]:
+    """A LOCAL_AGENT command line run to its end as start_local_cli starts it, its stdin empty: its stdout and
+    stderr, as subprocess.run(capture_output=True, text=True) gives them."""
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    try:
+        process = start_local_cli(command, scratch, (stdin, out_write, err_write))
+    finally:
+        for fd in (stdin, out_write, err_write):
+            os.close(fd)
+    with open(out_read, "rb") as out, open(err_read, "rb") as err:
+        errors: list[bytes] = []
+        reader = threading.Thread(target=lambda: errors.append(err.read()))  # both drained: neither pipe fills up
+        reader.start()
+        output = out.read()
+        reader.join()
+    process.wait(timeout_s)
+    return _text(output), _text(errors[0])
+
+
+def _text(data: bytes) -> str:
+    """As text=True decodes: the locale's encoding, universal newlines."""
+    return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
 
 
 if __name__ == "__main__":
