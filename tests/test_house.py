@@ -82,12 +82,17 @@ def _statements(tree: ast.Module, module: str, is_package: bool):
     yield from walk(tree.body, "top")
 
 
-@functools.cache  # one parse of the tree for the tests that read its imports (a second each); nobody changes it
+@functools.cache  # one parse of each file for every test that reads it (the whole tree took a second); none changes it
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache  # one walk of the trees for the tests that read their imports
 def _imports() -> tuple[dict[str, Path], list[Import]]:
     """Every product import between product modules, module level and in functions (type-only ones left out).
     `from pkg import Name` goes to the module defining Name when pkg re-exports it (plainly or PEP 562)."""
     modules = _modules()
-    trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in modules.items()}
+    trees = {name: _tree(path) for name, path in modules.items()}
     exports: dict[str, dict[str, str]] = defaultdict(dict)
     for name, tree in trees.items():
         if modules[name].name == "__init__.py":
@@ -149,7 +154,7 @@ def test_no_import_cycle_among_the_products_modules() -> None:
 
 @functools.cache
 def _runs_of_imports(path: Path) -> dict[int, int]:
-    return _first_of_its_run(ast.parse(path.read_text(encoding="utf-8")))
+    return _first_of_its_run(_tree(path))
 
 
 def _first_of_its_run(tree: ast.Module) -> dict[int, int]:
@@ -220,7 +225,7 @@ def test_each_package_says_its_concern_and_lists_its_modules() -> None:
     subpackage (`- name/: ...`); nothing listed that is not there."""
     problems = []
     for package in _packages():
-        docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8"))) or ""
+        docstring = ast.get_docstring(_tree(package / "__init__.py")) or ""
         where = package.relative_to(ROOT)
         if not docstring or "TODO" in docstring:
             problems.append(f"{where}: no docstring saying its concern")
@@ -245,7 +250,7 @@ def test_the_tests_mirror_the_packages() -> None:
 
 
 def test_the_loop_knows_nothing_of_git_tests_or_files() -> None:
-    tree = ast.parse((ROOT / "agent" / "loop.py").read_text(encoding="utf-8"))
+    tree = _tree(ROOT / "agent" / "loop.py")
     imported = [name for name, _names, _where, _line in _statements(tree, "agent.loop", False)]
     forbidden = ("agent.worktree", "agent.gate", "agent.run", "git", "subprocess", "pathlib", "shutil")
     assert [name for name in imported if name.split(".")[0] in forbidden or name.startswith(forbidden)] == []
@@ -258,7 +263,7 @@ _PARENTHESISED_PLURAL = re.compile(r"\b(?!http\()[a-z]+\(e?s\)")
 def test_no_parenthesised_plurals_in_the_products_text() -> None:
     found = []
     for module, path in _modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if (
                 isinstance(node, ast.Constant)
                 and isinstance(node.value, str)
