@@ -55,7 +55,7 @@ def sweep() -> None:
     that crashed or were killed. Their branches are kept (with any commits on them) and can be deleted with
     `git branch -D`."""
     # lazy: docker-py loads only for the commands that use it (the run's scratch layout is the agent's)
-    from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, HOOKS_SCRATCH_PREFIX, sweep_run_scratch
+    from agent.worktree.leftovers import sweep_all_scratch
     from sandbox.container import sweep_leftovers
     from sandbox.daemon import docker_client
 
@@ -64,7 +64,6 @@ def sweep() -> None:
     except SandboxError as error:
         raise _fail(error) from error
     typer.echo(f"removed {counted(removed, 'leftover sandbox container')}")
-    typer.echo(f"removed the worktrees and scratch directories of {counted(sweep_run_scratch(), 'unfinished run')}")
-    builds = sweep_run_scratch(prefix=BUILD_SCRATCH_PREFIX)
+    runs, builds = sweep_all_scratch()
+    typer.echo(f"removed the worktrees and scratch directories of {counted(runs, 'unfinished run')}")
     typer.echo(f"removed the scratch directories of {counted(builds, 'unfinished environment build')}")
-    sweep_run_scratch(prefix=HOOKS_SCRATCH_PREFIX)  # killed commands' empty hooks folders: nothing to tell the user

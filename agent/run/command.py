@@ -42,7 +42,7 @@ from agent.safety.printable import counted
 from agent.server.api import is_embedded
 from agent.server.paths import default_kv_cache_dir
 from agent.settings.runs_dir import runs_dir_to_read
-from agent.worktree.leftovers import BUILD_SCRATCH_PREFIX, HOOKS_SCRATCH_PREFIX, build_scratch, sweep_run_scratch
+from agent.worktree.leftovers import HOOKS_SCRATCH_PREFIX, build_scratch, sweep_all_scratch
 from agent.worktree.workspace import WorkspaceError, open_repository
 
 ON_FINISH_TIMEOUT_S = 600
@@ -115,15 +115,13 @@ def _locked(
     swept = prepared.sandboxes.sweep() if prepared.sandboxes is not None else 0
     if swept:
         view.log(f"removed {counted(swept, 'sandbox container')} left behind by earlier runs that did not finish")
-    swept = sweep_run_scratch()
-    if swept:
+    runs, builds = sweep_all_scratch()
+    if runs:
         view.log(
-            f"removed the worktrees of {counted(swept, 'earlier run')} that did not finish (their branches are kept)"
+            f"removed the worktrees of {counted(runs, 'earlier run')} that did not finish (their branches are kept)"
         )
-    swept = sweep_run_scratch(prefix=BUILD_SCRATCH_PREFIX)
-    if swept:
-        view.log(f"removed the scratch directories of {counted(swept, 'environment build')} that did not finish")
-    sweep_run_scratch(prefix=HOOKS_SCRATCH_PREFIX)  # killed commands' empty hooks folders: nothing to tell the user
+    if builds:
+        view.log(f"removed the scratch directories of {counted(builds, 'environment build')} that did not finish")
     servers: dict[str, object] = {"server_url": prepared.server_url}
     if prepared.fleet is not None:  # the servers that answered; the run's record names only those
         servers["servers"] = prepared.fleet

@@ -157,3 +157,13 @@ def sweep_run_scratch(*, root: Path | None = None, prefix: str = SCRATCH_PREFIX)
     for directory, record in stale:
         remove_run_scratch(directory, record.git_dir)
     return len(stale)
+
+
+def sweep_all_scratch(*, root: Path | None = None) -> tuple[int, int]:
+    """Every kind of leftover scratch: returns how many unfinished runs' worktrees and scratch directories, and how
+    many unfinished environment builds' scratch directories, were removed. Killed commands' empty hooks folders go
+    too, uncounted: there is nothing in them to tell the user about."""
+    runs = sweep_run_scratch(root=root)
+    builds = sweep_run_scratch(root=root, prefix=BUILD_SCRATCH_PREFIX)
+    sweep_run_scratch(root=root, prefix=HOOKS_SCRATCH_PREFIX)
+    return runs, builds

@@ -21,6 +21,7 @@ from agent.worktree.leftovers import (
     OWNER_RECORD,
     ScratchOwner,
     create_run_scratch,
+    sweep_all_scratch,
     sweep_run_scratch,
 )
 from sandbox import DEFAULT_IMAGE, docker_client
@@ -72,6 +73,27 @@ def test_a_killed_commands_hooks_folder_is_swept_under_its_own_name_not_as_an_en
     assert sweep_run_scratch(root=root, prefix=BUILD_SCRATCH_PREFIX) == 0
     assert sweep_run_scratch(root=root, prefix=HOOKS_SCRATCH_PREFIX) == 1
     assert not hooks.exists()
+
+
+def test_one_sweep_of_every_kind_counts_runs_and_builds_and_removes_the_hooks_folders_too(tmp_path: Path) -> None:
+    """The run's start and `sandbox sweep` both sweep this way: the runs' and builds' leftovers are counted apart
+    (each is a line to the user), the hooks folders go uncounted; a live owner's scratch stays."""
+    repo = make_repo(tmp_path / "repo")
+    root = tmp_path / "scratch"
+    root.mkdir()
+    dead = killed_run(repo, root)
+    hooks = killed_hooks_folder(root)
+    builds = [Path(tempfile.mkdtemp(prefix=BUILD_SCRATCH_PREFIX, dir=root)) for _ in range(2)]
+    gone = ScratchOwner(owner=f"{socket.gethostname()}:{os.getpid()}:0")
+    for build in builds:
+        (build / OWNER_RECORD).write_text(gone.model_dump_json())
+    alive = create_run_scratch("alive", repo / ".git", root=root)
+
+    assert sweep_all_scratch(root=root) == (1, 2)
+
+    assert not dead.exists() and not hooks.exists() and not any(build.exists() for build in builds)
+    assert alive.is_dir()
+    assert sweep_all_scratch(root=root) == (0, 0)
 
 
 def test_the_sweep_removes_runs_whose_process_is_gone_and_keeps_their_branches(tmp_path: Path) -> None:
