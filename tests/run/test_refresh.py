@@ -20,7 +20,7 @@ from agent.run.stages.refresh import BranchTrial, refresh
 from agent.worktree.leftovers import stale_scratch
 
 from support.local_sandbox import LocalExecutor, LocalSandboxes
-from support.repos import SAMPLE_FILES, checkout_fingerprint, make_repo
+from support.repos import SAMPLE_FILES, checkout_fingerprint, copy_of_template, make_repo
 from support.repos import git as run_git
 
 BRANCH = "refactor-agent/20261201-010000-a1b2/1-add-a-units-module"
@@ -38,12 +38,15 @@ def _commit(repo: Path, files: dict[str, str], message: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """main, and a task branch off it that adds a module and its test."""
-    repo = make_repo(tmp_path / "repo")
+    """main, and a task branch off it that adds a module and its test (made once per session, copied)."""
+    return copy_of_template(("refresh_repo",), tmp_path / "repo", _with_a_task_branch)
+
+
+def _with_a_task_branch(path: Path) -> None:
+    repo = make_repo(path)
     run_git(repo, "checkout", "-q", "-b", BRANCH)
     _commit(repo, {"pkg/units.py": "METRE = 1\n", "tests/test_units.py": UNITS_TEST}, "Add a units module")
     run_git(repo, "checkout", "-q", "main")
-    return repo
 
 
 class _Watched(LocalSandboxes):

@@ -79,7 +79,8 @@ def copy_of_template(key: tuple[object, ...], path: Path, build: Callable[[Path]
         if not _TEMPLATE_ROOT:
             _TEMPLATE_ROOT.append(Path(tempfile.mkdtemp(prefix="repo-templates-", dir=_TEMPLATE_PARENT)))
             atexit.register(shutil.rmtree, _TEMPLATE_ROOT[0], ignore_errors=True)
-        template = _TEMPLATE_ROOT[0] / str(len(_TEMPLATES))
+        # A folder of its own: a build may make (copy) a template of its own first.
+        template = Path(tempfile.mkdtemp(dir=_TEMPLATE_ROOT[0])) / "repo"
         build(template)
         _TEMPLATES[key] = template
     shutil.copytree(template, path, symlinks=True, dirs_exist_ok=True)
