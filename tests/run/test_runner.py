@@ -33,7 +33,7 @@ def sample_repo(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
 
 
 def run(
-    tmp_path: Path, repo: Path, script: list, tasks: list[str] | None = None, **settings: float
+    tmp_path: Path, repo: Path, script: list, tasks: list[str] | None = None, **settings: float | bool
 ) -> tuple[RunSummary, list, ScriptedModel]:
     model = ScriptedModel(script)
     config = RunConfig(
@@ -147,9 +147,11 @@ def test_the_suite_has_its_own_timeout_not_the_models_command_timeout(tmp_path: 
     (Django's, typer's on a shared 2-core machine) never ran and every task was unverified."""
     # Each run of the suite lasts longer than the command timeout, by the sleep alone (pytest's start-up aside): the
     # baseline, the gate's check and its re-run of the regressions (no repair round: each would run both again).
-    # No command of the model's runs here (the work is a file tool's), so the timeout can be this short.
+    # No command of the model's runs here (the work is a file tool's) and the ledger is off (its symbol lookups run
+    # under the command timeout), so the timeout can be this short.
     repo = sample_repo(tmp_path, {"tests/conftest.py": "import time\n\ntime.sleep(0.2)\n"})
-    summary, events, _ = run(tmp_path, repo, [BREAK, finish("Add perimeter")], command_timeout_s=0.1, repair_rounds=0)
+    script = [BREAK, finish("Add perimeter")]
+    summary, events, _ = run(tmp_path, repo, script, command_timeout_s=0.1, repair_rounds=0, ledger=False)
     (baseline,) = [event for event in events if event.type == "baseline"]
     assert baseline.result == "2 passed, 1 failed"
     assert summary.tasks[0].verdict == "regressed"
