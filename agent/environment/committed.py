@@ -14,7 +14,7 @@ from pathlib import Path
 
 import git
 
-from agent.worktree.safe_git import GitError, SafeGit
+from agent.worktree.safe_git import BlobReader, GitError, SafeGit
 from agent.worktree.workspace import user_git
 
 # Lock files of large projects run to a few megabytes; anything larger is not a dependency file we can use.
@@ -31,6 +31,7 @@ class CommittedTree:
     git: SafeGit
     commit: str
     entries: dict[str, tuple[str, str]]  # path -> (mode, object id)
+    blobs: BlobReader  # every file read, over one git process (committed_tree ends it)
 
     def has(self, path: str) -> bool:
         return path in self.entries
@@ -45,10 +46,10 @@ class CommittedTree:
         """A regular committed file (not a symlink, not a submodule), at most `max_bytes`."""
         if not self.regular(path):
             raise CommittedFileError(f"{path} is not a regular file at {self.commit[:12]}")
-        blob = self.git.read_capped("cat-file", "blob", self.entries[path][1], max_bytes=max_bytes)
-        if blob.total_bytes > max_bytes:
+        data = self.blobs.read(self.entries[path][1], max_bytes=max_bytes)
+        if data is None:  # the tree lists the blob: it is there, and too large
             raise CommittedFileError(f"{path} is larger than {max_bytes // 1024} KiB")
-        return blob.data
+        return data
 
     def text(self, path: str) -> str:
         return self.read(path).decode("utf-8", errors="replace")
@@ -123,4 +124,8 @@ def committed_tree(repo: git.Repo, revision: str = "HEAD") -> Iterator[Committed
     with tempfile.TemporaryDirectory(prefix="refactor-agent-hooks-") as hooks:
         safe = user_git(repo, Path(hooks))
         commit = safe.run("rev-parse", "--verify", "--end-of-options", f"{revision}^{{commit}}").decode().strip()
-        yield CommittedTree(git=safe, commit=commit, entries=_entries(safe, commit))
+        blobs = BlobReader(safe)
+        try:
+            yield CommittedTree(git=safe, commit=commit, entries=_entries(safe, commit), blobs=blobs)
+        finally:
+            blobs.close()

@@ -141,43 +141,15 @@ class SafeGit:
         return data
 
     def read_blobs(self, specs: Iterable[str], *, max_bytes: int) -> Iterator[tuple[str, bytes | None]]:
-        """(spec, bytes) for each blob `specs` names (`<commit>:<path>`, `:<path>` for the index), as read_within
-        reads `cat-file blob <spec>`: None when it names no blob, or one larger than max_bytes. One git process for
-        them all (`cat-file --batch-command`), asked for a blob's contents only once its size is known to be within
-        the cap: a blob of gigabytes costs what a missing one does. Answers come one at a time as they are asked for,
-        so no more than one blob is held here at once."""
-        batch: subprocess.Popen[bytes] | None = None
+        """(spec, bytes) for each blob `specs` names (`<commit>:<path>`, `:<path>` for the index), as BlobReader.read
+        reads them, over one git process for them all. Answers come one at a time as they are asked for, so no more
+        than one blob is held here at once."""
+        reader = BlobReader(self)
         try:
             for spec in specs:
-                if "\n" in spec or "\r" in spec:  # not one line of the batch's input: a process of its own
-                    yield spec, self._blob(spec, max_bytes)
-                    continue
-                batch = batch or self._batch()
-                try:
-                    data = _batch_blob(batch, spec, max_bytes)
-                except _BatchGone:  # git gave up on this name (`HEAD:../x` dies, as `cat-file blob` does): next one
-                    _stop(batch)
-                    batch, data = None, None
-                yield spec, data
+                yield spec, reader.read(spec, max_bytes=max_bytes)
         finally:
-            if batch is not None:
-                _stop(batch)
-
-    def _blob(self, spec: str, max_bytes: int) -> bytes | None:
-        try:  # one git process, whether the blob is there, too large or small enough
-            return self.read_within("cat-file", "blob", spec, max_bytes=max_bytes)
-        except GitError:
-            return None
-
-    def _batch(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            self.command("cat-file", "--batch-command"),
-            cwd=self.work_tree,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=_environment(None),
-        )
+            reader.close()
 
     def _reading(self, args: tuple[str, ...], errors: IO[bytes]) -> subprocess.Popen[bytes]:
         """A git command whose stdout is read as it comes (a pipe), its stderr kept in `errors`."""
@@ -189,6 +161,43 @@ class SafeGit:
             stderr=errors,
             env=_environment(None),
         )
+
+
+class BlobReader:
+    """Blobs read as read_within reads `cat-file blob <spec>`, over one `cat-file --batch-command` process (started at
+    the first read, ended by close()), asked for a blob's contents only once its size is known to be within the cap:
+    a blob of gigabytes costs what a missing one does. The process reads the index once: keep a reader of `:<path>`
+    specs no longer than one staging."""
+
+    def __init__(self, git: SafeGit) -> None:
+        self._git = git
+        self._batch: subprocess.Popen[bytes] | None = None
+
+    def read(self, spec: str, *, max_bytes: int) -> bytes | None:
+        """The blob `spec` names; None when it names no blob, or one larger than max_bytes."""
+        if "\n" in spec or "\r" in spec:  # not one line of the batch's input: a process of its own
+            try:  # one git process, whether the blob is there, too large or small enough
+                return self._git.read_within("cat-file", "blob", spec, max_bytes=max_bytes)
+            except GitError:
+                return None
+        self._batch = self._batch or subprocess.Popen(
+            self._git.command("cat-file", "--batch-command"),
+            cwd=self._git.work_tree,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_environment(None),
+        )
+        try:
+            return _batch_blob(self._batch, spec, max_bytes)
+        except _BatchGone:  # git gave up on this name (`HEAD:../x` dies, as `cat-file blob` does): next one anew
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self._batch is not None:
+            _stop(self._batch)
+            self._batch = None
 
 
 class _BatchGone(Exception):
