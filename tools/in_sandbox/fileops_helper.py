@@ -16,9 +16,7 @@ import errno
 import json
 import os
 import re
-import secrets
 import stat
-import subprocess
 import sys
 from pathlib import PurePosixPath
 from typing import Any
@@ -173,7 +171,9 @@ def _read_text(handle: int, info: os.stat_result, shown: str) -> bytes:
 
 def _replace(parent: int, name: str, data: bytes, mode: int | None) -> None:
     """Write through a new file in the same folder renamed over `name`: a link there is replaced, not followed."""
-    temporary = f".refactor-agent-{secrets.token_hex(6)}.tmp"
+    # os.urandom, not secrets.token_hex (the same bytes): importing secrets (hmac, hashlib) was a sixth of each
+    # file tool's start-up.
+    temporary = f".refactor-agent-{os.urandom(6).hex()}.tmp"
     handle = os.open(temporary, WRITE_FLAGS, 0o666, dir_fd=parent)
     try:
         try:
@@ -269,6 +269,9 @@ def create_file(request: dict[str, Any]) -> str:
 
 def _candidate_files(scope: list[str]) -> list[str]:
     """Tracked plus untracked-but-not-ignored files, as git sees them, so build output is not searched."""
+    # lazy: only search starts a process; the other file tools' start-up skips subprocess's import.
+    import subprocess
+
     pathspec = ["/".join(scope) or "."]
     listing = subprocess.run(
         # Literal pathspecs: a folder named like ":(exclude)x" is a folder, not pathspec magic.
