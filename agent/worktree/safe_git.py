@@ -16,7 +16,6 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -139,17 +138,6 @@ class SafeGit:
                 errors.seek(0)
                 raise GitError(_failure(args, errors.read(64 * 1024)))
         return data
-
-    def read_blobs(self, specs: Iterable[str], *, max_bytes: int) -> Iterator[tuple[str, bytes | None]]:
-        """(spec, bytes) for each blob `specs` names (`<commit>:<path>`, `:<path>` for the index), as BlobReader.read
-        reads them, over one git process for them all. Answers come one at a time as they are asked for, so no more
-        than one blob is held here at once."""
-        reader = BlobReader(self)
-        try:
-            for spec in specs:
-                yield spec, reader.read(spec, max_bytes=max_bytes)
-        finally:
-            reader.close()
 
     def _reading(self, args: tuple[str, ...], errors: IO[bytes]) -> subprocess.Popen[bytes]:
         """A git command whose stdout is read as it comes (a pipe), its stderr kept in `errors`."""

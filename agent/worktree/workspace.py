@@ -22,7 +22,7 @@ from pathlib import Path
 import git
 
 from agent.worktree.leftovers import forget_vanished_worktree
-from agent.worktree.safe_git import CappedOutput, GitError, SafeGit
+from agent.worktree.safe_git import BlobReader, CappedOutput, GitError, SafeGit
 
 # Caches that test runs and tools leave behind: never part of a refactoring, even where the repository's own
 # .gitignore forgets them. Untracked files only; changes to tracked files are always committed.
@@ -214,6 +214,9 @@ class Workspace:
         # (outside the worktree: only snapshot() writes it).
         self._staged_indexes: set[str] = set()
         self._wip_tree: str | None = None
+        # files_at's reader, whose git read the index once: ended by whatever changes the index (each staging,
+        # which every tool call's snapshot makes, and a replay).
+        self._blobs = BlobReader(self.git)
 
     @classmethod
     def create(
@@ -379,6 +382,7 @@ class Workspace:
     def _stage_everything(self, env: dict[str, str] | None = None) -> bool:
         """Stage every change into the worktree's index, or the index file `env` names; False when the index already
         held every file as it is (nothing was staged)."""
+        self._blobs.close()
         self.restore_git_file()
         exclude = self._exclude
         # One listing of what differs from the index, each name after its tag: "? " new (untracked, not ignored),
@@ -462,9 +466,12 @@ class Workspace:
         self.user_side.run("update-ref", "-d", ref)
         self._wip_tips.pop(ref, None)
 
-    def diff(self, *, max_bytes: int) -> CappedOutput:
-        """Everything the task changed against its base, new files included; only the first max_bytes kept."""
-        self._stage_everything()
+    def diff(self, *, max_bytes: int, staged: bool = False) -> CappedOutput:
+        """Everything the task changed against its base, new files included; only the first max_bytes kept.
+        `staged`: the caller's word that nothing changed the files since the last staging (commit's), so the index
+        already holds them."""
+        if not staged:
+            self._stage_everything()
         return self.git.read_capped("diff", "--cached", *DIFF_OPTIONS, self.base_commit, max_bytes=max_bytes)
 
     def diff_stat(self, *, max_files: int) -> str:
@@ -517,11 +524,10 @@ class Workspace:
     ) -> Iterator[tuple[tuple[str, str], bytes | None]]:
         """For each (path, "before" | "after") asked for: the file's bytes at the base commit or as staged now, from
         git's blobs (never from a path on the host), None when absent or larger than `limit`. One git process for
-        them all, each read as it is iterated."""
-        keys = list(wanted)
-        specs = [f"{self.base_commit}:{path}" if which == "before" else f":{path}" for path, which in keys]
-        for key, (_, data) in zip(keys, self.git.read_blobs(specs, max_bytes=limit), strict=True):
-            yield key, data
+        all the reads between two stagings (the gate's checks read twice), each read as it is iterated."""
+        for path, which in wanted:
+            spec = f"{self.base_commit}:{path}" if which == "before" else f":{path}"
+            yield (path, which), self._blobs.read(spec, max_bytes=limit)
 
     def commit(self, message: str, trailers: dict[str, str]) -> str | None:
         """Commit all changes on the task branch; None when there is nothing to commit.
@@ -577,6 +583,7 @@ class Workspace:
         if self.branch is not None:
             raise WorkspaceError(f"refusing to replay commits onto the task branch {self.branch}")
         quiet = ("-c", "gc.auto=0", "-c", "rerere.enabled=false", "-c", "commit.gpgSign=false")
+        self._blobs.close()
         try:
             self.git.run(
                 *quiet, "cherry-pick", "--allow-empty", "--keep-redundant-commits", *commits, env=self._committer()
@@ -637,6 +644,7 @@ class Workspace:
 
     def remove(self) -> None:
         """Drop the scratch checkout; the branch and its commits stay in the user's repository."""
+        self._blobs.close()
         try:
             self.restore_git_file()
             with _WORKTREE_CHANGES:

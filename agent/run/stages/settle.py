@@ -25,9 +25,10 @@ from agent.run.stages.gate import evidence
 from agent.worktree.workspace import Workspace
 
 
-def save_patch(journal: RunJournal, workspace: Workspace, outcome: TaskSummary) -> None:
-    """The task's diff into patch.diff (capped; a cut patch names the commit that holds it whole)."""
-    diff = workspace.diff(max_bytes=PATCH_MAX_BYTES)
+def save_patch(journal: RunJournal, workspace: Workspace, outcome: TaskSummary, *, staged: bool = False) -> None:
+    """The task's diff into patch.diff (capped; a cut patch names the commit that holds it whole). `staged`: right
+    after a commit, which staged the files as they are."""
+    diff = workspace.diff(max_bytes=PATCH_MAX_BYTES, staged=staged)
     outcome.uncommitted_files = workspace.uncommitted_files
     full_change = f"commit {outcome.commit} on {outcome.branch}" if outcome.commit else None
     header = f"task {outcome.index}: {outcome.task}"
@@ -58,8 +59,9 @@ def settle(
             trailers.update(verdict_trailers(record.baseline, check))
         message = result.summary.strip() or f"refactor-agent: {outcome.task}"
         outcome.commit = workspace.commit(message, trailers)
-    # After the commit, so a cut patch can name it; a commit that fails still gets the patch (the runner).
-    save_patch(journal, workspace, outcome)
+    # After the commit, so a cut patch can name it; a commit that fails still gets the patch (the runner). The sandbox
+    # is gone: nothing changed the files since the commit staged them.
+    save_patch(journal, workspace, outcome, staged=not failed)
     outcome.status = "failed" if failed else "committed" if outcome.commit else "no_changes"
     if failed:
         outcome.verdict = "failed"
