@@ -76,30 +76,36 @@ def start_cli(command: list[str], scratch: Path, **popen: object) -> subprocess.
 
 def wait_for(condition: Callable[[], object] | threading.Event, what: str, timeout_s: float = 300) -> None:
     """Until `condition` holds. An event is waited on; a callable is asked again after a tenth of the time waited so
-    far (10 ms to 0.2 s): a wait ends about when the condition comes true (at a fixed 0.2 s, 0.1 s late on average,
-    at each kill of the killed-run tests), and a costly condition (a scan of /proc) is not asked in a busy loop."""
+    far (10 ms to 0.2 s) and at least twice as long as it took to answer: a wait ends about when the condition comes
+    true (at a fixed 0.2 s, 0.1 s late on average, at each kill of the killed-run tests), and a costly condition (a
+    scan of /proc) takes at most a third of a core from what it waits for."""
     if isinstance(condition, threading.Event):
         assert condition.wait(timeout_s), f"timed out waiting for {what}"
         return
     started = time.monotonic()
-    while not condition():
-        waited = time.monotonic() - started
-        assert waited < timeout_s, f"timed out waiting for {what}"
-        time.sleep(min(0.2, max(0.01, waited / 10)))
+    while True:
+        asked = time.monotonic()
+        if condition():
+            return
+        now = time.monotonic()
+        assert now - started < timeout_s, f"timed out waiting for {what}"
+        time.sleep(min(0.2, max(0.01, (now - started) / 10, 2 * (now - asked))))
 
 
 def processes_under(directory: Path, text: str = "") -> list[int]:
     """This machine's processes working in `directory` (or below) whose command line holds `text`: what a local
     sandbox's commands left running."""
     found = []
+    under = directory.resolve()
     for entry in Path("/proc").iterdir():
-        try:
-            cwd = (entry / "cwd").resolve()
+        if not entry.name.isdigit():
+            continue
+        try:  # the command line first: most processes end the look there (a scan is asked for again and again)
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if text in command and (entry / "cwd").resolve().is_relative_to(under):
+                found.append(int(entry.name))
         except (OSError, ValueError):
             continue
-        if entry.name.isdigit() and cwd.is_relative_to(directory.resolve()) and text in command:
-            found.append(int(entry.name))
     return found
 
 
