@@ -26,7 +26,7 @@ from support.environment_images import own_repository_name
 from support.killed_runs import THREE_STEPS, killed_run, wip_refs
 from support.local_sandbox import LocalSandboxes
 from support.nights import night_fixture
-from support.repos import checkout_fingerprint, git, make_repo
+from support.repos import checkout_fingerprint, git, make_repo, put_back
 from support.scripted_model import ScriptedModel, run_in_process
 from support.scripted_server import Hold, Reply, ScriptedServer
 
@@ -136,13 +136,9 @@ def built_garbage(tmp_path_factory: pytest.TempPathFactory) -> tuple[Garbage, Pa
 
 @pytest.fixture
 def garbage(built_garbage: tuple[Garbage, Path], monkeypatch: pytest.MonkeyPatch) -> Garbage:
-    """The state as it was made, copied back to where it was made: the runs' records, git's worktrees and the
-    links name its absolute paths. Links stay links, and times (the old baseline's, the link's) are kept."""
+    """The state as it was made, put back where it was made (links stay links, the old baseline's time is kept)."""
     made, snapshot = built_garbage
-    shutil.rmtree(made.root)
-    shutil.copytree(snapshot, made.root, symlinks=True)
-    # The copies' inodes and change times are not those the index recorded: refreshed, as a fresh checkout's.
-    git(made.repo, "update-index", "-q", "--refresh")
+    put_back(snapshot, made.root, made.repo)
     made.note_what_stays()
     monkeypatch.setattr("tempfile.tempdir", str(made.scratch))  # where gc looks for scratch directories
     return made

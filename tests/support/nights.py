@@ -19,7 +19,7 @@ import agent.run.command
 from agent.cli import app
 
 from support.local_sandbox import LocalSandboxes
-from support.repos import SAMPLE_FILES, git, make_repo
+from support.repos import SAMPLE_FILES, git, make_repo, put_back
 from support.scripted_server import Reply, ScriptedServer, Step
 
 T1, T2, T3, T4 = (
@@ -149,9 +149,6 @@ def after_first_night(
         _FIRST_NIGHTS[tasks, before] = fixture, snapshot
         return replace(fixture)
     fixture, snapshot = made
-    shutil.rmtree(fixture.root)
-    shutil.copytree(snapshot, fixture.root, symlinks=True)
-    # The copies' inodes and change times are not those the index recorded: refreshed, as the night left them.
-    git(fixture.repo, "update-index", "-q", "--refresh")
+    put_back(snapshot, fixture.root, fixture.repo)
     _local_sandboxes(fixture.root, monkeypatch)
     return replace(fixture)

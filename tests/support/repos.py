@@ -83,11 +83,23 @@ def copy_of_template(key: tuple[object, ...], path: Path, build: Callable[[Path]
         template = Path(tempfile.mkdtemp(dir=_TEMPLATE_ROOT[0])) / "repo"
         build(template)
         _TEMPLATES[key] = template
-    shutil.copytree(template, path, symlinks=True, dirs_exist_ok=True)
+    _copy(template, path, path)
+    return path
+
+
+def put_back(snapshot: Path, place: Path, repo: Path) -> None:
+    """`place` as `snapshot`, a copy of it, holds it: a state made once, at `place` (its runs, records and git's
+    worktrees name its absolute paths), for each test that starts from it; `repo` is the repository in it."""
+    shutil.rmtree(place)
+    _copy(snapshot, place, repo)
+
+
+def _copy(source: Path, path: Path, repo: Path) -> None:
+    """`source` copied to `path`, links as links, times kept (a test's old files stay old)."""
+    shutil.copytree(source, path, symlinks=True, dirs_exist_ok=True)
     # The copies' inodes and change times are not those the index recorded: refreshed now, as a fresh commit's
     # index is, so that the first `git status` of a run (or of a test comparing the index's bytes) has no work.
-    git(path, "update-index", "-q", "--refresh")
-    return path
+    git(repo, "update-index", "-q", "--refresh")
 
 
 def _commit_repo(path: Path, files: dict[str, str]) -> Path:
