@@ -2,9 +2,13 @@
 would otherwise do again, done once there. Then the collector is told to leave all of it be (gc.freeze): a forked
 CLI's full collections neither walk those objects nor copy their pages."""
 
+import functools
 import gc
 import importlib
 
+import typer.main
+
+from agent.cli import app
 from tools.symbols import sandbox_mounts
 
 # What a run imports only when it gets there: its clients' HTTP transports, the OpenAI client's chat resources (a
@@ -26,4 +30,8 @@ LATE_IMPORTS = (
 for name in LATE_IMPORTS:
     importlib.import_module(name)
 sandbox_mounts()  # the installed distributions the symbol tools mount: a walk of their files, cached
+# typer builds the app's click command at each call (every command's annotations read: 20 ms of a CLI): built here
+# once, as tests/conftest.py does for CliRunner; a forked CLI calls the app as `python -m agent` does.
+typer.main.get_command = functools.cache(typer.main.get_command)
+typer.main.get_command(app)
 gc.freeze()
