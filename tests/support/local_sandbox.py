@@ -11,7 +11,7 @@ fresh PYTHONPYCACHEPREFIX (no bytecode of the model's is ever read), in which th
 and the standard library again at every run (two seconds each); an image's interpreter could bring that bytecode
 along, and here a fresh prefix starts with links to the interpreter's own (bytecode_template), never with any of the
 worktree's. `python3 -m pytest` starts in the session's pytest zygote (support/pytest_zygote.py), with pytest imported:
-its import was most of the CPU time of the gate's runs of small suites."""
+its import was most of the CPU time of the gate's runs of small suites; such a run needs no links."""
 
 from __future__ import annotations
 
@@ -102,21 +102,29 @@ class LocalExecutor:
 # (tests/conftest.py), so that the CLI's child processes share one copy.
 BYTECODE_ENV = "REFACTOR_AGENT_TESTS_BYTECODE"
 _WRAPPER = """#!/bin/bash
-# python3 of a local sandbox: a fresh PYTHONPYCACHEPREFIX starts with the interpreter's own bytecode, as hard links
-# (Python replaces a .pyc it writes, never writes into one; copying the 8 MB took more CPU than the suite's tests).
-# On another file system, a copy.
+# python3 of a local sandbox. `python3 -m pytest ...` starts in the session's pytest zygote, with pytest imported
+# (support/pytest_zygote.py): its run has the interpreter's modules imported, and its fresh PYTHONPYCACHEPREFIX
+# starts empty (whatever else it imports it compiles there). Where the zygote declines, its client runs this again
+# with {declined} first, and the interpreter starts here.
+if [[ "${{1:-}}" == {declined} ]]; then
+    shift
+elif [[ "${{1:-}}" == -m && "${{2:-}}" == pytest && -S {zygote} ]]; then
+    exec {python} -I -S {client} {zygote} "$0" {declined} {python} "$@"
+fi
+# An interpreter's fresh PYTHONPYCACHEPREFIX starts with its own bytecode, as hard links (Python replaces a .pyc it
+# writes, never writes into one; copying the 8 MB took more CPU than the suite's tests). On another file system, a
+# copy. Not for the zygote's runs: linking and then removing them (the gate empties its prefix before each run) was
+# half of such a run's time.
 prefix="${{PYTHONPYCACHEPREFIX:-}}"
 if [[ -n "$prefix" && ! -e "$prefix" ]]; then
     mkdir -p "$prefix"
     cp -al {template}/. "$prefix" 2>/dev/null ||
         {{ rm -rf "$prefix" && mkdir -p "$prefix" && cp -a {template}/. "$prefix"; }}
 fi
-# `python3 -m pytest ...` starts in the session's pytest zygote, with pytest imported (support/pytest_zygote.py).
-if [[ "${{1:-}}" == -m && "${{2:-}}" == pytest && -S {zygote} ]]; then
-    exec {python} -I -S {client} {zygote} {python} "$@"
-fi
 exec {python} "$@"
 """
+# The wrapper's first argument when the zygote's client runs it again, the zygote having declined the run.
+DECLINED = "--local-sandbox-zygote-declined"
 # The session's pytest zygote: "PID:SOCKET", the session's process and where the zygote listens (tests/conftest.py
 # sets it; the CLI's child processes inherit it).
 ZYGOTE_ENV = "REFACTOR_AGENT_TESTS_ZYGOTE"
@@ -245,7 +253,9 @@ def python_folder(home: Path) -> Path:
     folder = home / "bin"
     folder.mkdir()
     zygote = zygote_socket() or "/nonexistent"  # outside a test session: the interpreter, always
-    text = _WRAPPER.format(template=bytecode_template(), python=sandbox_python(), client=_CLIENT, zygote=zygote)
+    text = _WRAPPER.format(
+        template=bytecode_template(), python=sandbox_python(), client=_CLIENT, zygote=zygote, declined=DECLINED
+    )
     for name in ("python3", "python"):
         wrapper = folder / name
         wrapper.write_text(text)

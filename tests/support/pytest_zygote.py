@@ -52,10 +52,13 @@ from dataclasses import dataclass, field  # noqa: E402
 import _pytest.config  # noqa: E402
 import pytest  # noqa: E402, F401 - the point: every run starts with it imported
 
-# And the plugins each run imports (a third of what a small suite's run took past `import pytest`); not pdb, whose
-# readline reads the terminal's variables when imported.
+# And the plugins each run imports (a third of what a small suite's run took past `import pytest`), and pdb, which
+# the debugging plugin imports at each run's configure (compiled then into the run's fresh bytecode prefix): the
+# module reads nothing of the terminal, a Pdb() would (readline), and only a run makes one.
 for _plugin in _pytest.config.default_plugins:
     importlib.import_module(f"_pytest.{_plugin}")
+import pdb  # noqa: E402, F401
+
 # What was imported stays out of the collector's passes (gc.freeze): a run's collections (pytest collects twice at
 # its end) would go through all of it, and copy each page they touch, a fifth of a small suite's run.
 gc.collect()

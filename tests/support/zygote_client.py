@@ -1,9 +1,11 @@
 """`python3 -m pytest ...` of a local sandbox, as a client of the session's pytest zygote (support/pytest_zygote.py):
 it sends its argv, working directory, environment and open file descriptors, and ends as the forked run ends, with
-its exit status or its signal. Where the zygote cannot be reached or declines, it execs the interpreter itself.
+its exit status or its signal. Where the zygote cannot be reached or declines, the interpreter starts instead.
 
-Run as `python -I -S zygote_client.py SOCKET PYTHON -m pytest ...`; its start-up is most of its cost, so it imports
-nothing beyond the interpreter's built-in modules (socket.py and signal.py import enum, a third of a start-up)."""
+Run as `python -I -S zygote_client.py SOCKET WRAPPER MARK PYTHON -m pytest ...`: where the zygote declines, it execs
+`WRAPPER MARK -m pytest ...` (the sandbox's python3, which then prepares the interpreter's start and execs PYTHON).
+Its start-up is most of its cost, so it imports nothing beyond the interpreter's built-in modules (socket.py and
+signal.py import enum, a third of a start-up)."""
 
 import _signal
 import _socket
@@ -85,11 +87,10 @@ def _exit_as(code: int) -> None:
 
 
 def main() -> None:
-    socket_path, python, *arguments = sys.argv[1:]
-    command = [python, *arguments]
-    connection = _request(socket_path, command)
+    socket_path, wrapper, mark, python, *arguments = sys.argv[1:]
+    connection = _request(socket_path, [python, *arguments])
     if connection is None:
-        os.execv(python, command)
+        os.execv(wrapper, [wrapper, mark, *arguments])
     started = _receive(connection, 4)
     pid = int.from_bytes(started, "little")
 
