@@ -24,7 +24,7 @@ from agent.nights.identity import (
 from agent.nights.kinds import kind_of
 from agent.nights.merged import conflicts, find_merge
 from agent.nights.predicates import unmatched
-from agent.nights.publish import branch_tip, checked_out
+from agent.nights.publish import checked_out
 from agent.nights.record import RecordStore
 from agent.nights.shards import ShardError, compute_shards, no_shards_reason
 from agent.protocol.config import NightConfig, RunConfig, TaskSpec
@@ -117,9 +117,11 @@ def fresh_record(night: str, config: RunConfig, spec: TaskSpec, branch: str, run
     )
 
 
-def _night_branches(safe_git: SafeGit, night: str) -> set[str]:
-    listing = safe_git.run("for-each-ref", "--format=%(refname:strip=2)", f"refs/heads/{BRANCH_PREFIX}{night}/")
-    return set(listing.decode("utf-8", errors="replace").split())
+def _branch_tips(safe_git: SafeGit) -> dict[str, str]:
+    """Every branch and the commit it points at, from one listing: what the plan's decisions read of each task's."""
+    listing = safe_git.run("for-each-ref", "--format=%(objectname) %(refname:lstrip=2)", "refs/heads/")
+    tips = (line.partition(" ") for line in listing.decode("utf-8", errors="replace").splitlines())
+    return {branch: tip for tip, _, branch in tips}
 
 
 def _facts(
@@ -129,11 +131,13 @@ def _facts(
     record: TaskRecord | None,
     fresh: TaskRecord,
     default: DefaultBranch,
-    checked_out: dict[str, str],
+    branches: tuple[dict[str, str], dict[str, str]],
     log: Callable[[str], None],
 ) -> TaskFacts:
+    """`branches`: each branch's tip (_branch_tips), and the worktree each checked-out one is in (checked_out)."""
+    tips, checked_out_in = branches
     branch = record.branch if record is not None else fresh.branch
-    tip = branch_tip(safe_git, branch)
+    tip = tips.get(branch)
     merged: Merge | None = None
     found_conflicts: list[str] | None = None
     if record is not None and record.tip is not None:
@@ -149,7 +153,7 @@ def _facts(
         record=record,
         fingerprint=fresh.fingerprint,
         tip=tip,
-        checked_out=checked_out.get(branch),
+        checked_out=checked_out_in.get(branch),
         default=default,
         merged=merged,
         conflicts=found_conflicts,
@@ -237,8 +241,9 @@ def _repo_plan(
     record = store.load()
     # A name another task has (any fate), or a branch of ours without a record (not ours: left alone).
     taken = {task.branch for task in record.tasks.values()}
-    taken |= _night_branches(safe_git, name) - taken
-    checked_out_now = checked_out(safe_git)
+    tips = _branch_tips(safe_git)
+    taken |= {branch for branch in tips if branch.startswith(f"{BRANCH_PREFIX}{name}/")} - taken
+    branches = tips, checked_out(safe_git)
     decided: list[Decided] = []
     for key, (_config, spec) in wanted.items():
         earlier = record.tasks.get(key)
@@ -246,9 +251,7 @@ def _repo_plan(
         if earlier is None:
             fresh.branch = allocate_branch(key, fresh.branch, taken)
             taken.add(fresh.branch)
-        facts = (
-            None if skipped is not None else _facts(safe_git, key, spec, earlier, fresh, default, checked_out_now, log)
-        )
+        facts = None if skipped is not None else _facts(safe_git, key, spec, earlier, fresh, default, branches, log)
         action, reason = ("skip", f"repository skipped: {skipped}") if facts is None else decide(facts, **options)
         decided.append((key, spec, earlier or fresh, facts, action, reason))
     for key, earlier in record.tasks.items():
@@ -258,7 +261,7 @@ def _repo_plan(
         if of is not None and not of.read:
             decided.append((key, None, earlier, None, "skip", str(of.why)))  # kept until its shards can be read
         elif of is not None:  # a shard its task no longer has: retired if merged, else archived
-            facts = _facts(safe_git, key, None, earlier, earlier, default, checked_out_now, log)
+            facts = _facts(safe_git, key, None, earlier, earlier, default, branches, log)
             action, reason = decide(facts, **options)
             if action == "archive":
                 reason = f"no longer one of its task's shards at {default.name}: branch kept, never updated"
