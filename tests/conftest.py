@@ -65,8 +65,21 @@ os.environ.setdefault("PIP_CACHE_DIR", str(USER_CACHE / "pip"))
 os.environ["XDG_CACHE_HOME"] = str(_session_home / "cache")
 
 # The tests' own git commands (fixture repositories, a user's commits between nights) skip the housekeeping each
-# commit starts (`git maintenance run --auto`, a process per commit); the product's git drops GIT_CONFIG_* anyway.
-os.environ.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "maintenance.auto", "GIT_CONFIG_VALUE_0": "false"})
+# commit starts (`git maintenance run --auto`, a process per commit), and the repositories they make get empty hooks/
+# and info/ folders instead of git's template (its fourteen sample hooks and description were a quarter of the files
+# a session wrote, and removed again); the product's git drops GIT_CONFIG_* anyway.
+_git_template = _session_home / "git-template"
+for _folder in ("hooks", "info"):
+    (_git_template / _folder).mkdir(parents=True)
+os.environ.update(
+    {
+        "GIT_CONFIG_COUNT": "2",
+        "GIT_CONFIG_KEY_0": "maintenance.auto",
+        "GIT_CONFIG_VALUE_0": "false",
+        "GIT_CONFIG_KEY_1": "init.templateDir",
+        "GIT_CONFIG_VALUE_1": str(_git_template),
+    }
+)
 
 # CliRunner builds the click command of the app at each invoke, and building the command table (typer reads every
 # option's annotations) took longer than most commands the tests run: built once per app and what is registered on
