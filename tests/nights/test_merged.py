@@ -12,7 +12,7 @@ from agent.nights.errors import NightError
 from agent.nights.merged import conflicts, find_merge
 from agent.worktree.safe_git import SafeGit
 
-from support.repos import git, make_repo
+from support.repos import copy_of_template, git, make_repo
 
 KEY = "nightly/t-1f2e3d4c5b6a"
 BRANCH = "refactor-agent/nightly/add-units"
@@ -25,18 +25,22 @@ def safe_git(repo: Path) -> SafeGit:
 
 
 def task_branch(tmp_path: Path) -> tuple[Path, str]:
-    """A repository whose task branch is one commit with its trailer on main, and main moved on since."""
-    repo = make_repo(tmp_path / "repo")
+    """A repository whose task branch is one commit with its trailer on main, and main moved on since (made once
+    per session, copied)."""
+    repo = copy_of_template(("merged_task_branch",), tmp_path / "repo", _task_branch)
+    return repo, git(repo, "rev-parse", BRANCH).strip()
+
+
+def _task_branch(path: Path) -> None:
+    repo = make_repo(path)
     git(repo, "checkout", "-q", "-b", BRANCH)
     (repo / "pkg/units.py").write_text('UNIT = "m"\n')
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", f"Add a units module\n\nRefactor-Agent-Task: {KEY}")
-    tip = git(repo, "rev-parse", "HEAD").strip()
     git(repo, "checkout", "-q", "main")
     (repo / "README").write_text("readme\n")
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "Readme")
-    return repo, tip
 
 
 def squash(repo: Path, message: str, *, extra: bool = False) -> None:

@@ -14,21 +14,16 @@ from agent.protocol.records import TaskSummary
 from agent.review.branch_state import branch_state, shown
 from agent.review.repository import user_repository
 
-from support.repos import git, make_repo
+from support.repos import copy_of_template, git, make_repo
 
 BRANCH = "refactor-agent/20261201-232754-24b5/1-rename"
 
 
 def _task_branch(tmp_path: Path) -> tuple[Path, TaskSummary]:
-    """A repository whose task branch holds one commit on top of main, as a run leaves it."""
-    repo = make_repo(tmp_path / "repo")
-    base = git(repo, "rev-parse", "HEAD").strip()
-    git(repo, "checkout", "-q", "-b", BRANCH)
-    (repo / "pkg" / "extra.py").write_text("VALUE = 2\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "Add pkg.extra")
-    commit = git(repo, "rev-parse", "HEAD").strip()
-    git(repo, "checkout", "-q", "main")
+    """A repository whose task branch holds one commit on top of main, as a run leaves it (made once per session,
+    copied)."""
+    repo = copy_of_template(("branch_state_task_branch",), tmp_path / "repo", _commit_on_a_branch)
+    base, commit = git(repo, "rev-parse", "main", BRANCH).split()
     task = TaskSummary(
         index=1,
         task="Rename",
@@ -40,6 +35,15 @@ def _task_branch(tmp_path: Path) -> tuple[Path, TaskSummary]:
         commit=commit,
     )
     return repo, task
+
+
+def _commit_on_a_branch(path: Path) -> None:
+    repo = make_repo(path)
+    git(repo, "checkout", "-q", "-b", BRANCH)
+    (repo / "pkg" / "extra.py").write_text("VALUE = 2\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "Add pkg.extra")
+    git(repo, "checkout", "-q", "main")
 
 
 def _state(repo: Path, task: TaskSummary) -> str:
