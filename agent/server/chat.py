@@ -185,11 +185,15 @@ class OpenAIChatModel:
             http_client=openai.DefaultHttpxClient(verify=config.server_url.startswith("https://")),
         )
 
-    def _streamed(self) -> dict[str, Any]:
+    def _streamed(self, prompt: dict[str, Any]) -> dict[str, Any]:
         """What every request of this client carries besides its prompt: the slot, streaming with usage and
         prefill progress (return_progress: llama-server streams prompt_progress chunks while it processes the
-        prompt)."""
-        extra_body: dict[str, Any] = {"return_progress": True}
+        prompt). The prompt's fields go into the JSON body as they are, through extra_body (create() is given
+        an empty stand-in for the one it requires, which they replace): given to create() itself, they went through
+        the SDK's maybe_transform, which walks every message, tool schema and token against its typed parameters
+        only to give them back unchanged, 15 ms of CPU for a request of 40 messages (more at every turn) and 115
+        ms for a prefill of 8,000 tokens."""
+        extra_body: dict[str, Any] = {**prompt, "return_progress": True}
         if self.slot is not None:
             extra_body["id_slot"] = self.slot
         return {
@@ -207,8 +211,8 @@ class OpenAIChatModel:
         with a seed stays reproducible. A transient retry keeps its seed."""
         sampling = self.config.sampling
         arguments: dict[str, Any] = {
-            **chat_body(messages, tools, self.config.effort),
-            **self._streamed(),
+            "messages": [],
+            **self._streamed(chat_body(messages, tools, self.config.effort)),
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
@@ -287,7 +291,7 @@ class OpenAIChatModel:
     def _prefill_once(self, tokens: list[int]) -> RequestStats:
         accumulator = _StreamAccumulator(time.monotonic())
         # max_tokens 1: llama-server b11434 treats 0 alike (it still samples one token); 1 says what happens.
-        stream = self._client.completions.create(prompt=tokens, max_tokens=1, **self._streamed())
+        stream = self._client.completions.create(prompt=[], max_tokens=1, **self._streamed({"prompt": tokens}))
         self._follow(stream, accumulator)
         return accumulator.finish().stats
 
