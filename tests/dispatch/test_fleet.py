@@ -123,7 +123,7 @@ def test_the_task_of_a_server_that_dies_moves_to_the_other_server(tmp_path: Path
             [dying.url, healthy.url],
             events,
             max_retries=1,
-            retry_backoff_s=0.2,
+            retry_backoff_s=0.01,
             idle_timeout_s=20,
         )
         summary = run.execute()
