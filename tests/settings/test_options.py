@@ -94,13 +94,19 @@ def _example(option: Option, tmp_path: Path) -> Any:
     return option.example
 
 
+@pytest.fixture(scope="module")
+def night_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository the night files below name: only read (its config files), so one for all of them."""
+    return make_repo(tmp_path_factory.mktemp("night") / "repo")
+
+
 @pytest.mark.parametrize("option", OPTIONS, ids=[option.name for option in OPTIONS])
 @pytest.mark.parametrize("level", ["repo", "task"])
 def test_scope_is_what_the_night_file_enforces(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: Option, level: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, night_repo: Path, option: Option, level: str
 ) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    repo = make_repo(tmp_path / "repo")
+    repo = night_repo
     setting = f"{option.name} = {_toml(_example(option, tmp_path))}"
     entry = (
         f'[[repo]]\npath = "{repo}"\n{setting}\ntasks = ["one"]\n'
