@@ -51,11 +51,11 @@ def _same_patch(git: SafeGit, tip: str, since: str, onto: str) -> bool:
     return bool(listing) and all(line.startswith("- ") for line in listing)
 
 
-def _contained(git: SafeGit, tip: str, onto: str) -> bool:
+def _contained(git: SafeGit, tip: str, onto: str, onto_tree: str | None) -> bool:
     code, output = git.run_status(
         "merge-tree", "--write-tree", "--no-messages", onto, tip, allowed=(0, 1), timeout=CHECK_TIMEOUT_S
     )
-    return code == 0 and output.split(b"\n", 1)[0].decode().strip() == _rev(git, "rev-parse", f"{onto}^{{tree}}")
+    return code == 0 and output.split(b"\n", 1)[0].decode().strip() == onto_tree
 
 
 def find_merge(git: SafeGit, key: TaskKey | None, tips: list[str], default: DefaultBranch) -> Merge | None:
@@ -63,7 +63,11 @@ def find_merge(git: SafeGit, key: TaskKey | None, tips: list[str], default: Defa
     branch, cheapest first. No key (a run that is no named night's: its commits carry no task trailer): no trailer
     check."""
     onto = default.commit
-    present = [tip for tip in dict.fromkeys(tips) if _exists(git, tip)]
+    # Which tips are commits git has, and the default branch's tree (what a merge holding all of a change makes), in
+    # one look-up.
+    unique = list(dict.fromkeys(tips))
+    *commits, onto_tree = git.object_ids([*(f"{tip}^{{commit}}" for tip in unique), f"{onto}^{{tree}}"])
+    present = [tip for tip, commit in zip(unique, commits, strict=True) if commit is not None]
     for tip in present:
         if _is_ancestor(git, tip, onto):
             return Merge("ancestor")
@@ -73,7 +77,7 @@ def find_merge(git: SafeGit, key: TaskKey | None, tips: list[str], default: Defa
             return Merge("trailer", commit)
         if _same_patch(git, tip, since, onto):
             return Merge("patch_id")
-        if _contained(git, tip, onto):
+        if _contained(git, tip, onto, onto_tree):
             return Merge("contained")
     return None
 
@@ -94,7 +98,3 @@ def conflicts(git: SafeGit, tip: str, onto: str) -> list[str]:
     if code == 0:
         return []
     return [name.decode("utf-8", errors="replace") for name in output.split(b"\0")[1:] if name]
-
-
-def _exists(git: SafeGit, commit: str) -> bool:
-    return git.run_status("cat-file", "-e", f"{commit}^{{commit}}", allowed=(0, 1, 128))[0] == 0

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -33,6 +34,7 @@ KEPT_VARIABLES = (
 )
 READ_CHUNK_BYTES = 1024 * 1024
 # What `cat-file --batch-command` answers for an object it has: "<id> <type> <size>".
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _OBJECT_HEADER = re.compile(rb"(?P<id>[0-9a-f]{40}|[0-9a-f]{64}) (?P<type>[a-z]+) (?P<size>[0-9]+)")
 
 
@@ -138,6 +140,15 @@ class SafeGit:
                 errors.seek(0)
                 raise GitError(_failure(args, errors.read(64 * 1024)))
         return data
+
+    def object_ids(self, names: Sequence[str]) -> list[str | None]:
+        """The object each of `names` resolves to (`<commit>^{tree}` peeled, ...), None for one that does not, or that
+        is no one line of the batch's input: one `cat-file --batch-check` for them all."""
+        asked = [name for name in names if "\n" not in name]
+        batch = "".join(f"{name}\n" for name in asked).encode()
+        lines = self.run("cat-file", "--batch-check=%(objectname)", input=batch).decode().splitlines() if asked else []
+        found = {name: line for name, line in zip(asked, lines, strict=True) if _OBJECT_ID.fullmatch(line)}
+        return [found.get(name) for name in names]
 
     def _reading(self, args: tuple[str, ...], errors: IO[bytes]) -> subprocess.Popen[bytes]:
         """A git command whose stdout is read as it comes (a pipe), its stderr kept in `errors`."""

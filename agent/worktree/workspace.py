@@ -437,7 +437,7 @@ class Workspace:
             tree = self.git.run("write-tree", env=index).strip().decode()
         self._wip_tree = tree
         if ref not in self._wip_tips:  # the ref's tip ("": none yet, the update below creates it) and the trees
-            tip, tip_tree, base_tree = self._object_ids(ref, f"{ref}^{{tree}}", f"{self.base_commit}^{{tree}}")
+            tip, tip_tree, base_tree = self.git.object_ids([ref, f"{ref}^{{tree}}", f"{self.base_commit}^{{tree}}"])
             self._wip_tips[ref] = tip or ""
             for commit, its_tree in ((tip, tip_tree), (self.base_commit, base_tree)):
                 if commit is not None and its_tree is not None:
@@ -453,14 +453,6 @@ class Workspace:
         self.git.run("update-ref", "-m", "refactor-agent: wip", ref, sha, self._wip_tips[ref])
         self._wip_tips[ref], self._trees[sha] = sha, tree
         return sha
-
-    def _object_ids(self, *names: str) -> list[str | None]:
-        """The object each of `names` resolves to, None for one that does not: one git for them all."""
-        if any("\n" in name or "\r" in name for name in names):
-            raise WorkspaceError(f"not a name git can look up: {names!r}")
-        batch = "".join(f"{name}\n" for name in names).encode()
-        lines = self.git.run("cat-file", "--batch-check=%(objectname)", input=batch).decode().splitlines()
-        return [line if re.fullmatch("[0-9a-f]{40}|[0-9a-f]{64}", line) else None for line in lines]
 
     def _tree_of(self, commit: str) -> str:
         """The tree of a commit (a full id), asked of git once."""
