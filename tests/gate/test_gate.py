@@ -67,14 +67,17 @@ def test_junit_from_real_pytest_names_tests_by_their_node_ids(tmp_path: Path) ->
     (tmp_path / "tests" / "test_unimportable.py").write_text("import not_installed_here\n\ndef test_x():\n    pass\n")
     report = tmp_path / "junit.xml"
     pytest_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
-    subprocess.run(
+    # The two runs at once (neither reads what the other writes): a core each instead of one after the other.
+    run = subprocess.Popen(
         [*pytest_run, f"--junitxml={report}", "--continue-on-collection-errors", "tests"],
         cwd=tmp_path,
-        capture_output=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     collected = subprocess.run(
         [*pytest_run, "--collect-only", "-q", "tests"], cwd=tmp_path, capture_output=True, text=True
     ).stdout
+    run.wait()
     node_ids = {line for line in collected.splitlines() if "::" in line}
     parsed = parse_junit(report.read_bytes())
     assert parsed is not None
