@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,26 +19,37 @@ def pytest_collection_modifyitems(config, items):
 """
 
 
-def collect_only(project: Path, *options: str) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider", *options],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return [line for line in done.stdout.splitlines() if line.strip()]
+OPTIONS = {"header and summary": (), "quiet: summary only": ("-q",)}
+SLOW = (0, 3)
 
 
-@pytest.mark.parametrize("options", [(), ("-q",)], ids=["header and summary", "quiet: summary only"])
-@pytest.mark.parametrize("slow", [0, 3])
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, str], list[str]]:
+    """The non-blank lines of `pytest --collect-only` (with each of OPTIONS) in a project of two tests and `slow`
+    more that its conftest deselects, per (slow, options): the four runs at once, a core each."""
+    runs = {}
+    for slow in SLOW:
+        project = tmp_path_factory.mktemp(f"slow-{slow}")
+        (project / "conftest.py").write_text(CONFTEST)
+        names = [f"test_{n}" for n in range(2)] + [f"test_{n}_slow" for n in range(slow)]
+        (project / "test_some.py").write_text("".join(f"def {name}():\n    pass\n\n\n" for name in names))
+        for name, options in OPTIONS.items():
+            runs[slow, name] = subprocess.Popen(
+                [sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider", *options],
+                cwd=project,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+    return {key: [line for line in run.communicate()[0].splitlines() if line.strip()] for key, run in runs.items()}
+
+
+@pytest.mark.parametrize("options", list(OPTIONS))
+@pytest.mark.parametrize("slow", SLOW)
 def test_the_count_is_of_the_tests_that_run_not_of_those_deselected(
-    tmp_path: Path, options: tuple[str, ...], slow: int
+    collected: dict[tuple[int, str], list[str]], options: str, slow: int
 ) -> None:
-    (tmp_path / "conftest.py").write_text(CONFTEST)
-    names = [f"test_{n}" for n in range(2)] + [f"test_{n}_slow" for n in range(slow)]
-    (tmp_path / "test_some.py").write_text("".join(f"def {name}():\n    pass\n\n\n" for name in names))
-    lines = collect_only(tmp_path, *options)
+    lines = collected[slow, options]
     assert collected_count(lines) == 2, lines
 
 
