@@ -9,6 +9,7 @@ and html.escape, and the model's own message comes after our verdict and before 
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from dataclasses import dataclass
@@ -518,8 +519,16 @@ def _since_html(fates: RepoFates) -> str:
     return f'<div class="since"><p><strong>{html.escape(heading)}</strong></p><ul>{items}</ul></div>'
 
 
-def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
+@functools.cache
+def _diff_highlighting() -> tuple[HtmlFormatter, str]:
+    """The diffs' formatter and its style sheet, the same for every report (rewritten after each task): the formatter
+    builds its style's stylesheet when it is made, most of a small report's rendering."""
     formatter = HtmlFormatter(cssclass="highlight")
+    return formatter, formatter.get_style_defs(".highlight")
+
+
+def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
+    formatter, style = _diff_highlighting()
     header = "\n".join(
         f"<dt>{html.escape(label)}</dt><dd>{html.escape(value)}</dd>" for label, value in _header_lines(summary)
     )
@@ -548,7 +557,7 @@ def render_html(summary: RunSummary, diffs: dict[int, str]) -> str:
         f'<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{title}</title>\n"
-        f"<style>{_PAGE_STYLE}{formatter.get_style_defs('.highlight')}</style></head>\n"
+        f"<style>{_PAGE_STYLE}{style}</style></head>\n"
         f'<body><h1>{title}</h1>\n<dl class="run">{header}</dl>\n{warnings}\n{table}\n{base}\n{why}\n{since}\n'
         f"{sections}\n"
         f'<section class="performance"><h2>Performance</h2>\n<p>{html.escape(_performance_totals(summary))}</p>\n'
