@@ -19,7 +19,12 @@ import re
 import stat
 import sys
 from pathlib import PurePosixPath
-from typing import Any
+
+# typing.TYPE_CHECKING without importing typing, a tenth of each file tool's start-up: the annotations (strings, as
+# __future__ makes them) name Any for the type checkers alone.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Files the model views, edits or searches are read whole up to this size; larger ones are refused or skipped
 # by their size before any byte is read (a 3 GB sparse file costs one fstat).
