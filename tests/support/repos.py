@@ -68,7 +68,7 @@ def make_repo(path: Path, files: dict[str, str] = SAMPLE_FILES) -> Path:
     """A repository at `path` on branch main, `files` in its one commit ("initial", by Dev <dev@example.com>)."""
     if path.exists() and any(path.iterdir()):
         return _commit_repo(path, files)  # what is there already goes into the commit too
-    return copy_of_template(("make_repo", *sorted(files.items())), path, lambda template: _commit_repo(template, files))
+    return copy_of_template(("make_repo", *sorted(files.items())), path, lambda template: _packed(template, files))
 
 
 def copy_of_template(key: tuple[object, ...], path: Path, build: Callable[[Path], object]) -> Path:
@@ -100,6 +100,13 @@ def _copy(source: Path, path: Path, repo: Path) -> None:
     # The copies' inodes and change times are not those the index recorded: refreshed now, as a fresh commit's
     # index is, so that the first `git status` of a run (or of a test comparing the index's bytes) has no work.
     git(repo, "update-index", "-q", "--refresh")
+
+
+def _packed(template: Path, files: dict[str, str]) -> None:
+    """The template's commit, its objects in one pack: each copy then holds a pack and its index where the loose
+    objects took a file and a folder each (a sixth of what a session's tmp_path clean-up removed)."""
+    _commit_repo(template, files)
+    git(template, "repack", "-a", "-d", "-q")
 
 
 def _commit_repo(path: Path, files: dict[str, str]) -> Path:
