@@ -24,6 +24,8 @@ from support.cli_runs import LOCAL_AGENT, cli_command, transcript_of, wait_for
 from support.killed_runs import (
     FINISH,
     THREE_STEPS,
+    KilledState,
+    killed_once,
     killed_run,
     local_cli_here,
     resume,
@@ -35,17 +37,41 @@ from support.repos import BREAK, REPAIR, make_repo
 from support.scripted_server import Hold, Reply, ScriptedServer
 
 
+# The runs killed once for the module, each put back for every test that starts from it (support/killed_runs.py).
+@pytest.fixture(scope="module")
+def three_steps_killed_once(tmp_path_factory: pytest.TempPathFactory) -> KilledState:
+    return killed_once(tmp_path_factory, [*THREE_STEPS, Hold()], "Add one, two and three")
+
+
+@pytest.fixture
+def three_steps_killed(three_steps_killed_once: KilledState) -> KilledState:
+    """Killed while the model was asked for its fourth step, after three tool calls."""
+    return three_steps_killed_once.put_back()
+
+
+@pytest.fixture(scope="module")
+def one_step_killed_once(tmp_path_factory: pytest.TempPathFactory) -> KilledState:
+    return killed_once(tmp_path_factory, [THREE_STEPS[0], Hold()], "Add one")
+
+
+@pytest.fixture
+def one_step_killed(one_step_killed_once: KilledState) -> KilledState:
+    """Killed while the model was asked for its second step, after one tool call."""
+    return one_step_killed_once.put_back()
+
+
 @pytest.mark.killed
 @pytest.mark.parametrize("reboot", [False, True], ids=["killed", "rebooted"])
 def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_files(
-    tmp_path: Path, reboot: bool
+    three_steps_killed: KilledState, reboot: bool
 ) -> None:
-    repo, run_dir, before_kill = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two and three")
+    killed = three_steps_killed
+    root, repo, run_dir, before_kill = killed.root, killed.repo, killed.run_dir, killed.requests
     assert wip_refs(repo)  # the files after each tool call, in the user's repository
     if reboot:  # a reboot empties the temporary directory, where the worktree was
-        shutil.rmtree(tmp_path / "scratch")
+        shutil.rmtree(root / "scratch")
 
-    done, after = resume(tmp_path, run_dir, [FINISH])
+    done, after = resume(root, run_dir, [FINISH])
     assert done.returncode == 0, done.stdout
     assert "resuming run" in done.stdout
     # What the kill left is said as what it was: the task's worktree; no environment was built (as_is), and the
@@ -53,7 +79,7 @@ def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_
     swept = [line for line in done.stdout.splitlines() if line.startswith("removed ")]
     worktrees = "removed the worktrees of 1 earlier run that did not finish (their branches are kept)"
     assert swept == ([] if reboot else [worktrees])
-    assert not list((tmp_path / "scratch").glob("refactor-agent-*-*/owner.json"))  # each swept all the same
+    assert not list((root / "scratch").glob("refactor-agent-*-*/owner.json"))  # each swept all the same
 
     held, first_after = before_kill[-1]["messages"], after[0]["messages"]
     # The conversation as it was (byte for byte: the server's cached prefix still matches), then the restart.
@@ -75,11 +101,11 @@ def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_
 
 
 @pytest.mark.killed
-def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(tmp_path: Path) -> None:
-    repo, run_dir, _ = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two, three and four")
+def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(three_steps_killed: KilledState) -> None:
+    root, repo, run_dir = three_steps_killed.root, three_steps_killed.repo, three_steps_killed.run_dir
     four = Reply(tool_calls=[("create_file", {"path": "pkg/four.py", "content": "FOUR = 4\n"})])
     with ScriptedServer([four, Hold()]) as server:
-        process = start_killable(resume_command(run_dir, server), tmp_path / "scratch")
+        process = start_killable(resume_command(run_dir, server), root / "scratch")
         try:
             wait_for(server.held, "the second session's held request")
         finally:
@@ -87,7 +113,7 @@ def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(tmp_path: 
             process.wait(timeout=60)
         held = server.requests[-1]["messages"]
 
-    done, after = resume(tmp_path, run_dir, [FINISH])
+    done, after = resume(root, run_dir, [FINISH])
     assert done.returncode == 0, done.stdout
     messages = after[0]["messages"]
     assert json.dumps(messages[: len(held)]) == json.dumps(held)  # both sessions' conversation, unchanged
@@ -137,8 +163,8 @@ def test_a_finished_task_is_not_redone_and_the_next_one_goes_on(tmp_path: Path) 
 
 
 @pytest.mark.killed
-def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(tmp_path: Path) -> None:
-    repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
+def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(one_step_killed: KilledState) -> None:
+    root, repo, run_dir = one_step_killed.root, one_step_killed.repo, one_step_killed.run_dir
     # What a kill between the commit and the task's record leaves: the branch holds the task's commit.
     branch = next(e["branch"] for e in transcript_of(run_dir) if e["type"] == "task_start")
     user = git.Repo(repo)
@@ -147,7 +173,7 @@ def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(t
     commit = user.git.commit_tree(tree, "-p", "main", "-m", f"Add one\n\n{trailer}")
     user.git.update_ref(f"refs/heads/{branch}", commit)
 
-    done, after = resume(tmp_path, run_dir, [FINISH])
+    done, after = resume(root, run_dir, [FINISH])
     assert done.returncode == 0, done.stdout
     assert after == []  # the model is not asked again
     (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]
@@ -167,11 +193,11 @@ def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
 
 
 @pytest.mark.killed
-def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(tmp_path: Path) -> None:
-    repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
+def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(one_step_killed: KilledState) -> None:
+    root, repo, run_dir = one_step_killed.root, one_step_killed.repo, one_step_killed.run_dir
     with ScriptedServer([FINISH]) as server:
         command = [*cli_command(repo, server, run_dir.parent, "Add one", cli=LOCAL_AGENT), "--resume"]
-        done = local_cli_here(command, tmp_path / "scratch")
+        done = local_cli_here(command, root / "scratch")
     assert done.returncode == 0, done.stdout
     assert f"resuming run {run_dir.name}" in done.stdout
     assert run_directories(run_dir.parent) == [run_dir]  # the same run, no new one
@@ -180,8 +206,8 @@ def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(tmp_path:
 
 
 @pytest.mark.killed
-def test_review_discard_drops_what_an_unfinished_run_kept_for_resume(tmp_path: Path) -> None:
-    repo, run_dir, _ = killed_run(tmp_path, [THREE_STEPS[0], Hold()], "Add one")
+def test_review_discard_drops_what_an_unfinished_run_kept_for_resume(one_step_killed: KilledState) -> None:
+    repo, run_dir = one_step_killed.repo, one_step_killed.run_dir
     assert wip_refs(repo)
     arguments = ["review", "discard", run_dir.name, "--yes", "--runs-dir", str(run_dir.parent)]
     result = CliRunner().invoke(app, arguments)
