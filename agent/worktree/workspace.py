@@ -177,6 +177,10 @@ def _user_config(user_side: SafeGit) -> tuple[str, bool]:
     return excludes, b"user.email" in values
 
 
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
 class Workspace:
     def __init__(
         self,
@@ -542,7 +546,7 @@ class Workspace:
         ref = f"refs/heads/{self.branch}"
         if self.branch is None or not self.branch.startswith(BRANCH_PREFIX):
             raise WorkspaceError(f"refusing to commit onto {ref}: only {BRANCH_PREFIX}* branches are ours")
-        if self.git.run("symbolic-ref", "HEAD").strip().decode() != ref:
+        if not self._head_names(ref):
             raise WorkspaceError(f"the worktree's HEAD no longer names {ref}")
         user_refs, tip = self._refs(ref)
         if tip is None:
@@ -563,6 +567,16 @@ class Workspace:
         if self._refs(ref) != (user_refs, commit.strip()):
             raise WorkspaceError(f"refs other than {ref} changed while committing; check the repository")
         return sha
+
+    def _head_names(self, ref: str) -> bool:
+        """Whether the worktree's HEAD is the symbolic ref `ref`. Its HEAD file in our bookkeeping directory (which the
+        sandbox mounts read-only) holding exactly what git writes for that answers yes without a git process; any
+        other file (a link, a detached HEAD, another backend's placeholder) is git's to read."""
+        expected = f"ref: {ref}\n".encode()
+        with contextlib.suppress(OSError), open(self.admin_dir / "HEAD", "rb", opener=_no_follow) as file:
+            if file.read(len(expected) + 1) == expected:
+                return True
+        return self.git.run("symbolic-ref", "HEAD").strip().decode() == ref
 
     def _identity(self) -> dict[str, str]:
         """The user's own identity when their config has one, else refactor-agent's."""

@@ -381,6 +381,25 @@ def test_only_task_branches_are_ever_committed_onto(tmp_path: Path) -> None:
     assert checkout_fingerprint(repo_path) == before
 
 
+def test_a_worktree_head_moved_off_the_task_branch_is_never_committed_onto(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    workspace = create(repo_path, "moved head")
+    ref = f"refs/heads/{workspace.branch}"
+    head = workspace.admin_dir / "HEAD"
+    try:
+        (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+        head.write_text("ref: refs/heads/main\n")
+        with pytest.raises(WorkspaceError, match=f"the worktree's HEAD no longer names {ref}"):
+            workspace.commit("Change", {})
+        assert run_git(repo_path, "rev-parse", ref).strip() == workspace.base_commit
+        # Not as git writes it, yet git reads it as naming the task branch (it trims the line end): committed.
+        head.write_text(f"ref: {ref}\r\n")
+        commit = workspace.commit("Change", {})
+        assert commit is not None and run_git(repo_path, "rev-parse", ref).strip() == commit
+    finally:
+        workspace.remove()
+
+
 # --- sizes and messages ---
 
 
