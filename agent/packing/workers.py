@@ -4,8 +4,10 @@ Tree-sitter and the regular expressions hold the GIL, so threads would take turn
 forked (Linux), so they inherit the imported modules and the pool's context (the repository's file list, the
 flags) and start in milliseconds; only an index goes to a worker and a tuple of plain values comes back, because
 pickling objects each way cost as much CPU as the work itself. Elsewhere the work stays in this process. The
-pool starts only when a batch has work to share, so a warm run, which parses and reads nothing, never starts
-one. Results come back in the order of the items, so they do not depend on the workers.
+pool starts only when a batch has work enough to share (the caller's measure, `min_work`): a warm run, which parses
+and reads nothing, never starts one, nor does the cold pack of a small repository, whose work in this process
+takes less than forking the workers (and their copies of its pages) would. Results come back in the order of the
+items, so they do not depend on the workers.
 """
 
 from __future__ import annotations
@@ -55,15 +57,26 @@ def _call(item: Any) -> Any:
 
 
 class LazyPool(Generic[Context, Item, Result]):
-    """function(context, item) over items, on a process pool created on the first map() with more than one
-    item; close() ends it. function must be a module-level function; context reaches the workers through the
-    fork, never pickled, so it may be large. Items and results are pickled: keep them small and plain."""
+    """function(context, item) over items, on a process pool created on the first map() of at least `min_work`
+    (two items or more), each item weighing `work(item)` (1 unless given); close() ends it. Once the pool is there,
+    every batch of two items or more goes to it. function must be a module-level function; context reaches the
+    workers through the fork, never pickled, so it may be large. Items and results are pickled: keep them small
+    and plain."""
 
-    def __init__(self, function: Callable[[Context, Item], Result], context: Context) -> None:
+    def __init__(
+        self,
+        function: Callable[[Context, Item], Result],
+        context: Context,
+        *,
+        min_work: int = 2,
+        work: Callable[[Item], int] | None = None,
+    ) -> None:
         self._function = function
         self._context = context
         self._workers = worker_count()
         self._pool: Pool | None = None
+        self._min_work = min_work
+        self._work = work
 
     def map(self, items: Sequence[Item]) -> list[Result]:
         return self.start(items)()
@@ -71,7 +84,7 @@ class LazyPool(Generic[Context, Item, Result]):
     def start(self, items: Sequence[Item]) -> Callable[[], list[Result]]:
         """Starts the work on the pool's workers and returns at once; the function returned waits for the results.
         Batches started one after another are worked on in that order."""
-        if self._workers < 2 or len(items) < 2:
+        if self._workers < 2 or len(items) < 2 or (self._pool is None and not self._worth_a_pool(items)):
             return lambda: [self._function(self._context, item) for item in items]
         if self._pool is None:
             # Objects the children never free need no tracing by their collector, which would otherwise touch
@@ -89,6 +102,11 @@ class LazyPool(Generic[Context, Item, Result]):
             gc.unfreeze()
         chunksize = max(1, len(items) // (self._workers * CHUNKS_PER_WORKER))
         return self._pool.map_async(_call, items, chunksize).get
+
+    def _worth_a_pool(self, items: Sequence[Item]) -> bool:
+        if self._work is None:
+            return len(items) >= self._min_work
+        return sum(self._work(item) for item in items) >= self._min_work
 
     def close(self) -> None:
         # terminate, not close: after an interrupted map() a worker may be gone with its task, and close() would

@@ -486,18 +486,54 @@ def test_cli_writes_text_and_stats(tmp_path: Path, cache_dir: Path, monkeypatch:
     assert "is not a directory" in failed.output
 
 
-def test_worker_processes_do_not_change_the_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent.packing import workers
+def _noting_processes(monkeypatch: pytest.MonkeyPatch, notes: Path) -> Callable[[], dict[str, set[int]]]:
+    """The packer's per-file work (reads, outlines) notes which process did each item; the function returned tells
+    (and forgets) which processes did each kind of work since it was last called."""
+    from agent.packing import inventory, repomap
 
+    def noting_of(name: str, work: Callable[[object, int], object]) -> Callable[[object, int], object]:
+        def noting(context: object, index: int) -> object:
+            with notes.open("a") as file:  # appends of a line each: whole lines, whichever process writes
+                file.write(f"{name} {os.getpid()}\n")
+            return work(context, index)
+
+        return noting
+
+    for module, name in ((inventory, "_read_and_judge"), (repomap, "_outline_of")):
+        monkeypatch.setattr(module, name, noting_of(name, getattr(module, name)))
+
+    def processes() -> dict[str, set[int]]:
+        seen: dict[str, set[int]] = {}
+        for line in notes.read_text().splitlines():
+            name, pid = line.split()
+            seen.setdefault(name, set()).add(int(pid))
+        notes.write_text("")
+        return seen
+
+    notes.write_text("")
+    return processes
+
+
+def test_worker_processes_do_not_change_the_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small repository is read and outlined in this process, two cores or not (forking workers would cost more
+    than the work); with the work past the pools' thresholds, worker processes do it, and the pack is the same."""
+    from agent.packing import inventory, repomap, workers
+
+    monkeypatch.setattr(workers, "worker_count", lambda: 2)
+    processes = _noting_processes(monkeypatch, tmp_path / "processes")
     repo = make_module_repo(tmp_path / "proj", modules=40)
-    texts = []
-    for count, cache in ((1, "serial"), (2, "forked")):
-        monkeypatch.setattr(workers, "worker_count", lambda count=count: count)
-        options = PackOptions(cache_dir=tmp_path / cache, budget_tokens=1500, task="Widget07")
-        packed = pack_repository(repo, options)
-        assert packed.stats.files_outline > 0
-        texts.append(packed.text)
-    assert texts[0] == texts[1]
+    options = PackOptions(cache_dir=tmp_path / "in-process", budget_tokens=1500, task="Widget07")
+    in_process = pack_repository(repo, options)
+    assert in_process.stats.files_outline > 0
+    assert processes() == {"_read_and_judge": {os.getpid()}, "_outline_of": {os.getpid()}}
+
+    monkeypatch.setattr(inventory, "MIN_POOL_READS", 2)
+    monkeypatch.setattr(repomap, "MIN_POOL_OUTLINE_BYTES", 1)
+    forked = pack_repository(repo, options.model_copy(update={"cache_dir": tmp_path / "forked"}))
+    seen = processes()
+    assert set(seen) == {"_read_and_judge", "_outline_of"}
+    assert all(os.getpid() not in pids for pids in seen.values()), seen
+    assert forked.text == in_process.text
 
 
 def _churned_repo(path: Path) -> Path:

@@ -48,3 +48,25 @@ def test_a_stop_signal_that_reaches_a_worker_as_it_starts_ends_it_without_a_trac
     assert first.exists()
     captured = capfd.readouterr()
     assert "Traceback" not in captured.err and "Interrupted" not in captured.err, captured.err
+
+
+def _pid(_context: None, _item: int) -> int:
+    return os.getpid()
+
+
+def test_the_pool_starts_for_work_enough_to_share_then_takes_every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers, "worker_count", lambda: 2)
+    pool = LazyPool(_pid, None, min_work=10, work=lambda item: item)
+    try:
+        assert set(pool.map([4, 5])) == {os.getpid()}  # 9 of 10: done here
+        assert set(pool.map([10])) == {os.getpid()}  # one item: nothing to share
+        assert os.getpid() not in set(pool.map([5, 5]))  # 10: the pool starts
+        assert os.getpid() not in set(pool.map([1, 1]))  # and, started, takes what is little
+    finally:
+        pool.close()
+    counted = LazyPool(_pid, None, min_work=3)  # without `work`, the items are counted
+    try:
+        assert set(counted.map([0, 0])) == {os.getpid()}
+        assert os.getpid() not in set(counted.map([0, 0, 0]))
+    finally:
+        counted.close()
