@@ -13,22 +13,27 @@ from agent.record.journal import run_directories
 
 from support.cli_runs import LOCAL_AGENT, kill_processes_under, wait_for
 from support.killed_runs import local_cli_here, resume, start_killable
-from support.nights import SCRIPTS, T2, T3
+from support.nights import SCRIPTS, T2, T3, made_once
 from support.repos import git, make_repo
 from support.scripted_server import Hold, ScriptedServer
 
 
-def killed_night(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A night of two tasks killed while the second one's model request is held: the repository, the night file
-    and the run directory."""
-    repo = make_repo(tmp_path / "geometry")
-    runs = tmp_path / "runs"
-    night_file = tmp_path / "nightly.toml"
+def killed_night() -> tuple[Path, Path, Path, Path]:
+    """A night of two tasks killed while the second one's model request is held, at a root of its own (its
+    scratch folder holds the killed task's checkout), made once and put back as the kill left it for each test:
+    the root, the repository, the night file and the run directory."""
+    return made_once("killed night", _killed_night, lambda made: made[1])
+
+
+def _killed_night(root: Path) -> tuple[Path, Path, Path, Path]:
+    repo = make_repo(root / "geometry")
+    runs = root / "runs"
+    night_file = root / "nightly.toml"
     night_file.write_text(
         f'[defaults]\nruns_dir = "{runs}"\ntest_cmd = "python3 -m pytest -q"\n'
         f'[[repo]]\npath = "{repo}"\ntasks = {json.dumps([T3, T2])}\n'
     )
-    scratch = tmp_path / "scratch"
+    scratch = root / "scratch"
     with ScriptedServer(scripts={T3: SCRIPTS[T3], T2: [SCRIPTS[T2][0], Hold()]}) as server:
         command = [*LOCAL_AGENT, "night", str(night_file), "--server", server.url]
         process = start_killable(command, scratch)
@@ -39,7 +44,7 @@ def killed_night(tmp_path: Path) -> tuple[Path, Path, Path]:
             process.wait(timeout=60)
             kill_processes_under(scratch)
     (run_dir,) = run_directories(runs)
-    return repo, night_file, run_dir
+    return root, repo, night_file, run_dir
 
 
 def branches(repo: Path) -> list[str]:
@@ -47,13 +52,13 @@ def branches(repo: Path) -> list[str]:
 
 
 @pytest.mark.killed
-def test_a_night_killed_mid_task_resumes_onto_its_stable_branches(tmp_path: Path) -> None:
-    repo, _night_file, run_dir = killed_night(tmp_path)
+def test_a_night_killed_mid_task_resumes_onto_its_stable_branches() -> None:
+    root, repo, _night_file, run_dir = killed_night()
     runs = run_dir.parent
     plan = json.loads((run_dir / "plan.json").read_text())
     assert [task["action"] for task in plan["repos"][0]["tasks"]] == ["run", "run"]
 
-    done, after = resume(tmp_path, run_dir, [SCRIPTS[T2][1]])
+    done, after = resume(root, run_dir, [SCRIPTS[T2][1]])
     assert done.returncode == 0, done.stdout
     assert all(T3 not in json.dumps(request["messages"]) for request in after)  # finished before: not redone
     listing = branches(repo)
@@ -72,13 +77,13 @@ def test_a_night_killed_mid_task_resumes_onto_its_stable_branches(tmp_path: Path
 
 
 @pytest.mark.killed
-def test_the_next_night_supersedes_a_killed_one_and_leaves_one_branch_per_task(tmp_path: Path) -> None:
-    repo, night_file, killed = killed_night(tmp_path)
+def test_the_next_night_supersedes_a_killed_one_and_leaves_one_branch_per_task() -> None:
+    root, repo, night_file, killed = killed_night()
     assert f"refactor-agent/{killed.name}/2-add-a-perimeter-helper" in branches(repo)  # the task in flight's
 
     with ScriptedServer(scripts={T2: SCRIPTS[T2]}) as server:
         command = [*LOCAL_AGENT, "night", str(night_file), "--server", server.url]
-        done = local_cli_here(command, tmp_path / "scratch")  # not killed: in this process
+        done = local_cli_here(command, root / "scratch")  # not killed: in this process
         output = done.stdout
         asked = [json.dumps(request["messages"]) for request in server.requests]
     assert done.returncode == 0, output
@@ -89,7 +94,7 @@ def test_the_next_night_supersedes_a_killed_one_and_leaves_one_branch_per_task(t
         "refactor-agent/nightly/add-a-units-module",
     ]
     assert git(repo, "for-each-ref", "refs/refactor-agent/wip/") == ""
-    done, _after = resume(tmp_path, killed, [])
+    done, _after = resume(root, killed, [])
     assert done.returncode == 2
     assert f"run {killed.name} was superseded by night " in done.stdout
 

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from typer.testing import CliRunner
@@ -118,11 +119,32 @@ def _local_sandboxes(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(root))
 
 
-# The first night of a set of tasks, run once per session where it ran and kept as a copy (the runs, the record
-# and git name the fixture's absolute paths, so each test gets it back in that place, not in its tmp_path).
-_FIRST_NIGHTS: dict[tuple[object, ...], tuple[NightFixture, Path]] = {}
-_FIRST_NIGHTS_ROOT: list[Path] = []
-_FIRST_NIGHTS_PARENT = Path(tempfile.gettempdir())  # as the session starts: some tests point tempfile elsewhere
+# States made once per session (a first night, a killed one), each at a root of its own and kept as a copy: the runs,
+# the record and git name the root's absolute paths, so each test gets the state back in that place, not in its
+# tmp_path.
+_MADE: dict[object, tuple[object, Path, Path]] = {}  # what make returned, its root, the copy
+_MADE_ROOT: list[Path] = []
+_MADE_PARENT = Path(tempfile.gettempdir())  # as the session starts: some tests point tempfile elsewhere
+Made = TypeVar("Made")
+
+
+def made_once(key: object, make: Callable[[Path], Made], repo: Callable[[Made], Path]) -> Made:
+    """What `make` returns and leaves at the root it is given (an empty folder), made once per `key` and session;
+    each later call puts the root back as `make` left it, whatever an earlier test did to it since, and returns
+    what `make` returned. `repo`: the repository under the root, of what `make` returned."""
+    if not _MADE_ROOT:
+        _MADE_ROOT.append(Path(tempfile.mkdtemp(prefix="made-once-", dir=_MADE_PARENT)))
+        atexit.register(shutil.rmtree, _MADE_ROOT[0], ignore_errors=True)
+    if key in _MADE:
+        made, root, snapshot = _MADE[key]
+        put_back(snapshot, root, repo(made))  # type: ignore[arg-type]
+        return made  # type: ignore[return-value]
+    root = Path(tempfile.mkdtemp(dir=_MADE_ROOT[0]))
+    made = make(root)
+    snapshot = root.with_name(f"{root.name}-as-left")
+    shutil.copytree(root, snapshot, symlinks=True)
+    _MADE[key] = made, root, snapshot
+    return made
 
 
 def after_first_night(
@@ -133,22 +155,15 @@ def after_first_night(
     """night_fixture after a first night of `tasks` (the sample repository, SCRIPTS; asserted to succeed), at a
     root of its own: the night's state as that night left it, whatever an earlier test did to it since. `before`
     prepares the fixture before that night (what it makes belongs under the fixture's root)."""
-    if not _FIRST_NIGHTS_ROOT:
-        _FIRST_NIGHTS_ROOT.append(Path(tempfile.mkdtemp(prefix="first-nights-", dir=_FIRST_NIGHTS_PARENT)))
-        atexit.register(shutil.rmtree, _FIRST_NIGHTS_ROOT[0], ignore_errors=True)
-    made = _FIRST_NIGHTS.get((tasks, before))
-    if made is None:
-        root = Path(tempfile.mkdtemp(dir=_FIRST_NIGHTS_ROOT[0]))
+
+    def first_night(root: Path) -> NightFixture:
         fixture = night_fixture(root, monkeypatch)
         if before is not None:
             before(fixture)
         first = fixture.night(tasks=tasks)
         assert first.exit_code == 0, first.output
-        snapshot = root.with_name(f"{root.name}-as-left")
-        shutil.copytree(root, snapshot, symlinks=True)
-        _FIRST_NIGHTS[tasks, before] = fixture, snapshot
-        return replace(fixture)
-    fixture, snapshot = made
-    put_back(snapshot, fixture.root, fixture.repo)
+        return fixture
+
+    fixture = made_once(("first night", tasks, before), first_night, lambda made: made.repo)
     _local_sandboxes(fixture.root, monkeypatch)
     return replace(fixture)
