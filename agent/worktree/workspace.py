@@ -177,6 +177,11 @@ def _user_config(user_side: SafeGit) -> tuple[str, bool]:
     return excludes, b"user.email" in values
 
 
+def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
+    """What changes when a file is written or replaced (git writes an index anew and renames it into place)."""
+    return info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
 def _no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW)
 
@@ -218,6 +223,9 @@ class Workspace:
         # (outside the worktree: only snapshot() writes it).
         self._staged_indexes: set[str] = set()
         self._wip_tree: str | None = None
+        # The worktree's index while it is the one `worktree add` wrote (the base's tree with the checkout's stat
+        # data), by its file's identity: the snapshots' index starts as a copy of it (_base_index).
+        self._checkout_index: tuple[int, int, int, int] | None = None
         # files_at's reader, whose git read the index once: ended by whatever changes the index (each staging,
         # which every tool call's snapshot makes, and a replay).
         self._blobs = BlobReader(self.git)
@@ -323,7 +331,11 @@ class Workspace:
             raise WorkspaceError(f"cannot create a worktree for {label!r}: {error}") from None
         if not new_branch:  # the existing branch's tip, as a commit id
             start = user_git(repo, hooks_dir).run("rev-parse", "--verify", f"refs/heads/{branch}").strip().decode()
-        return cls(repo, scratch, admin_dir, branch, start, max_file_bytes)
+        workspace = cls(repo, scratch, admin_dir, branch, start, max_file_bytes)
+        if new_branch:  # checked out at `start`, the base (the existing branch's index is the tip's, maybe not)
+            with contextlib.suppress(OSError):
+                workspace._checkout_index = _identity(os.lstat(admin_dir / "index"))
+        return workspace
 
     @property
     def git_common_dir(self) -> Path:
@@ -433,7 +445,7 @@ class Workspace:
         changed. None when nothing changed since the last snapshot."""
         index = {"GIT_INDEX_FILE": str(self.scratch / "wip-index")}
         if not (self.scratch / "wip-index").exists():
-            self.git.run("read-tree", self.base_commit, env=index)
+            self._base_index(self.scratch / "wip-index", env=index)
             self._staged_indexes.discard(index["GIT_INDEX_FILE"])
             self._wip_tree = None
         tree, self._wip_tree = self._wip_tree, None  # unknown until this staging is through
@@ -457,6 +469,21 @@ class Workspace:
         self.git.run("update-ref", "-m", "refactor-agent: wip", ref, sha, self._wip_tips[ref])
         self._wip_tips[ref], self._trees[sha] = sha, tree
         return sha
+
+    def _base_index(self, target: Path, *, env: dict[str, str]) -> None:
+        """An index file of the base's tree at `target` (`env` names it): a copy of the worktree's own while that is
+        still the checkout's, with its time (git's check for entries changed in the second the index was written
+        reads it), so the first staging need not hash every file again; else `read-tree` of the base."""
+        try:
+            with open(self.admin_dir / "index", "rb", opener=_no_follow) as file:
+                info = os.fstat(file.fileno())
+                if self._checkout_index is not None and _identity(info) == self._checkout_index:
+                    target.write_bytes(file.read())
+                    os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+                    return
+        except OSError:
+            target.unlink(missing_ok=True)
+        self.git.run("read-tree", self.base_commit, env=env)
 
     def _tree_of(self, commit: str) -> str:
         """The tree of a commit (a full id), asked of git once."""
@@ -485,7 +512,7 @@ class Workspace:
         own. At most `max_files` file lines, then the totals line."""
         index = {"GIT_INDEX_FILE": str(self.scratch / "stat-index")}
         if not (self.scratch / "stat-index").exists():
-            self.git.run("read-tree", self.base_commit, env=index)
+            self._base_index(self.scratch / "stat-index", env=index)
             self._staged_indexes.discard(index["GIT_INDEX_FILE"])
         self._stage_everything(index)
         lines = self.git.run("diff", "--cached", "--stat=100", *NO_DIFF_PROGRAMS, self.base_commit, env=index)

@@ -437,6 +437,34 @@ def test_oversized_files_new_or_grown_are_listed_and_not_committed(tmp_path: Pat
     assert git_bytes < limit
 
 
+def test_the_first_snapshot_starts_from_the_checkouts_index_only_while_nothing_wrote_it_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    fresh = create(repo_path, "fresh", max_file_bytes=4096)
+    staged = create(repo_path, "staged", max_file_bytes=4096)
+    try:
+        for workspace in (fresh, staged):
+            (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
+            (workspace.path / "big.bin").write_bytes(b"x" * 5000)
+        # This index written since its checkout (as git in a sandbox with a writable .git could): the snapshots start
+        # from the base's tree all the same, where big.bin is a new file, and too large.
+        run_git(staged.path, "add", "big.bin")
+        started: list[list[str]] = []
+        popen = subprocess.Popen
+        monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or popen(*a, **k))
+        snapshots = {fresh: fresh.snapshot(wip_ref("r", 1))}
+        assert not any("read-tree" in command for command in started), "a copy of the checkout's index"
+        snapshots[staged] = staged.snapshot(wip_ref("r", 2))
+        assert any("read-tree" in command for command in started)
+        for workspace, wip in snapshots.items():
+            assert workspace.uncommitted_files == {"big.bin": "5000 bytes, above the limit of 4096"}
+            assert wip is not None and committed_files(repo_path, wip) == ["pkg/geometry.py"]
+    finally:
+        fresh.remove()
+        staged.remove()
+
+
 def test_a_summary_with_nul_control_characters_and_180_kb_still_commits(tmp_path: Path) -> None:
     repo_path = make_repo(tmp_path / "repo")
     summary = "Rename\0 things \x1b[31mred\x7f\r\n\n\tindented\n" + "word " * 36_000
