@@ -207,12 +207,17 @@ def checkout_fingerprint(repo: Path) -> dict[str, str]:
         digest[f".git/{name}"] = hashlib.sha256(file.read_bytes()).hexdigest() if file.exists() else "-"
     index = repo / ".git" / "index"
     digest["index-mtime"] = str(index.stat().st_mtime_ns) if index.exists() else "-"
-    digest["head-commit"] = read_only_git(repo, "rev-parse", "HEAD").strip()
-    digest["branch"] = read_only_git(repo, "symbolic-ref", "-q", "HEAD").strip()
     refs = read_only_git(repo, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
     ours = ("refs/heads/refactor-agent/", "refs/refactor-agent/")
     digest["refs"] = "\n".join(ref for ref in refs if not ref.startswith(ours))
+    # HEAD's branch and commit, and the stash's entries (its reflog), from what git reads them from: the HEAD file
+    # (a branch's name, or a detached commit) and every ref, ours too; the stash's log file.
+    head = (repo / ".git" / "HEAD").read_text().strip()
+    digest["branch"] = head.removeprefix("ref: ") if head.startswith("ref: ") else ""
+    objects = dict(ref.split(" ") for ref in refs)
+    digest["head-commit"] = objects.get(digest["branch"], "-") if digest["branch"] else head
+    stash_log = repo / ".git" / "logs" / "refs" / "stash"
+    digest["stash"] = hashlib.sha256(stash_log.read_bytes()).hexdigest() if stash_log.exists() else "-"
     digest["worktrees"] = read_only_git(repo, "worktree", "list", "--porcelain")
-    digest["stash"] = read_only_git(repo, "stash", "list")
     digest["status"] = read_only_git(repo, "status", "--porcelain", "--untracked-files=all")
     return digest
