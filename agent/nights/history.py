@@ -15,12 +15,25 @@ def history_ref(branch: str, run_id: str, *, unfinished: bool = False) -> str:
     return f"{HISTORY_PREFIX}{branch.removeprefix(BRANCH_PREFIX)}/{run_id}{'-unfinished' if unfinished else ''}"
 
 
-def history_tips(git: SafeGit, branch: str) -> list[str]:
-    """The commits a task's branch was ever published at, oldest first (run ids sort by time)."""
-    prefix = f"{HISTORY_PREFIX}{branch.removeprefix(BRANCH_PREFIX)}/"
-    listing = git.run("for-each-ref", "--format=%(refname) %(objectname)", prefix).decode("utf-8", errors="replace")
-    rows = sorted(line.split(" ", 1) for line in listing.splitlines() if " " in line)
-    return [commit for name, commit in rows if not name.endswith("-unfinished")]
+class HistoryTips:
+    """The commits each task's branch was ever published at, from one listing of every history ref of the repository
+    (made at the first question; a plan asks for each published task while nothing writes them)."""
+
+    def __init__(self, git: SafeGit) -> None:
+        self._git = git
+        self._rows: list[list[str]] | None = None
+
+    def of(self, branch: str) -> list[str]:
+        """Oldest first (run ids sort by time)."""
+        prefix = f"{HISTORY_PREFIX}{branch.removeprefix(BRANCH_PREFIX)}/"
+        if self._rows is None:
+            listing = self._git.run("for-each-ref", "--format=%(refname) %(objectname)", HISTORY_PREFIX)
+            lines = listing.decode("utf-8", errors="replace").splitlines()
+            self._rows = sorted(line.split(" ", 1) for line in lines if " " in line)
+        # What for-each-ref lists for the pattern `prefix`: a pattern ending in "/" matches the start of a ref's name
+        # (a character no ref name holds, as "*", matches nothing either way).
+        rows = [row for row in self._rows if row[0].startswith(prefix)]
+        return [commit for name, commit in rows if not name.endswith("-unfinished")]
 
 
 def prune(git: SafeGit, keep: int, *, dry_run: bool = False) -> list[str]:

@@ -22,8 +22,10 @@ def _rev(git: SafeGit, *args: str) -> str:
     return git.run(*args).decode().strip()
 
 
-def _is_ancestor(git: SafeGit, tip: str, onto: str) -> bool:
-    return git.run_status("merge-base", "--is-ancestor", tip, onto, allowed=(0, 1))[0] == 0
+def _merge_base(git: SafeGit, tip: str, onto: str) -> str | None:
+    """The best common ancestor of `tip` and `onto`; None when they have none."""
+    code, output = git.run_status("merge-base", tip, onto, allowed=(0, 1))
+    return output.decode().strip() if code == 0 else None
 
 
 def _trailer_commit(git: SafeGit, key: TaskKey, since: str, onto: str) -> str | None:
@@ -67,12 +69,16 @@ def find_merge(git: SafeGit, key: TaskKey | None, tips: list[str], default: Defa
     # one look-up.
     unique = list(dict.fromkeys(tips))
     *commits, onto_tree = git.object_ids([*(f"{tip}^{{commit}}" for tip in unique), f"{onto}^{{tree}}"])
-    present = [tip for tip, commit in zip(unique, commits, strict=True) if commit is not None]
-    for tip in present:
-        if _is_ancestor(git, tip, onto):
+    present = {tip: commit for tip, commit in zip(unique, commits, strict=True) if commit is not None}
+    # A tip is an ancestor of the default branch exactly when it is their merge base: one `merge-base` per tip
+    # answers the first check and gives the later ones where the branch left the default branch.
+    bases: dict[str, str | None] = {}
+    for tip, commit in present.items():
+        bases[tip] = _merge_base(git, tip, onto)
+        if bases[tip] == commit:
             return Merge("ancestor")
     for tip in present:
-        since = _rev(git, "merge-base", tip, onto)
+        since = bases[tip] or _rev(git, "merge-base", tip, onto)  # none: git's own error (unrelated histories)
         if key is not None and (commit := _trailer_commit(git, key, since, onto)) is not None:
             return Merge("trailer", commit)
         if _same_patch(git, tip, since, onto):

@@ -12,7 +12,7 @@ import git
 
 from agent.nights.decide import Merge, TaskFacts, decide, wait_for_places
 from agent.nights.default_branch import DefaultBranch, default_branch
-from agent.nights.history import history_tips
+from agent.nights.history import HistoryTips
 from agent.nights.identity import (
     allocate_branch,
     fingerprint,
@@ -131,17 +131,18 @@ def _facts(
     record: TaskRecord | None,
     fresh: TaskRecord,
     default: DefaultBranch,
-    branches: tuple[dict[str, str], dict[str, str]],
+    branches: tuple[dict[str, str], dict[str, str], HistoryTips],
     log: Callable[[str], None],
 ) -> TaskFacts:
-    """`branches`: each branch's tip (_branch_tips), and the worktree each checked-out one is in (checked_out)."""
-    tips, checked_out_in = branches
+    """`branches`: each branch's tip (_branch_tips), the worktree each checked-out one is in (checked_out), and the
+    commits each was published at."""
+    tips, checked_out_in, history = branches
     branch = record.branch if record is not None else fresh.branch
     tip = tips.get(branch)
     merged: Merge | None = None
     found_conflicts: list[str] | None = None
     if record is not None and record.tip is not None:
-        published = [each for each in [tip, record.tip, *history_tips(safe_git, branch)] if each is not None]
+        published = [each for each in [tip, record.tip, *history.of(branch)] if each is not None]
         try:  # a check git cannot answer in time finds nothing: the task is then treated as not merged
             merged = find_merge(safe_git, key, published, default)
             if merged is None and default.commit != record.base and tip == record.tip:
@@ -243,7 +244,7 @@ def _repo_plan(
     taken = {task.branch for task in record.tasks.values()}
     tips = _branch_tips(safe_git)
     taken |= {branch for branch in tips if branch.startswith(f"{BRANCH_PREFIX}{name}/")} - taken
-    branches = tips, checked_out(safe_git)
+    branches = tips, checked_out(safe_git), HistoryTips(safe_git)
     decided: list[Decided] = []
     for key, (_config, spec) in wanted.items():
         earlier = record.tasks.get(key)

@@ -3,14 +3,16 @@ the default branch as a night reads it (never fetched)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from agent.nights.default_branch import default_branch
 from agent.nights.errors import NightError
+from agent.nights.history import HistoryTips
 from agent.nights.merged import conflicts, find_merge
-from agent.worktree.safe_git import SafeGit
+from agent.worktree.safe_git import GitError, SafeGit
 
 from support.repos import copy_of_template, git, make_repo
 
@@ -96,6 +98,46 @@ def test_a_longer_key_in_the_log_is_not_this_tasks_trailer(tmp_path: Path) -> No
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", f"Other\n\nRefactor-Agent-Task: {KEY}x")
     assert find_merge(safe_git(repo), KEY, [tip], default_branch(safe_git(repo))) is None
+
+
+def test_a_tip_sharing_no_history_fails_the_checks_unless_another_tip_is_merged_even_as_a_tag(
+    tmp_path: Path,
+) -> None:
+    repo, tip = task_branch(tmp_path)
+    git(repo, "checkout", "-q", "--orphan", "unrelated")
+    git(repo, "commit", "-q", "-m", "Unrelated")
+    unrelated = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", "-q", "main")
+    with pytest.raises(GitError, match="git merge-base failed"):
+        find_merge(safe_git(repo), KEY, [unrelated, tip], default_branch(safe_git(repo)))
+    git(repo, "merge", "-q", "--no-edit", BRANCH)
+    git(repo, "tag", "-a", "-m", "Units", "units", BRANCH)
+    tag = git(repo, "rev-parse", "units").strip()  # the tag object, which names the merged commit
+    found = find_merge(safe_git(repo), KEY, [unrelated, tag], default_branch(safe_git(repo)))
+    assert tag != tip and found is not None and found.by == "ancestor"
+
+
+def test_history_tips_are_each_branchs_published_commits_oldest_first_from_one_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, tip = task_branch(tmp_path)
+    main = git(repo, "rev-parse", "main").strip()
+    slug = BRANCH.removeprefix("refactor-agent/")
+    for name, commit in (
+        (f"{slug}/r2", tip),
+        (f"{slug}/r1", main),
+        (f"{slug}/r3-unfinished", tip),
+        (f"{slug}-2/r1", tip),
+    ):
+        git(repo, "update-ref", f"refs/refactor-agent/history/{name}", commit)
+    history = HistoryTips(safe_git(repo))
+    started: list[list[str]] = []
+    popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or popen(*a, **k))
+    assert history.of(BRANCH) == [main, tip]
+    assert history.of(f"{BRANCH}-2") == [tip]
+    assert history.of("refactor-agent/nightly/none") == history.of("refactor-agent/nightly/add-*") == []
+    assert len(started) == 1
 
 
 def test_conflicts_name_the_paths_both_changed(tmp_path: Path) -> None:
