@@ -4,6 +4,7 @@ session's pytest zygote, and what the gate reads of a run is what the interprete
 from __future__ import annotations
 
 import json
+import re
 import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +89,46 @@ def test_a_run_forked_by_the_zygote_starts_as_the_interpreter_would_have(
     # pytest's rootdir first (prepend import mode), then the working directory, PYTHONPATH's, the interpreter's.
     assert started["path"][:4] == [str(repo / "tests"), str(repo), str(repo), str(repo / "src")]
     assert started["stdin"] == "typed\n" and started["umask"] == 0o027 and started["files"][0] == 512
+
+
+# A failure two frames deep: its report shows the source of both (read with the caches the zygote warmed) and
+# escapes its text into the JUnit report.
+FAILS = """import os, pathlib
+
+forked = b"pytest_zygote" in open(f"/proc/{os.getppid()}/cmdline", "rb").read()
+pathlib.Path(os.environ["HOME"], "forked").write_text(str(forked))
+
+
+def doubled(value):
+    assert value * 2 == 5, "not \u00e9ven"
+    return value * 2
+
+
+def test_fails():
+    assert doubled(2) == 4
+"""
+
+
+def _failure(executor: LocalExecutor, home: Path) -> tuple[bool, str, str]:
+    command = f"{PYTHON} -m pytest -q -p no:cacheprovider --junitxml=$HOME/junit.xml tests/test_fails.py"
+    result = executor.execute(command, timeout_s=120)
+    assert result.exit_code == 1, result.output
+    junit = re.sub(r'(time|timestamp)="[^"]*"', "", (home / "junit.xml").read_text())
+    return (home / "forked").read_text() == "True", re.sub(r" in [0-9.]+s", "", result.output), junit
+
+
+def test_a_failure_forked_by_the_zygote_is_reported_as_the_interpreter_would_have(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (repo / "tests" / "test_fails.py").write_text(FAILS)
+    forked = _failure(_executor(repo, tmp_path / "forked"), tmp_path / "forked")
+    monkeypatch.delenv(ZYGOTE_ENV)
+    started = _failure(_executor(repo, tmp_path / "started"), tmp_path / "started")
+    assert forked[0] and not started[0]
+    assert forked[1:] == started[1:]
+    assert "    assert doubled(2) == 4\n" in started[1]
+    assert '>       assert value * 2 == 5, "not \u00e9ven"' in started[1]
+    assert 'message="AssertionError: not \u00e9ven' in started[2]
 
 
 def test_a_suite_that_hangs_ends_when_its_command_is_killed_with_what_it_started(

@@ -10,7 +10,9 @@ this interpreter's own, without duplicates); sys.pycache_prefix and sys.dont_wri
 the imported modules' __cached__ with them; stdio built as the interpreter builds it. What a fresh start would do
 differently is declined (the client then execs the interpreter): a PYTHON* variable that sets a flag, another
 locale, or a folder on the new path that holds a module of those imported here (the worktree's `inspect.py`
-would have shadowed the standard library's). The one thing shared is the hash seed, drawn once per session.
+would have shadowed the standard library's). The one thing shared is the hash seed, drawn once per session; and
+caches of pure functions warmed here (compiled regular expressions, inspect's map of the modules' files), which hold
+what the run would have computed.
 
 Each run is a session and process group of its own; the zygote kills that group when the client's connection
 closes (the client killed with its command's group, at a timeout or when the sandbox closed) and when the session
@@ -52,12 +54,34 @@ from dataclasses import dataclass, field  # noqa: E402
 import _pytest.config  # noqa: E402
 import pytest  # noqa: E402, F401 - the point: every run starts with it imported
 
-# And the plugins each run imports (a third of what a small suite's run took past `import pytest`), and pdb, which
-# the debugging plugin imports at each run's configure (compiled then into the run's fresh bytecode prefix): the
-# module reads nothing of the terminal, a Pdb() would (readline), and only a run makes one.
-for _plugin in _pytest.config.default_plugins:
-    importlib.import_module(f"_pytest.{_plugin}")
+# And the plugins each run imports (a third of what a small suite's run took past `import pytest`), the parser's
+# argcomplete module (it reads _ARGCOMPLETE, as here), and pdb, which the debugging plugin imports at each run's
+# configure (each compiled then into the run's fresh bytecode prefix): the module reads nothing of the terminal, a
+# Pdb() would (readline), and only a run makes one.
+for _module in [*(f"_pytest.{plugin}" for plugin in _pytest.config.default_plugins), "_pytest._argcomplete"]:
+    importlib.import_module(_module)
 import pdb  # noqa: E402, F401
+
+
+def _warm_caches() -> None:
+    """What every run otherwise computes again from what is imported here, into caches of pure functions: the
+    regular expressions the JUnit report escapes its text with, and for a failure's report (its source lines) the
+    tokenizer's and inspect's, and inspect's map of the modules' files (the realpath of each, a third of such a
+    run past the configuration). Not of this script: the run's __main__ is pytest's."""
+    import inspect
+
+    import _pytest.junitxml
+
+    main = sys.modules.pop("__main__")
+    try:
+        inspect.getsource(_pytest.junitxml.bin_xml_escape.__code__)
+    finally:
+        sys.modules["__main__"] = main
+    _pytest.junitxml.bin_xml_escape("")
+    linecache.clearcache()
+
+
+_warm_caches()
 
 # What was imported stays out of the collector's passes (gc.freeze): a run's collections (pytest collects twice at
 # its end) would go through all of it, and copy each page they touch, a fifth of a small suite's run.
