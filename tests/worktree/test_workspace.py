@@ -406,9 +406,10 @@ def test_a_worktree_head_moved_off_the_task_branch_is_never_committed_onto(tmp_p
 def test_oversized_files_new_or_grown_are_listed_and_not_committed(tmp_path: Path) -> None:
     repo_path = make_repo(tmp_path / "repo")
     base_report = (repo_path / "pkg/report.py").read_text()
-    # A limit of 1 MiB and files 30 times it (as 300 MB are to the default 10 MiB): a tracked file grown past the
-    # limit is hashed whole at each staging (its index entry, reset to the base, has no size), 3 s per 300 MB.
-    limit = 1024**2
+    # A limit of 256 KiB and files 30 times it (as 300 MB are to the default 10 MiB): a tracked file grown past the
+    # limit is hashed whole at each staging (its index entry, reset to the base, has no size), 3 s per 300 MB (at
+    # 1 MiB, 30 MiB files, their hashing was 0.3 s of CPU).
+    limit = 256 * 1024
     size = 30 * limit
     workspace = create(repo_path, "big", max_file_bytes=limit)
     try:
