@@ -21,6 +21,7 @@ from support.scripted_model import ScriptedModel, run_in_process
 from support.scripted_server import Reply
 
 AREA_TESTS = ["tests/test_geometry.py::test_area", "tests/test_geometry.py::test_describe"]
+GONE = RetriesExhausted("model server failed 2 times, last: APIConnectionError: Connection error.")
 
 
 def finish(summary: str) -> Reply:
@@ -71,7 +72,9 @@ def test_a_regression_goes_back_to_the_model_and_its_repair_is_verified(tmp_path
 
 
 @dataclass
-class BrokenRun:
+class SharedRun:
+    """One run, made once for the module and read by several tests."""
+
     root: Path
     repo: Path
     summary: RunSummary
@@ -79,16 +82,16 @@ class BrokenRun:
 
 
 @pytest.fixture(scope="module")
-def stays_broken(tmp_path_factory: pytest.TempPathFactory) -> BrokenRun:
+def stays_broken(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
     """A task whose work regresses two tests and stays broken through both repair rounds: one run, read by the
     tests of its verdict, its commit and its record."""
     root = tmp_path_factory.mktemp("stays-broken")
     repo = sample_repo(root)
     summary, _, model = run(root, repo, [BREAK, finish("Add perimeter"), finish("done"), finish("really done")])
-    return BrokenRun(root, repo, summary, model)
+    return SharedRun(root, repo, summary, model)
 
 
-def test_work_that_stays_broken_is_committed_as_regressed(stays_broken: BrokenRun) -> None:
+def test_work_that_stays_broken_is_committed_as_regressed(stays_broken: SharedRun) -> None:
     tmp_path, repo, summary, model = stays_broken.root, stays_broken.repo, stays_broken.summary, stays_broken.model
     (task,) = summary.tasks
     assert (task.status, task.verdict) == ("committed", "regressed")
@@ -162,7 +165,7 @@ def test_the_suite_has_its_own_timeout_not_the_models_command_timeout(tmp_path: 
     assert baseline.result.endswith("timed out after 0.1s")
 
 
-def test_a_regressed_task_keeps_each_failure_and_every_rounds_count(stays_broken: BrokenRun) -> None:
+def test_a_regressed_task_keeps_each_failure_and_every_rounds_count(stays_broken: SharedRun) -> None:
     (task,) = stays_broken.summary.tasks
     assert task.verdict == "regressed" and task.tests is not None
     assert task.tests.rounds == [2, 2, 2], "the first check and one per repair round"
@@ -172,13 +175,23 @@ def test_a_regressed_task_keeps_each_failure_and_every_rounds_count(stays_broken
     assert reason_line(task).endswith("round 1: 2 regressed → round 2: 2 → round 3: 2")
 
 
-def test_a_server_lost_mid_task_is_failed_as_lost_never_no_changes(tmp_path: Path) -> None:
-    repo = sample_repo(tmp_path)
-    gone = RetriesExhausted("model server failed 2 times, last: APIConnectionError: Connection error.")
-    summary, _, _ = run(tmp_path, repo, [BREAK, gone])
-    (task,) = summary.tasks
+@pytest.fixture(scope="module")
+def three_tasks(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
+    """Three tasks: the first commits its new file, the second creates it too and then loses the model server,
+    the third changes nothing."""
+    root = tmp_path_factory.mktemp("three-tasks")
+    repo = sample_repo(root)
+    add = Reply(tool_calls=[("create_file", {"path": "pkg/extra.py", "content": "VALUE = 2\n"})])
+    tasks = ["Add pkg.extra", "Lose the server", "Look around"]
+    summary, _, model = run(root, repo, [add, finish("Add pkg.extra"), add, GONE, finish("nothing to do")], tasks)
+    return SharedRun(root, repo, summary, model)
+
+
+def test_a_server_lost_mid_task_is_failed_as_lost_never_no_changes(three_tasks: SharedRun) -> None:
+    summary = three_tasks.summary
+    task = summary.tasks[1]  # its work (a file created) done, the server lost
     assert (task.status, task.verdict, task.lost) == ("failed", "failed", "server")
-    assert reason_line(task) == f"lost the model server: {gone}"
+    assert reason_line(task) == f"lost the model server: {GONE}"
     assert summary.exit_code == 1
 
 
@@ -193,14 +206,10 @@ def test_rejected_calls_reach_the_record_of_a_failed_task(tmp_path: Path) -> Non
     assert reason_line(task).startswith("reached --max-turns 3 without finish; 3 rejected tool calls (str_replace 3)")
 
 
-def test_a_task_that_made_no_commit_leaves_no_branch(tmp_path: Path) -> None:
-    repo = sample_repo(tmp_path)
-    add = Reply(tool_calls=[("create_file", {"path": "pkg/extra.py", "content": "VALUE = 2\n"})])
-    gone = RetriesExhausted("model server failed 2 times, last: APIConnectionError: Connection error.")
-    tasks = ["Add pkg.extra", "Lose the server", "Look around"]
-    summary, _, _ = run(tmp_path, repo, [add, finish("Add pkg.extra"), add, gone, finish("nothing to do")], tasks)
+def test_a_task_that_made_no_commit_leaves_no_branch(three_tasks: SharedRun) -> None:
+    root, repo, summary = three_tasks.root, three_tasks.repo, three_tasks.summary
     assert [task.verdict for task in summary.tasks] == ["verified", "failed", "no_changes"]
     assert [task.branch is None for task in summary.tasks] == [False, True, True]
     branches = git.Repo(repo).git.for_each_ref("--format=%(refname)", "refs/heads/refactor-agent/").split()
     assert branches == [f"refs/heads/{summary.tasks[0].branch}"], "only the task that committed keeps a branch"
-    assert "pkg/extra.py" in (tmp_path / "runs" / "run-under-test" / "patch.diff").read_text().split("# task 2")[1]
+    assert "pkg/extra.py" in (root / "runs" / "run-under-test" / "patch.diff").read_text().split("# task 2")[1]
