@@ -17,6 +17,7 @@ import tempfile
 import threading
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import git
@@ -156,9 +157,18 @@ def _admin_dir(common_dir: Path, worktree: Path) -> Path:
     raise WorkspaceError(f"git created no bookkeeping for the worktree {worktree}")
 
 
-def _user_config(user_side: SafeGit) -> tuple[str, bool]:
-    """The user's global ignore file, which a -c core.excludesFile of ours would otherwise replace, and whether their
-    config names an email to commit as: one git process for both, read once per task (neither changes within it)."""
+@dataclass(frozen=True)
+class UserConfig:
+    """What a task's git takes from the user's config: their global ignore file, which a -c core.excludesFile of ours
+    would otherwise replace, and whether it names an email to commit as."""
+
+    excludes: str
+    named: bool
+
+
+def user_config(user_side: SafeGit) -> UserConfig:
+    """The user's config as a task's git takes it: one git process for both, read once per run and repository (the
+    run's first task reads it, agent/run/stages/workspace.py; neither changes within a run)."""
     try:
         _, listing = user_side.run_status(
             "config", "-z", "--get-regexp", r"^(core\.excludesfile|user\.email)$", allowed=(0, 1)
@@ -174,7 +184,7 @@ def _user_config(user_side: SafeGit) -> tuple[str, bool]:
         excludes = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         excludes = ""
-    return excludes, b"user.email" in values
+    return UserConfig(excludes, b"user.email" in values)
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
@@ -195,7 +205,9 @@ class Workspace:
         branch: str | None,
         base_commit: str,
         max_file_bytes: int,
+        config: UserConfig | None = None,
     ) -> None:
+        """`config`: the user's as read for an earlier task of the run (None: read now)."""
         self.user_repo = repo
         self.scratch = scratch
         self.path = scratch / "worktree"
@@ -213,8 +225,8 @@ class Workspace:
         self.git = SafeGit(admin_dir, self.path, hooks_dir)
         # Outside the worktree, so the model can neither see nor edit it.
         self.excludes_file = scratch / "excludes"
-        excludes, self._user_named = _user_config(self.user_side)
-        self.excludes_file.write_text(excludes + "\n" + "\n".join(ARTIFACT_PATTERNS) + "\n")
+        self.user_config = config or user_config(self.user_side)
+        self.excludes_file.write_text(self.user_config.excludes + "\n" + "\n".join(ARTIFACT_PATTERNS) + "\n")
         # A commit's tree never changes; the wip refs are this task's alone (written here only, and each write
         # checks the value it replaces): both asked of git once.
         self._trees: dict[str, str] = {}
@@ -240,6 +252,7 @@ class Workspace:
         max_file_bytes: int,
         scratch_root: Path | None = None,
         start: str | None = None,
+        config: UserConfig | None = None,
     ) -> Workspace:
         """A task's checkout of `start` (None: the user's HEAD) on its new branch refactor-agent/<run-id>/<slug>."""
         branch = f"{BRANCH_PREFIX}{run_id}/{task_slug(task)}"
@@ -251,6 +264,7 @@ class Workspace:
             start=start or head_commit(repo),
             max_file_bytes=max_file_bytes,
             scratch_root=scratch_root,
+            config=config,
         )
 
     @classmethod
@@ -263,6 +277,7 @@ class Workspace:
         restore: str | None,
         max_file_bytes: int,
         scratch_root: Path | None = None,
+        config: UserConfig | None = None,
     ) -> Workspace:
         """A task's branch checked out again after the process died (resume), its files put back as the wip
         commit `restore` kept them; the worktree's index is the branch's, as in the first checkout."""
@@ -275,6 +290,7 @@ class Workspace:
             start=None,
             max_file_bytes=max_file_bytes,
             scratch_root=scratch_root,
+            config=config,
         )
         workspace.base_commit = base_commit
         if restore is not None:
@@ -309,6 +325,7 @@ class Workspace:
         start: str | None,
         max_file_bytes: int,
         scratch_root: Path | None,
+        config: UserConfig | None = None,
     ) -> Workspace:
         """A worktree on a new `branch` at `start`, detached at `start` (branch None), or on the existing
         `branch` (start None)."""
@@ -331,7 +348,7 @@ class Workspace:
             raise WorkspaceError(f"cannot create a worktree for {label!r}: {error}") from None
         if not new_branch:  # the existing branch's tip, as a commit id
             start = user_git(repo, hooks_dir).run("rev-parse", "--verify", f"refs/heads/{branch}").strip().decode()
-        workspace = cls(repo, scratch, admin_dir, branch, start, max_file_bytes)
+        workspace = cls(repo, scratch, admin_dir, branch, start, max_file_bytes, config)
         if new_branch:  # checked out at `start`, the base (the existing branch's index is the tip's, maybe not)
             with contextlib.suppress(OSError):
                 workspace._checkout_index = _identity(os.lstat(admin_dir / "index"))
@@ -607,7 +624,7 @@ class Workspace:
 
     def _identity(self) -> dict[str, str]:
         """The user's own identity when their config has one, else refactor-agent's."""
-        return {} if self._user_named else FALLBACK_IDENTITY
+        return {} if self.user_config.named else FALLBACK_IDENTITY
 
     def _committer(self) -> dict[str, str]:
         """The committer alone: a cherry-pick keeps each commit's author."""

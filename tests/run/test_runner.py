@@ -4,6 +4,7 @@ and real git: the gate's verdicts. The real Docker sandbox runs the same stages 
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,6 +144,27 @@ def test_tasks_on_one_commit_run_the_baseline_once(tmp_path: Path) -> None:
     baselines = [event for event in events if event.type == "baseline"]
     assert [event.cached for event in baselines] == [False, True, True]
     assert {event.result for event in baselines} == {"2 passed, 1 failed"}
+
+
+def test_the_users_ignore_file_is_read_once_for_the_run_and_applies_to_each_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = sample_repo(tmp_path)
+    (tmp_path / "ignore").write_text("notes.txt\n")
+    (tmp_path / "gitconfig").write_text(f"[core]\n\texcludesFile = {tmp_path / 'ignore'}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    script = []
+    for number in range(2):
+        files = [("notes.txt", "mine\n"), (f"pkg/n{number}.py", "X = 1\n")]
+        script += [Reply(tool_calls=[("create_file", {"path": path, "content": text}) for path, text in files])]
+        script += [finish(f"Task {number}")]
+    started: list[list[str]] = []
+    popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or popen(*a, **k))
+    summary, _, _ = run(tmp_path, repo, script, tasks=["One", "Two"])
+    committed = [sorted(git.Repo(repo).commit(task.commit).stats.files) for task in summary.tasks if task.commit]
+    assert committed == [["pkg/n0.py"], ["pkg/n1.py"]]
+    assert len([command for command in started if "--get-regexp" in command]) == 1
 
 
 def test_the_suite_has_its_own_timeout_not_the_models_command_timeout(tmp_path: Path) -> None:

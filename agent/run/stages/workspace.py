@@ -10,7 +10,7 @@ import git
 from agent.protocol.records import EnvironmentRecord
 from agent.record.progress import TaskProgress
 from agent.worktree.safe_git import GitError, SafeGit
-from agent.worktree.workspace import Workspace, user_git, wip_ref
+from agent.worktree.workspace import UserConfig, Workspace, user_git, wip_ref
 
 
 @dataclass
@@ -22,6 +22,7 @@ class RepoState:
     scratch: Path | None = None
     environment: EnvironmentRecord | None = None  # prepared before the repository's first task
     base: str | None = None  # where its tasks start: a named night's default branch commit; None: HEAD
+    user_config: UserConfig | None = None  # the user's git config as its tasks' git takes it, read by the first
 
 
 def state_git(state: RepoState) -> SafeGit:
@@ -40,19 +41,24 @@ def open_workspace(
             restore = state_git(state).run("rev-parse", "--verify", "-q", wip_ref(run_id, index)).strip().decode()
         except GitError:
             restore = None
-        return Workspace.reopen(
+        workspace = Workspace.reopen(
             state.repo,
             branch=resumed.start.branch,
             base_commit=resumed.start.base_commit,
             restore=restore,
             max_file_bytes=max_file_bytes,
             scratch_root=state.scratch,
+            config=state.user_config,
         )
-    return Workspace.create(
-        state.repo,
-        run_id=run_id,
-        task=f"{index}-{task}",
-        max_file_bytes=max_file_bytes,
-        scratch_root=state.scratch,
-        start=state.base,
-    )
+    else:
+        workspace = Workspace.create(
+            state.repo,
+            run_id=run_id,
+            task=f"{index}-{task}",
+            max_file_bytes=max_file_bytes,
+            scratch_root=state.scratch,
+            start=state.base,
+            config=state.user_config,
+        )
+    state.user_config = workspace.user_config
+    return workspace
