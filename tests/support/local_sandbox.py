@@ -269,8 +269,10 @@ def sandbox_environment(home: Path) -> dict[str, str]:
     folders = [str(python_folder(home)), str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")]
     # The image's pytest (Debian's) has no plugins; this interpreter's has the tests' own (pytest-timeout, anyio's,
     # platformdirs'), whose loading is 40 % of a small suite's start-up, at every gate run.
+    # GIT_OPTIONAL_LOCKS=0 as the container's (sandbox/container.py): there the index is read-only, and a `git status`
+    # (the symbols tool's) writing it here would make the product's git see an index the model's side rewrote.
     environment = {
-        "HOME": str(home), "TMPDIR": str(home), **_LOCALE, "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(home), "TMPDIR": str(home), **_LOCALE, "GIT_CONFIG_NOSYSTEM": "1", "GIT_OPTIONAL_LOCKS": "0",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }  # fmt: skip
     return {**environment, "PATH": os.pathsep.join(folders)}
