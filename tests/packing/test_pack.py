@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -282,29 +281,48 @@ def test_ranking_puts_task_named_files_first(tmp_path: Path, cache_dir: Path) ->
     assert {view for view, _ in fifth.values()} == {"full", "outline", "path"}
 
 
-def _pack_in_subprocess(repo: Path, cache_dir: Path, seed: str, budget: int, task: str) -> str:
-    script = (
-        "import sys, hashlib; from pathlib import Path; from agent.packing import PackOptions, pack_repository;"
-        f"p = pack_repository(Path({str(repo)!r}), PackOptions(cache_dir=Path({str(cache_dir)!r}),"
-        f" budget_tokens={budget}, task={task!r}));"
-        "print(hashlib.sha256(p.text.encode()).hexdigest())"
-    )
+# Packs the repository into each cache folder named on a line of its input, and prints the digest of each text.
+PACKER_SCRIPT = (
+    "import sys, hashlib; from pathlib import Path; from agent.packing import PackOptions, pack_repository\n"
+    "repo, budget, task = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]\n"
+    "for line in sys.stdin:\n"
+    "    options = PackOptions(cache_dir=Path(line.rstrip('\\n')), budget_tokens=budget, task=task)\n"
+    "    print(hashlib.sha256(pack_repository(repo, options).text.encode()).hexdigest(), flush=True)\n"
+)
+
+
+def _packer_process(repo: Path, seed: str, budget: int, task: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-c", PACKER_SCRIPT, str(repo), str(budget), task]
     env = {**os.environ, "PYTHONHASHSEED": seed}
-    completed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    return completed.stdout.strip()
+    return subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _ask_to_pack(process: subprocess.Popen[str], cache_dir: Path) -> None:
+    assert process.stdin is not None
+    process.stdin.write(f"{cache_dir}\n")
+    process.stdin.flush()
 
 
 def test_deterministic_across_processes(tmp_path: Path) -> None:
     repo = make_module_repo(tmp_path / "proj", modules=40)
     task = "Make function_17 and Widget23 faster"
-    with ThreadPoolExecutor(2) as both:  # the two cold packs at once, a core each: neither reads the other's cache
-        digests = set(
-            both.map(lambda seed: _pack_in_subprocess(repo, tmp_path / f"cache-{seed}", seed, 6000, task), ("1", "2"))
-        )
-    # A third process reads the symbols, outlines and counts the second one cached: same bytes again.
-    digests.add(_pack_in_subprocess(repo, tmp_path / "cache-2", "3", budget=6000, task=task))
-    assert len(digests) == 1
-    inline = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache-1", budget_tokens=6000, task=task))
+    # Hash seeds of their own, neither this process's.
+    seeds = [seed for seed in ("1", "2", "3") if seed != os.environ.get("PYTHONHASHSEED")][:2]
+    processes = [_packer_process(repo, seed, 6000, task) for seed in seeds]
+    try:
+        for process, seed in zip(processes, seeds, strict=True):  # two cold packs at once, a core each
+            _ask_to_pack(process, tmp_path / f"cache-{seed}")
+        digests = {process.stdout.readline().strip() for process in processes if process.stdout is not None}
+        # The first process then reads the symbols, outlines and counts the second one cached: same bytes again.
+        _ask_to_pack(processes[0], tmp_path / f"cache-{seeds[1]}")
+        assert processes[0].stdout is not None
+        digests.add(processes[0].stdout.readline().strip())
+    finally:
+        for process in processes:
+            process.communicate()
+    assert [process.returncode for process in processes] == [0, 0]
+    assert len(digests) == 1 and "" not in digests
+    inline = pack_repository(repo, PackOptions(cache_dir=tmp_path / f"cache-{seeds[0]}", budget_tokens=6000, task=task))
     assert hashlib.sha256(inline.text.encode()).hexdigest() in digests
     assert inline.stats.files_outline > 0 and inline.stats.files_full > 0
 
