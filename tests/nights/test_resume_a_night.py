@@ -13,8 +13,8 @@ from agent.record.journal import run_directories
 
 from support.cli_runs import LOCAL_AGENT, kill_processes_under, wait_for
 from support.killed_runs import local_cli_here, resume, start_killable
-from support.nights import SCRIPTS, T2, T3, made_once
-from support.repos import git, make_repo
+from support.nights import SCRIPTS, T2, T3
+from support.repos import git, made_once, make_repo
 from support.scripted_server import Hold, ScriptedServer
 
 

@@ -24,7 +24,7 @@ from support.cli_runs import LOCAL_AGENT, cli_command, transcript_of, wait_for
 from support.killed_runs import (
     FINISH,
     THREE_STEPS,
-    KilledState,
+    Killed,
     killed_once,
     killed_run,
     local_cli_here,
@@ -37,33 +37,22 @@ from support.repos import BREAK, REPAIR, make_repo
 from support.scripted_server import Hold, Reply, ScriptedServer
 
 
-# The runs killed once for the module, each put back for every test that starts from it (support/killed_runs.py).
-@pytest.fixture(scope="module")
-def three_steps_killed_once(tmp_path_factory: pytest.TempPathFactory) -> KilledState:
-    return killed_once(tmp_path_factory, [*THREE_STEPS, Hold()], "Add one, two and three")
+@pytest.fixture
+def three_steps_killed() -> Killed:
+    """Killed while the model was asked for its fourth step, after three tool calls (made once, put back)."""
+    return killed_once([*THREE_STEPS, Hold()], "Add one, two and three")
 
 
 @pytest.fixture
-def three_steps_killed(three_steps_killed_once: KilledState) -> KilledState:
-    """Killed while the model was asked for its fourth step, after three tool calls."""
-    return three_steps_killed_once.put_back()
-
-
-@pytest.fixture(scope="module")
-def one_step_killed_once(tmp_path_factory: pytest.TempPathFactory) -> KilledState:
-    return killed_once(tmp_path_factory, [THREE_STEPS[0], Hold()], "Add one")
-
-
-@pytest.fixture
-def one_step_killed(one_step_killed_once: KilledState) -> KilledState:
-    """Killed while the model was asked for its second step, after one tool call."""
-    return one_step_killed_once.put_back()
+def one_step_killed() -> Killed:
+    """Killed while the model was asked for its second step, after one tool call (made once, put back)."""
+    return killed_once([THREE_STEPS[0], Hold()], "Add one")
 
 
 @pytest.mark.killed
 @pytest.mark.parametrize("reboot", [False, True], ids=["killed", "rebooted"])
 def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_files(
-    three_steps_killed: KilledState, reboot: bool
+    three_steps_killed: Killed, reboot: bool
 ) -> None:
     killed = three_steps_killed
     root, repo, run_dir, before_kill = killed.root, killed.repo, killed.run_dir, killed.requests
@@ -101,7 +90,7 @@ def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_
 
 
 @pytest.mark.killed
-def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(three_steps_killed: KilledState) -> None:
+def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(three_steps_killed: Killed) -> None:
     root, repo, run_dir = three_steps_killed.root, three_steps_killed.repo, three_steps_killed.run_dir
     four = Reply(tool_calls=[("create_file", {"path": "pkg/four.py", "content": "FOUR = 4\n"})])
     with ScriptedServer([four, Hold()]) as server:
@@ -163,7 +152,7 @@ def test_a_finished_task_is_not_redone_and_the_next_one_goes_on(tmp_path: Path) 
 
 
 @pytest.mark.killed
-def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(one_step_killed: KilledState) -> None:
+def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(one_step_killed: Killed) -> None:
     root, repo, run_dir = one_step_killed.root, one_step_killed.repo, one_step_killed.run_dir
     # What a kill between the commit and the task's record leaves: the branch holds the task's commit.
     branch = next(e["branch"] for e in transcript_of(run_dir) if e["type"] == "task_start")
@@ -193,7 +182,7 @@ def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
 
 
 @pytest.mark.killed
-def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(one_step_killed: KilledState) -> None:
+def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(one_step_killed: Killed) -> None:
     root, repo, run_dir = one_step_killed.root, one_step_killed.repo, one_step_killed.run_dir
     with ScriptedServer([FINISH]) as server:
         command = [*cli_command(repo, server, run_dir.parent, "Add one", cli=LOCAL_AGENT), "--resume"]
@@ -206,7 +195,7 @@ def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(one_step_
 
 
 @pytest.mark.killed
-def test_review_discard_drops_what_an_unfinished_run_kept_for_resume(one_step_killed: KilledState) -> None:
+def test_review_discard_drops_what_an_unfinished_run_kept_for_resume(one_step_killed: Killed) -> None:
     repo, run_dir = one_step_killed.repo, one_step_killed.run_dir
     assert wip_refs(repo)
     arguments = ["review", "discard", run_dir.name, "--yes", "--runs-dir", str(run_dir.parent)]

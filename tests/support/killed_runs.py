@@ -3,7 +3,6 @@ and as their one twin in the Docker tier does (the real CLI and sandbox)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -11,7 +10,6 @@ from pathlib import Path
 from unittest import mock
 
 import git
-import pytest
 from typer.testing import CliRunner
 
 import agent.run.command
@@ -22,7 +20,7 @@ from agent.worktree.workspace import WIP_REF_PREFIX
 from support.cli_runs import LOCAL_AGENT, cli_command, kill_processes_under, processes_under, start_cli, wait_for
 from support.local_cli import ForkedCli, start_local_cli
 from support.local_sandbox import LocalSandboxes
-from support.repos import SAMPLE_FILES, make_repo, put_back
+from support.repos import SAMPLE_FILES, made_once, make_repo
 from support.scripted_server import Reply, ScriptedServer
 
 THREE_STEPS = [
@@ -64,32 +62,24 @@ def killed_run(
 
 
 @dataclass
-class KilledState:
-    """A run killed once, at `root` (killed_run's tmp_path), for each of the tests that resume or discard that
-    same run: put back before each, where it was made (its records, worktree and git's list of worktrees name
-    `root`'s absolute paths). A killed run's CLI, forked and killed, costs ten times the copy."""
+class Killed:
+    """What killed_run left at `root` (its tmp_path)."""
 
     root: Path
     repo: Path
     run_dir: Path
     requests: list[dict]  # what the server received before the kill; read, never changed
-    snapshot: Path
-    used: bool = False
-
-    def put_back(self) -> KilledState:
-        if self.used:  # the first test starts from the state as it was made
-            put_back(self.snapshot, self.root, self.repo)
-        self.used = True
-        return self
 
 
-def killed_once(factory: pytest.TempPathFactory, script: list, *tasks: str, until: str = "held") -> KilledState:
-    """killed_run's state, made in a folder of `factory`'s, with a copy of it to put back."""
-    root = factory.mktemp("killed")
-    repo, run_dir, requests = killed_run(root, script, *tasks, until=until)
-    snapshot = factory.mktemp("killed-snapshot") / "state"
-    shutil.copytree(root, snapshot, symlinks=True)
-    return KilledState(root, repo, run_dir, requests, snapshot)
+def killed_once(script: list, *tasks: str, until: str = "held") -> Killed:
+    """killed_run's state, made once per session for the tests that resume or discard that same run, and put back
+    for each where it was made (support/repos.py: made_once): a killed run's CLI, forked and killed, costs ten
+    times the copy."""
+
+    def kill(root: Path) -> Killed:
+        return Killed(root, *killed_run(root, script, *tasks, until=until))
+
+    return made_once(("killed_run", repr(script), tasks, until), kill, lambda killed: killed.repo)
 
 
 def start_killable(command: list[str], scratch: Path) -> ForkedCli | subprocess.Popen:

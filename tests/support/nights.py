@@ -4,14 +4,10 @@ server per night, and readers of what a night leaves (branches, history refs, th
 
 from __future__ import annotations
 
-import atexit
 import json
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 from typer.testing import CliRunner
@@ -20,7 +16,7 @@ import agent.run.command
 from agent.cli import app
 
 from support.local_sandbox import LocalSandboxes
-from support.repos import SAMPLE_FILES, git, make_repo, put_back
+from support.repos import SAMPLE_FILES, git, made_once, make_repo
 from support.scripted_server import Reply, ScriptedServer, Step
 
 T1, T2, T3, T4 = (
@@ -117,34 +113,6 @@ def night_fixture(
 
 def _local_sandboxes(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(root))
-
-
-# States made once per session (a first night, a killed one), each at a root of its own and kept as a copy: the runs,
-# the record and git name the root's absolute paths, so each test gets the state back in that place, not in its
-# tmp_path.
-_MADE: dict[object, tuple[object, Path, Path]] = {}  # what make returned, its root, the copy
-_MADE_ROOT: list[Path] = []
-_MADE_PARENT = Path(tempfile.gettempdir())  # as the session starts: some tests point tempfile elsewhere
-Made = TypeVar("Made")
-
-
-def made_once(key: object, make: Callable[[Path], Made], repo: Callable[[Made], Path]) -> Made:
-    """What `make` returns and leaves at the root it is given (an empty folder), made once per `key` and session;
-    each later call puts the root back as `make` left it, whatever an earlier test did to it since, and returns
-    what `make` returned. `repo`: the repository under the root, of what `make` returned."""
-    if not _MADE_ROOT:
-        _MADE_ROOT.append(Path(tempfile.mkdtemp(prefix="made-once-", dir=_MADE_PARENT)))
-        atexit.register(shutil.rmtree, _MADE_ROOT[0], ignore_errors=True)
-    if key in _MADE:
-        made, root, snapshot = _MADE[key]
-        put_back(snapshot, root, repo(made))  # type: ignore[arg-type]
-        return made  # type: ignore[return-value]
-    root = Path(tempfile.mkdtemp(dir=_MADE_ROOT[0]))
-    made = make(root)
-    snapshot = root.with_name(f"{root.name}-as-left")
-    shutil.copytree(root, snapshot, symlinks=True)
-    _MADE[key] = made, root, snapshot
-    return made
 
 
 def after_first_night(

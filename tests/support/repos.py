@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from support.scripted_server import Reply
 
@@ -78,15 +79,43 @@ def copy_of_template(key: tuple[object, ...], path: Path, build: Callable[[Path]
     session."""
     template = _TEMPLATES.get(key)
     if template is None:
-        if not _TEMPLATE_ROOT:
-            _TEMPLATE_ROOT.append(Path(tempfile.mkdtemp(prefix="repo-templates-", dir=_TEMPLATE_PARENT)))
-            atexit.register(shutil.rmtree, _TEMPLATE_ROOT[0], ignore_errors=True)
         # A folder of its own: a build may make (copy) a template of its own first.
-        template = Path(tempfile.mkdtemp(dir=_TEMPLATE_ROOT[0])) / "repo"
+        template = _session_folder() / "repo"
         build(template)
         _TEMPLATES[key] = template
     _copy(template, path, path)
     return path
+
+
+def _session_folder() -> Path:
+    """A new folder of the session's own (removed as it ends), for a template or a state made once."""
+    if not _TEMPLATE_ROOT:
+        _TEMPLATE_ROOT.append(Path(tempfile.mkdtemp(prefix="repo-templates-", dir=_TEMPLATE_PARENT)))
+        atexit.register(shutil.rmtree, _TEMPLATE_ROOT[0], ignore_errors=True)
+    return Path(tempfile.mkdtemp(dir=_TEMPLATE_ROOT[0]))
+
+
+# States made once per session (a first night, a killed run), each at a root of its own and kept as a copy: the
+# runs, the record and git name the root's absolute paths, so each test gets the state back in that place, not in
+# its tmp_path.
+_MADE: dict[object, tuple[object, Path, Path]] = {}  # what make returned, its root, the copy
+Made = TypeVar("Made")
+
+
+def made_once(key: object, make: Callable[[Path], Made], repo: Callable[[Made], Path]) -> Made:
+    """What `make` returns and leaves at the root it is given (an empty folder), made once per `key` and session;
+    each later call puts the root back as `make` left it, whatever an earlier test did to it since, and returns
+    what `make` returned. `repo`: the repository under the root, of what `make` returned."""
+    if key in _MADE:
+        made, root, snapshot = _MADE[key]
+        put_back(snapshot, root, repo(made))  # type: ignore[arg-type]
+        return made  # type: ignore[return-value]
+    root = _session_folder()
+    made = make(root)
+    snapshot = root.with_name(f"{root.name}-as-left")
+    shutil.copytree(root, snapshot, symlinks=True)
+    _MADE[key] = made, root, snapshot
+    return made
 
 
 def put_back(snapshot: Path, place: Path, repo: Path) -> None:
