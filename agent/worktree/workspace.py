@@ -360,8 +360,8 @@ class Workspace:
         return Path(self.user_repo.common_dir)
 
     def restore_git_file(self) -> None:
-        """Put back the `.git` file git wrote, whatever the model made of it (for tools in the sandbox and for
-        `worktree remove`); host git does not read it either way. Nothing is followed: a link is removed itself."""
+        """Put back the `.git` file git wrote, whatever the model made of it (for tools in the sandbox); host git does
+        not read it either way. Nothing is followed: a link is removed itself."""
         entry = self.path / ".git"
         try:
             mode = os.lstat(entry).st_mode
@@ -702,14 +702,15 @@ class Workspace:
             self.user_side.run("update-ref", "-d", f"refs/heads/{self.branch}", self.base_commit)
 
     def remove(self) -> None:
-        """Drop the scratch checkout; the branch and its commits stay in the user's repository."""
+        """Drop the scratch checkout and git's record of it as `git worktree remove --force` does (the checkout, our
+        bookkeeping directory, then <git dir>/worktrees when that is left empty), without a git process, which would
+        read the model's `.git` to check it: nothing in the checkout is read or followed. The branch and its commits
+        stay in the user's repository."""
         self._blobs.close()
-        try:
-            self.restore_git_file()
-            with _WORKTREE_CHANGES:
-                self.user_side.run("worktree", "remove", "--force", str(self.path))
-        except (GitError, OSError):
+        shutil.rmtree(self.path, ignore_errors=True)
+        with _WORKTREE_CHANGES:  # a `worktree add` of another thread reads every record, and makes the folder
             # Our own bookkeeping directory, named exactly; `worktree prune` would also prune the user's.
-            shutil.rmtree(self.path, ignore_errors=True)
             shutil.rmtree(self.admin_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the user's own worktrees' records are still in it
+                self.admin_dir.parent.rmdir()
         shutil.rmtree(self.scratch, ignore_errors=True)

@@ -79,6 +79,28 @@ def test_worktree_commit_and_removal_leave_the_checkout_alone(tmp_path: Path) ->
     assert sorted(branch_commit.stats.files) == ["pkg/geometry.py", "pkg/new.py"]
 
 
+def test_removal_drops_the_checkout_and_gits_record_as_git_does_whatever_the_model_made_of_it(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    run_git(repo_path, "worktree", "add", "-q", "--detach", str(tmp_path / "users"))
+    one, two = create(repo_path, "one"), create(repo_path, "two")
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    # The model's: a .git directory of its own instead of git's file, links out of the checkout.
+    (one.path / ".git").unlink()
+    (one.path / ".git/hooks").mkdir(parents=True)
+    (one.path / "link").symlink_to(outside)
+    (one.path / "pkg/link").symlink_to(outside / "keep")
+    one.remove()
+    assert not one.scratch.exists() and not one.admin_dir.exists() and (outside / "keep").is_dir()
+    listed = run_git(repo_path, "worktree", "list", "--porcelain")
+    assert str(two.path) in listed and str(one.path) not in listed and str(tmp_path / "users") in listed
+    run_git(repo_path, "worktree", "remove", str(tmp_path / "users"))
+    two.remove()
+    assert not (repo_path / ".git/worktrees").exists(), "git removes the folder with its last worktree's record"
+    assert run_git(repo_path, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert run_git(repo_path, "branch", "--list", "refactor-agent/*").split() == [one.branch, two.branch]
+
+
 def test_commit_without_changes_returns_none(tmp_path: Path) -> None:
     workspace = create(make_repo(tmp_path / "repo"), "noop")
     try:
