@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,9 +14,12 @@ from pathlib import Path
 import pytest
 
 from agent.gate.suite import run_suite
+from sandbox import ExecResult
+from tools.files import _helper_command as files_helper_command
+from tools.symbols import _helper_command as symbols_helper_command
 
 from support.cli_runs import processes_under, wait_for
-from support.local_sandbox import ZYGOTE_ENV, LocalExecutor, sandbox_environment
+from support.local_sandbox import ZYGOTE_ENV, LocalExecutor, _helper_source, sandbox_environment
 from support.repos import make_repo
 
 # What a run starts with, as a test of the suite writes it down (to the file DUMP names).
@@ -170,3 +174,88 @@ def test_the_shell_sees_the_run_end_as_it_ended(repo: Path, sandbox: LocalExecut
     (repo / "tests" / "test_ends.py").write_text(f"{FORKED}import signal\n\ndef test_ends():\n    {test}\n")
     result = sandbox.execute(f"{PYTHON} -m pytest -q -p no:cacheprovider tests/test_ends.py; echo status $?")
     assert result.output.splitlines()[-1] == f"status {status}"
+
+
+# What a tool's helper starts with (`python3 -I -c`), as it writes it down on its stdout.
+PROBE = """import json, os, resource, signal, sys, __main__
+with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
+    forked = b"helper_zygote" in parent.read()
+streams = [
+    (s.encoding, s.errors, s.line_buffering, s.buffer.raw.name, s.mode, type(s.buffer).__name__, s.fileno())
+    for s in (sys.__stdin__, sys.__stdout__, sys.__stderr__)
+]
+state = {
+    "forked": forked, "path": sys.path, "argv": sys.argv, "orig_argv": sys.orig_argv, "flags": str(sys.flags),
+    "pycache_prefix": sys.pycache_prefix, "dont_write_bytecode": sys.dont_write_bytecode, "cwd": os.getcwd(),
+    "environment": dict(os.environ), "umask": os.umask(0o22), "streams": streams, "stdin": sys.stdin.read(),
+    "main": sorted(vars(__main__)), "executable": sys.executable, "name": __name__, "file": "__file__" in vars(),
+    "ignored": [n for n in signal.valid_signals() if signal.getsignal(n) == signal.SIG_IGN],
+    "blocked": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    "files": resource.getrlimit(resource.RLIMIT_NOFILE),
+    "descriptors": sorted(os.listdir("/proc/self/fd")), "session": os.getsid(0) == os.getpid(),
+    "group": os.getpgid(0) == os.getpid(), "stderr": os.path.sameopenfile(1, 2),
+}
+print(json.dumps(state))
+"""
+
+
+def _helper(executor: LocalExecutor, source: str, stdin: bytes = b"", timeout_s: float = 60) -> ExecResult:
+    return executor.execute(f"python3 -I -c {shlex.quote(source)}", stdin=stdin, timeout_s=timeout_s)
+
+
+def _forked_and_started(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, stdin: bytes = b""
+) -> tuple[ExecResult, ExecResult]:
+    forked = _helper(_executor(repo, tmp_path / "forked"), source, stdin)
+    with monkeypatch.context() as context:
+        context.delenv(ZYGOTE_ENV)  # no helper zygote: bash runs the command, the wrapper execs the interpreter
+        started = _helper(_executor(repo, tmp_path / "started"), source, stdin)
+    return forked, started
+
+
+def test_a_helper_forked_by_the_helper_zygote_starts_as_the_interpreter_would_have(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    request = json.dumps({"op": "view_file", "path": "x" * 100_000}).encode()  # more than a pipe holds
+    forked, started = _forked_and_started(repo, tmp_path, monkeypatch, PROBE, request)
+    assert forked.exit_code == started.exit_code == 0, (forked.output, started.output)
+    forked_state = json.loads(forked.output.replace(str(tmp_path / "forked"), "HOME"))
+    started_state = json.loads(started.output.replace(str(tmp_path / "started"), "HOME"))
+    assert forked_state.pop("forked") and not started_state.pop("forked")
+    assert forked_state == started_state
+    assert started_state["stdin"] == request.decode() and started_state["argv"] == ["-c"]
+    assert started_state["session"] and started_state["stderr"] and started_state["cwd"] == str(repo)
+    assert started_state["environment"]["PWD"] == str(repo) and started_state["descriptors"] == ["0", "1", "2", "3"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import sys; print('out'); sys.exit(3)",
+        "def broken():\n    raise ValueError('no')\n\nprint('before', flush=True)\nbroken()\n",
+        "x = (",
+        "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+        "raise KeyboardInterrupt",
+    ],
+)
+def test_a_helper_forked_by_the_helper_zygote_ends_as_the_interpreter_would_have(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    forked, started = _forked_and_started(repo, tmp_path, monkeypatch, source)
+    assert (forked.exit_code, forked.output) == (started.exit_code, started.output)
+    assert started.exit_code != 0 and not started.timed_out
+
+
+def test_a_helper_that_hangs_is_killed_at_its_timeout(repo: Path, sandbox: LocalExecutor) -> None:
+    hangs = "import time\nprint('hanging', flush=True)\ntime.sleep(300)\n"
+    result = _helper(sandbox, f"{FORKED.replace('pytest_zygote', 'helper_zygote')}{hangs}", timeout_s=2)
+    assert result.timed_out and result.exit_code is None and result.output == "hanging\n"
+    wait_for(lambda: not processes_under(repo), "the helper to be killed", timeout_s=30)
+
+
+def test_the_tools_helpers_are_what_the_helper_zygote_forks(sandbox: LocalExecutor) -> None:
+    """Their commands as the tools write them: one quoted word after `python3 -I -c`, from the sandbox's python3."""
+    for command in (files_helper_command(), symbols_helper_command()):
+        assert _helper_source(command, sandbox.environment) == shlex.split(command)[3]
+    assert _helper_source("python3 -I -c 'pass' > out", sandbox.environment) is None
+    assert _helper_source("python3 -I -c 'pass'", None) is None

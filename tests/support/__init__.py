@@ -4,6 +4,9 @@
 - scripted_model.py: the same replies as an in-process ChatModel, and a run of the pipeline with it;
 - local_sandbox.py: sandboxes without Docker: commands as host subprocesses in the worktree;
 - pytest_zygote.py, zygote_client.py: their `python3 -m pytest`, forked from a server that imported pytest once;
+- helper_zygote.py: their file and symbol tools' `python3 -I -c`, forked from a server that imported the helpers'
+  modules once;
+- zygote_server.py: what those two servers share: the requests, the forks, the client's state in a forked child;
 - local_cli.py: the real CLI with those sandboxes, for tests that run it as a process (kill -9, resume), forked
   from a server that imported it once;
 - cli_preload.py: what those forked CLIs would each import and compute again, done once in that server;

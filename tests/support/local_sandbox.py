@@ -11,13 +11,19 @@ fresh PYTHONPYCACHEPREFIX (no bytecode of the model's is ever read), in which th
 and the standard library again at every run (two seconds each); an image's interpreter could bring that bytecode
 along, and here a fresh prefix starts with links to the interpreter's own (bytecode_template), never with any of the
 worktree's. `python3 -m pytest` starts in the session's pytest zygote (support/pytest_zygote.py), with pytest imported:
-its import was most of the CPU time of the gate's runs of small suites; such a run needs no links."""
+its import was most of the CPU time of the gate's runs of small suites; such a run needs no links. The file and
+symbol tools' `python3 -I -c HELPER` is forked by the session's helper zygote (support/helper_zygote.py), which the
+executor asks itself: the interpreter's start and the helper's imports were nearly all of each tool call."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
+import selectors
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +41,9 @@ from agent.gate.test_command import choose_test_command
 from agent.protocol.config import RunConfig
 from agent.protocol.records import EnvironmentRecord
 from sandbox import ExecResult, SandboxLimits
+from tools.symbols import sandbox_mounts
+
+from support.zygote_server import STARTED, send_request
 
 
 class LocalExecutor:
@@ -48,6 +57,7 @@ class LocalExecutor:
         self.report_dir = report_dir
         self.commands: list[str] = []
         self._groups: list[int] = []
+        self._lingering: list[socket.socket] = []  # the helper zygote's runs whose group outlived them
 
     def execute(
         self,
@@ -61,6 +71,11 @@ class LocalExecutor:
         if self.report_dir is not None:
             command = command.replace(REPORT_DIR, str(self.report_dir))
         started = time.monotonic()
+        source = _helper_source(command, self.environment)
+        if source is not None:
+            result = self._in_helper_zygote(source, stdin or b"", timeout_s, max_output_bytes, started)
+            if result is not None:
+                return result
         process = subprocess.Popen(
             ["bash", "-c", command],
             cwd=self.workspace,
@@ -87,6 +102,65 @@ class LocalExecutor:
             duration_s=time.monotonic() - started,
         )
 
+    def _in_helper_zygote(
+        self, source: str, stdin: bytes, timeout_s: float | None, max_output_bytes: int, started: float
+    ) -> ExecResult | None:
+        """`python3 -I -c SOURCE` forked by the session's helper zygote (support/helper_zygote.py) with what bash
+        and the wrapper would have given the interpreter: the pipes on 0, 1 and 2 (stderr into stdout), the
+        workspace, the environment with bash's PWD and SHLVL; None where the zygote is not there or declines."""
+        address = helper_zygote_socket()
+        if address is None:
+            return None
+        assert self.environment is not None
+        environment = {**self.environment, "PWD": os.path.realpath(self.workspace), "SHLVL": "0"}
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stdin_read, stdin_write = os.pipe()
+        output_read, output_write = os.pipe()
+        try:
+            connection.connect(str(address))
+            command = [str(sandbox_python()), "-I", "-c", source]
+            send_request(
+                connection, [stdin_read, output_write, output_write], os.fspath(self.workspace), command, environment
+            )
+            reply = _receive(connection, 5)
+        except OSError:
+            reply = b""
+        finally:
+            os.close(stdin_read)
+            os.close(output_write)
+        if reply[:1] != STARTED or len(reply) < 5:
+            for descriptor in (stdin_write, output_read):
+                os.close(descriptor)
+            connection.close()
+            return None
+        pid = int.from_bytes(reply[1:5], "little")
+        self._groups.append(pid)  # its own (the zygote made it a session's leader)
+        deadline = None if timeout_s is None else started + timeout_s
+        data, timed_out = _communicate(stdin_write, output_read, stdin, deadline)
+        status = b""
+        if not timed_out:
+            with contextlib.suppress(OSError):
+                connection.settimeout(None if deadline is None else max(deadline - time.monotonic(), 0.001))
+                status = _receive(connection, 6)
+            timed_out = len(status) < 6
+        if timed_out:  # its group killed, as the command's would be; the zygote kills it too as the connection closes
+            self._kill(pid)
+            connection.close()
+            data += _drain(output_read)
+        elif status[5:6] == b"1":
+            self._lingering.append(connection)  # the zygote kills what is left when the sandbox closes
+        else:
+            connection.close()
+        os.close(output_read)
+        return ExecResult(
+            exit_code=None if timed_out else int.from_bytes(status[1:5], "little", signed=True),
+            output=data[:max_output_bytes].decode(errors="replace"),
+            total_bytes=len(data),
+            truncated=len(data) > max_output_bytes,
+            timed_out=timed_out,
+            duration_s=time.monotonic() - started,
+        )
+
     @staticmethod
     def _kill(group: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -96,6 +170,97 @@ class LocalExecutor:
         """What its commands left running (`cmd &`), as removing a container would."""
         for group in self._groups:
             self._kill(group)
+        for connection in self._lingering:
+            connection.close()
+        self._lingering.clear()
+
+
+@functools.lru_cache(maxsize=64)
+def _is_wrapper(path: str) -> bool:
+    """Whether `path` is a local sandbox's python3 (_WRAPPER below), by its first two lines."""
+    try:
+        with open(path, "rb") as wrapper:
+            return wrapper.read(300).split(b"\n")[:2] == [line.encode() for line in _WRAPPER.split("\n")[:2]]
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=16)
+def _quoted_source(command: str) -> str | None:
+    """SOURCE of `python3 -I -c SOURCE`, the tools' helper commands, where SOURCE is one single-quoted word (as
+    shlex.quote makes it): what bash passes on as it is."""
+    prefix = "python3 -I -c "
+    quoted = command.removeprefix(prefix)
+    if quoted == command or len(quoted) < 2 or quoted[0] != "'" or quoted[-1] != "'":
+        return None
+    source = quoted[1:-1].replace("'\"'\"'", "'")
+    return source if shlex.quote(source) == quoted else None
+
+
+def _helper_source(command: str, environment: dict[str, str] | None) -> str | None:
+    """SOURCE where `command` is `python3 -I -c SOURCE` run by a local sandbox's python3 (the wrapper, which then
+    execs the interpreter unchanged), in an environment bash passes on with PWD and SHLVL alone added."""
+    if environment is None or not command.startswith("python3 -I -c '"):
+        return None
+    if any(name in environment for name in ("PYTHONPYCACHEPREFIX", "PWD", "SHLVL", "OLDPWD")):
+        return None  # the wrapper would fill a bytecode prefix; bash would keep or count those
+    source = _quoted_source(command)
+    python = shutil.which("python3", path=environment.get("PATH", ""))
+    return source if source is not None and python is not None and _is_wrapper(python) else None
+
+
+def _receive(connection: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _communicate(stdin: int, output: int, data: bytes, deadline: float | None) -> tuple[bytes, bool]:
+    """`data` written to `stdin` (then closed) while `output` is read to its end: what was read, and whether the
+    deadline came first."""
+    chunks: list[bytes] = []
+    os.set_blocking(stdin, False)
+    with selectors.DefaultSelector() as selector:
+        selector.register(output, selectors.EVENT_READ)
+        if data:
+            selector.register(stdin, selectors.EVENT_WRITE)
+        else:
+            os.close(stdin)
+        while output in selector.get_map() or stdin in selector.get_map():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                if stdin in selector.get_map():
+                    os.close(stdin)
+                return b"".join(chunks), True
+            for key, _ in selector.select(remaining):
+                if key.fd == output:
+                    chunk = os.read(output, 1 << 16)
+                    if chunk:
+                        chunks.append(chunk)
+                    else:
+                        selector.unregister(output)
+                    continue
+                try:
+                    data = data[os.write(stdin, data[: 1 << 16]) :]
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:
+                    data = b""
+                if not data:
+                    selector.unregister(stdin)
+                    os.close(stdin)
+    return b"".join(chunks), False
+
+
+def _drain(output: int) -> bytes:
+    chunks = []
+    while chunk := os.read(output, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 # Where the interpreter's own bytecode for a fresh PYTHONPYCACHEPREFIX is kept: the tests' session sets it
@@ -196,10 +361,38 @@ def _zygote_address() -> tuple[int, Path] | None:
     return int(owner), Path(path)
 
 
+def _helpers_path(path: Path) -> Path:
+    return path.with_name(f"{path.stem}-helpers{path.suffix}")
+
+
+def _start_zygote(path: Path, interpreter: list[str], script: str, *arguments: str) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(64)
+        home = path.parent
+        environment = {**_LOCALE, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
+        environment.update(TMPDIR=str(home), PYTHONNOUSERSITE="1", PYTHONPYCACHEPREFIX=str(bytecode_template()))
+        command = [*interpreter, str(_SUPPORT / script), str(os.getpid()), str(listener.fileno()), *arguments]
+        log = (home / "zygote.log").open("ab")
+        with log:
+            _started.append(
+                subprocess.Popen(
+                    command,
+                    cwd="/",
+                    env=environment,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    pass_fds=(listener.fileno(),),
+                    start_new_session=True,
+                )
+            )
+
+
 def zygote_socket() -> Path | None:
-    """Where the session's pytest zygote listens; None outside a test session. The session's process starts it, at
-    its first local sandbox or CLI process (support/cli_runs.py): its child, whose CPU time counts as the session's
-    (and its runs' with it)."""
+    """Where the session's pytest zygote listens; None outside a test session. The session's process starts it and
+    the helper zygote, at its first local sandbox or CLI process (support/cli_runs.py): its children, whose CPU
+    time counts as the session's (and their runs' with it)."""
     address = _zygote_address()
     if address is None:
         return None
@@ -207,39 +400,30 @@ def zygote_socket() -> Path | None:
     with _starting:
         if owner != os.getpid() or _started:
             return path  # if it ended, its clients exec the interpreter
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-            listener.bind(str(path))
-            listener.listen(64)
-            home = path.parent
-            environment = {**_LOCALE, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
-            environment.update(TMPDIR=str(home), PYTHONNOUSERSITE="1", PYTHONPYCACHEPREFIX=str(bytecode_template()))
-            command = [str(sandbox_python()), str(_SUPPORT / "pytest_zygote.py"), str(owner), str(listener.fileno())]
-            log = (home / "zygote.log").open("ab")
-            with log:
-                _started.append(
-                    subprocess.Popen(
-                        command,
-                        cwd="/",
-                        env=environment,
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        stderr=log,
-                        pass_fds=(listener.fileno(),),
-                        start_new_session=True,
-                    )
-                )
+        _start_zygote(path, [str(sandbox_python())], "pytest_zygote.py")
+        # The file and symbol tools' helpers: their folder, then the folders the symbol tools' helper puts first.
+        helpers, *libraries = sandbox_mounts()
+        folders = sorted({str(helpers)} | {str(library.parent) for library in libraries})
+        _start_zygote(_helpers_path(path), [str(sandbox_python()), "-I"], "helper_zygote.py", str(helpers), *folders)
     return path
 
 
+def helper_zygote_socket() -> Path | None:
+    """Where the session's helper zygote listens (support/helper_zygote.py); None outside a test session."""
+    path = zygote_socket()
+    return None if path is None else _helpers_path(path)
+
+
 def stop_zygote() -> None:
-    """The session's zygote ends, and the runs it forked with it (the session's end)."""
+    """The session's zygotes end, and the runs they forked with them (the session's end)."""
     address = _zygote_address()
-    if address is None or address[0] != os.getpid():  # the session's process stops it
+    if address is None or address[0] != os.getpid():  # the session's process stops them
         return
-    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-        connection.connect(str(address[1]))
-        connection.sendall(bytes(8))  # an empty request
-        connection.recv(1)  # its end
+    for path in (address[1], _helpers_path(address[1])):
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(str(path))
+            connection.sendall(bytes(8))  # an empty request
+            connection.recv(1)  # its end
     for process in _started:
         try:
             process.wait(timeout=30)
