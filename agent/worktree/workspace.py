@@ -60,6 +60,12 @@ FALLBACK_IDENTITY = {
     "GIT_COMMITTER_NAME": "refactor-agent",
     "GIT_COMMITTER_EMAIL": "refactor-agent@localhost",
 }
+# What a new task branch starts at when the run names no base: the user's HEAD as a commit, resolved by the very
+# `worktree add` that makes the branch (a process of its own: GitPython's object lookups share one `cat-file --batch`
+# pipe per Repo, which two tasks in threads would hang on), then read from the branch.
+USER_HEAD = "HEAD^{commit}"
+# A loose ref file naming an object, as git writes it.
+_LOOSE_REF = re.compile(rb"(?:[0-9a-f]{40}|[0-9a-f]{64})\n")
 # `Name <email>`: git's own identity form, as the commits' author setting (RunConfig.author) gives it.
 _IDENTITY = re.compile(r"(?P<name>[^<>]*[^<>\s])\s*<(?P<email>[^<>\s]+)>")
 
@@ -107,14 +113,6 @@ def open_repository(path: Path) -> git.Repo:
 def user_git(repo: git.Repo, hooks_dir: Path) -> SafeGit:
     """The user's own repository, named by the directories GitPython found when it was opened."""
     return SafeGit(Path(repo.git_dir), Path(str(repo.working_tree_dir)), hooks_dir)
-
-
-def head_commit(repo: git.Repo) -> str:
-    """The user's HEAD as a commit id, read by a git process of its own: GitPython's object lookups share one
-    `cat-file --batch` pipe per Repo, and two tasks reading it from their threads at once (--parallel, a fleet)
-    hang on each other's replies."""
-    with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks_dir:
-        return user_git(repo, Path(hooks_dir)).run("rev-parse", "--verify", "HEAD^{commit}").strip().decode()
 
 
 def dirty_description(repo: git.Repo) -> str | None:
@@ -185,6 +183,18 @@ def user_config(user_side: SafeGit) -> UserConfig:
     except OSError:
         excludes = ""
     return UserConfig(excludes, b"user.email" in values)
+
+
+def _branch_tip(repo: git.Repo, hooks_dir: Path, branch: str) -> str:
+    """The commit a new branch of the user's repository is at: its loose ref file, as `worktree add` wrote it (git
+    reads a loose ref before packed-refs), else git's answer (a packed or symbolic ref, another ref backend)."""
+    with (
+        contextlib.suppress(OSError),
+        open(Path(repo.common_dir) / "refs/heads" / branch, "rb", opener=_no_follow) as file,
+    ):
+        if _LOOSE_REF.fullmatch(line := file.read(66)):
+            return line.strip().decode()
+    return user_git(repo, hooks_dir).run("rev-parse", "--verify", f"refs/heads/{branch}").strip().decode()
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
@@ -261,7 +271,7 @@ class Workspace:
             label=task,
             prefix=f"refactor-agent-{run_id}-",
             branch=branch,
-            start=start or head_commit(repo),
+            start=start or USER_HEAD,
             max_file_bytes=max_file_bytes,
             scratch_root=scratch_root,
             config=config,
@@ -291,8 +301,8 @@ class Workspace:
             max_file_bytes=max_file_bytes,
             scratch_root=scratch_root,
             config=config,
+            base=base_commit,
         )
-        workspace.base_commit = base_commit
         if restore is not None:
             workspace.git.run("read-tree", "-u", "--reset", restore)
             workspace.git.run("read-tree", "HEAD")
@@ -326,9 +336,10 @@ class Workspace:
         max_file_bytes: int,
         scratch_root: Path | None,
         config: UserConfig | None = None,
+        base: str = "",
     ) -> Workspace:
         """A worktree on a new `branch` at `start`, detached at `start` (branch None), or on the existing
-        `branch` (start None)."""
+        `branch` (start None) of a task that started at `base`."""
         scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_root)).resolve()
         hooks_dir = scratch / "no-hooks"
         hooks_dir.mkdir()
@@ -346,9 +357,9 @@ class Workspace:
         except (GitError, OSError) as error:
             shutil.rmtree(scratch, ignore_errors=True)
             raise WorkspaceError(f"cannot create a worktree for {label!r}: {error}") from None
-        if not new_branch:  # the existing branch's tip, as a commit id
-            start = user_git(repo, hooks_dir).run("rev-parse", "--verify", f"refs/heads/{branch}").strip().decode()
-        workspace = cls(repo, scratch, admin_dir, branch, start, max_file_bytes, config)
+        if start == USER_HEAD:  # the commit the new branch took
+            start = _branch_tip(repo, hooks_dir, str(branch))
+        workspace = cls(repo, scratch, admin_dir, branch, start if new_branch else base, max_file_bytes, config)
         if new_branch:  # checked out at `start`, the base (the existing branch's index is the tip's, maybe not)
             with contextlib.suppress(OSError):
                 workspace._checkout_index = _identity(os.lstat(admin_dir / "index"))

@@ -19,6 +19,7 @@ from agent.worktree.workspace import (
     MAX_COMMIT_MESSAGE_CHARS,
     Workspace,
     WorkspaceError,
+    _branch_tip,
     author_identity,
     open_repository,
     task_slug,
@@ -99,6 +100,25 @@ def test_removal_drops_the_checkout_and_gits_record_as_git_does_whatever_the_mod
     assert not (repo_path / ".git/worktrees").exists(), "git removes the folder with its last worktree's record"
     assert run_git(repo_path, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert run_git(repo_path, "branch", "--list", "refactor-agent/*").split() == [one.branch, two.branch]
+
+
+def test_a_task_starts_at_the_users_head_as_its_new_branch_took_it_however_git_keeps_the_ref(tmp_path: Path) -> None:
+    repo_path = make_repo(tmp_path / "repo")
+    first = run_git(repo_path, "rev-parse", "HEAD").strip()
+    run_git(repo_path, "commit", "-q", "--allow-empty", "-m", "second")
+    run_git(repo_path, "checkout", "-q", "--detach", "HEAD~1")
+    workspace = create(repo_path, "start")
+    try:
+        assert workspace.base_commit == first == workspace.head()
+        # A branch git keeps elsewhere than in a loose file of its own (packed, or a symbolic ref): git's answer.
+        run_git(repo_path, "symbolic-ref", "refs/heads/named", f"refs/heads/{workspace.branch}")
+        run_git(repo_path, "pack-refs", "--all")
+        assert not (repo_path / ".git/refs/heads" / workspace.branch).exists()
+        hooks = workspace.scratch / "no-hooks"
+        assert _branch_tip(open_repository(repo_path), hooks, str(workspace.branch)) == first
+        assert _branch_tip(open_repository(repo_path), hooks, "named") == first
+    finally:
+        workspace.remove()
 
 
 def test_commit_without_changes_returns_none(tmp_path: Path) -> None:
