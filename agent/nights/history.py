@@ -40,11 +40,15 @@ def prune(git: SafeGit, keep: int, *, dry_run: bool = False) -> list[str]:
     """Remove each task's history refs beyond its newest `keep` (by run id: they sort by time), never one whose
     commit its branch is at now; the refs removed. One transaction with the expected values: a ref that moved
     meanwhile fails it whole and nothing is removed."""
-    listing = git.run("for-each-ref", "--format=%(refname) %(objectname)", HISTORY_PREFIX).decode("utf-8", "replace")
+    branches = f"refs/heads/{BRANCH_PREFIX}".encode()
+    # The history refs and our branches in one listing (for-each-ref sorts them by name; each kind keeps its order).
+    listing = git.run("for-each-ref", "--format=%(refname) %(objectname)", HISTORY_PREFIX, branches.decode())
+    lines = listing.split(b"\n")
+    history_lines = b"\n".join(line for line in lines if not line.startswith(branches)).decode("utf-8", "replace")
     by_task: dict[str, list[tuple[str, str]]] = {}
-    for name, commit in (line.split(" ", 1) for line in listing.splitlines() if " " in line):
+    for name, commit in (line.split(" ", 1) for line in history_lines.splitlines() if " " in line):
         by_task.setdefault(name.rsplit("/", 1)[0], []).append((name, commit))
-    tips = git.run("for-each-ref", "--format=%(refname) %(objectname)", f"refs/heads/{BRANCH_PREFIX}").decode()
+    tips = b"\n".join(line for line in lines if line.startswith(branches)).decode()
     branch_tips = dict(line.split(" ", 1) for line in tips.splitlines() if " " in line)
     doomed = []
     for task, refs in by_task.items():
