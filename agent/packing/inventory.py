@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from agent.packing.cache import ContentCache
+from agent.packing.cache import PACK_CACHE_FILE, ContentCache
 from agent.packing.classify import (
     ContentFacts,
     ExcludedFile,
@@ -103,7 +103,7 @@ def take_inventory(
     the workers read (when there is anything to read): the caller's chance to prepare the next phase with a
     core that would otherwise wait.
     """
-    cache = ContentCache(cache_dir / "pack-cache.sqlite3", FACTS_TABLE)
+    cache = ContentCache(cache_dir / PACK_CACHE_FILE, FACTS_TABLE)
     context = _ReadContext(repo_dir, flags, extract, [])
     pool = LazyPool(_read_and_judge, context, min_work=MIN_POOL_READS)
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from agent.packing.budget import resolve_budget
+from agent.packing.cache import PACK_CACHE_FILE, one_commit
 from agent.packing.churn import ChurnOrder, churn_key, rank_bands, tier_ends
 from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_text
 from agent.packing.full_costs import FullCosts
@@ -210,15 +211,17 @@ def pack_repository(repo_dir: Path, options: PackOptions) -> PackedRepository:
     commit = checked_work_tree(repo_dir)
     budget = resolve_budget(options)
     cache_dir = resolved_cache_dir(options)
-    counter = make_counter(options.server_url, cache_dir, concurrency=options.tokenize_concurrency)
-    try:
-        packer = _Packer(repo_dir, options, counter, cache_dir)
-        packer.stats.commit = commit
-        packer.stats.budget_tokens = budget.tokens
-        packer.stats.budget_source = budget.source
-        packed = packer.pack(budget.tokens)
-    finally:
-        counter.close()
+    # What the pack learns (facts, symbols, outlines, rankings, counts) is written in one transaction, at its end.
+    with one_commit(cache_dir / PACK_CACHE_FILE):
+        counter = make_counter(options.server_url, cache_dir, concurrency=options.tokenize_concurrency)
+        try:
+            packer = _Packer(repo_dir, options, counter, cache_dir)
+            packer.stats.commit = commit
+            packer.stats.budget_tokens = budget.tokens
+            packer.stats.budget_source = budget.source
+            packed = packer.pack(budget.tokens)
+        finally:
+            counter.close()
     packed.stats.elapsed_s["setup"] = round(time.perf_counter() - started - sum(packed.stats.elapsed_s.values()), 4)
     return packed
 

@@ -13,13 +13,12 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.packing.cache import ContentCache
+from agent.packing.cache import PACK_CACHE_FILE, ContentCache
 from agent.packing.classify import TextFile, read_bytes_nofollow, read_text
 from agent.packing.languages import language_for
 from agent.packing.symbols import FileSymbols, extract_symbols
 from agent.packing.workers import LazyPool
 
-CACHE_FILE = "pack-cache.sqlite3"
 SYMBOLS_TABLE = "symbols_v2"  # bump when the patterns change: old entries are then ignored
 OUTLINES_TABLE = "outlines_v2"  # bump when queries or outline rendering change
 RANKINGS_TABLE = "rankings_v1"  # bump when the ranking changes
@@ -78,7 +77,7 @@ def load_symbols(
     """Symbols per file (None where no language applies): collected, cached, or read and extracted now."""
     keys = [_key(text_file) for text_file in files]
     collected = collector.collected
-    cache = ContentCache(cache_dir / CACHE_FILE, SYMBOLS_TABLE)
+    cache = ContentCache(cache_dir / PACK_CACHE_FILE, SYMBOLS_TABLE)
     try:
         found = {
             key: FileSymbols.from_json(value)
@@ -100,7 +99,7 @@ class Rankings:
     """Rank orders by repository state and task: a pure function of both, so a hit is exact."""
 
     def __init__(self, cache_dir: Path) -> None:
-        self._cache = ContentCache(cache_dir / CACHE_FILE, RANKINGS_TABLE)
+        self._cache = ContentCache(cache_dir / PACK_CACHE_FILE, RANKINGS_TABLE)
 
     @staticmethod
     def key(files: list[TextFile], task: str | None) -> str:
@@ -134,7 +133,7 @@ class Outlines:
 
     def __init__(self, repo_dir: Path, files: list[TextFile], cache_dir: Path) -> None:
         self._files = files
-        self._cache = ContentCache(cache_dir / CACHE_FILE, OUTLINES_TABLE)
+        self._cache = ContentCache(cache_dir / PACK_CACHE_FILE, OUTLINES_TABLE)
         self._pool = LazyPool(
             _outline_of, (repo_dir, files), min_work=MIN_POOL_OUTLINE_BYTES, work=lambda index: files[index].size
         )

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from agent.packing.cache import ContentCache
+from agent.packing.cache import PACK_CACHE_FILE, ContentCache
 from agent.packing.options import PackError
 from agent.packing.tokens import Calibration, CountRequest
 
@@ -58,7 +58,7 @@ class ServerCounter:
         self.tokenizer: str | None = str(props.get("model_path") or "unknown model")
         ids = [token["id"] if isinstance(token, dict) else token for token in probe]
         fingerprint = hashlib.sha1(json.dumps([self.tokenizer, ids]).encode(), usedforsecurity=False).hexdigest()
-        self._cache = ContentCache(cache_dir / "pack-cache.sqlite3", f"tokens_{fingerprint[:20]}")
+        self._cache = ContentCache(cache_dir / PACK_CACHE_FILE, f"tokens_{fingerprint[:20]}")
         self._seams_kept = self._keeps_seams(probe)
         self._calibration = Calibration(cache_dir)
         self._measured_bytes = 0

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -443,6 +444,35 @@ def test_counts_are_cached_per_blob(tmp_path: Path, cache_dir: Path) -> None:
         pack_repository(repo, options)
         assert cached_counts() == after_first + 1  # only the changed file
     assert after_first == 7  # README + 6 modules
+
+
+def test_a_cold_pack_writes_its_cache_file_in_one_transaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facts, symbols, outlines, rankings and counts a cold pack learns go to its cache file in one commit
+    (each commit costs two fsyncs); a warm pack, which learns nothing, commits nothing."""
+    commits: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(database: Path, *args: object, **kwargs: object) -> sqlite3.Connection:
+        connection = connect(database, *args, **kwargs)  # type: ignore[arg-type]
+        connection.set_trace_callback(
+            lambda statement: commits.append(Path(database).name) if statement == "COMMIT" else None
+        )
+        return connection
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    repo = make_module_repo(tmp_path / "proj", modules=40)
+    cache_dir = tmp_path / "cache"
+    with ScriptedServer() as server:
+        options = PackOptions(cache_dir=cache_dir, server_url=server.url, budget_tokens=1500, task="Widget07")
+        cold = pack_repository(repo, options)
+        assert cold.stats.files_outline > 0 and cold.stats.files_path_only > 0  # ranked, outlined, counted
+        assert commits.count("pack-cache.sqlite3") == 1
+        commits.clear()
+        warm = pack_repository(repo, options)
+    assert commits == [] and warm.text == cold.text
+    with closing(connect(cache_dir / "pack-cache.sqlite3")) as connection:
+        tables = {row[0].split("_")[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+    assert {"facts", "symbols", "outlines", "rankings", "tokens"} <= tables
 
 
 def test_exact_ratio_depends_on_what_was_counted_not_on_the_cache(tmp_path: Path, cache_dir: Path) -> None:
