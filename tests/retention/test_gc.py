@@ -23,7 +23,7 @@ from agent.worktree.workspace import WIP_REF_PREFIX
 from sandbox.models import DEFAULT_IMAGE
 
 from support.environment_images import own_repository_name
-from support.killed_runs import THREE_STEPS, killed_run, wip_refs
+from support.killed_runs import THREE_STEPS, killed_once, wip_refs
 from support.local_sandbox import LocalSandboxes
 from support.nights import night_fixture
 from support.repos import checkout_fingerprint, git, make_repo, put_back
@@ -61,20 +61,23 @@ def _prefix(store: KVCacheStore, name: str, last_used: float) -> str:
 class Garbage:
     """The state gc works on, and what it must leave."""
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.root = tmp_path
-        self.repo, self.killed, _ = killed_run(tmp_path, [*THREE_STEPS, Hold()], "Add one, two and three")
-        self.runs = tmp_path / "runs"
+    def __init__(self) -> None:
+        # Made where the session's run killed after three tool calls was (test_resume's too: support/killed_runs.py),
+        # put back as the kill left it.
+        killed = killed_once([*THREE_STEPS, Hold()], "Add one, two and three")
+        self.root = root = killed.root
+        self.repo, self.killed = killed.repo, killed.run_dir
+        self.runs = root / "runs"
         for run_id in (GONE, WAITING, NEWEST):
             step = Reply(tool_calls=[("create_file", {"path": f"{run_id}.txt", "content": "x\n"})])
-            _finished_run(tmp_path, self.repo, run_id, [step, finish(f"Add {run_id}")])
-        _finished_run(tmp_path, self.repo, NOTHING, [finish("nothing to change")])
+            _finished_run(root, self.repo, run_id, [step, finish(f"Add {run_id}")])
+        _finished_run(root, self.repo, NOTHING, [finish("nothing to change")])
         git(self.repo, "branch", "-D", f"refactor-agent/{GONE}/1-task-of-{GONE}")
         # A resume snapshot a finished run left behind (its process died after settling, before dropping it).
         git(self.repo, "update-ref", f"{WIP_REF_PREFIX}{NEWEST}/1", "HEAD")
         # A snapshot of a run this runs directory has no record of: another runs directory's, maybe to resume.
         git(self.repo, "update-ref", f"{WIP_REF_PREFIX}20261001-000000-eeee/1", "HEAD")
-        self.outside = tmp_path / "outside"
+        self.outside = root / "outside"
         self.outside.mkdir()
         # A finished run's summary, behind a link named like a run: never treated as a run, never removed.
         (self.outside / "summary.json").write_bytes((self.runs / GONE / "summary.json").read_bytes())
@@ -88,12 +91,12 @@ class Garbage:
         os.utime(baselines / self.old_baseline, (old, old))
         os.symlink(self.outside / "old.json", baselines / ("f" * 32 + ".json"))
         os.utime(baselines / ("f" * 32 + ".json"), (old, old), follow_symlinks=False)
-        self.prefixes = tmp_path / "kv-cache"
+        self.prefixes = root / "kv-cache"
         self.prefixes.mkdir()
         store = KVCacheStore(self.prefixes)
         self.oldest_prefix = _prefix(store, "one", time.time() - 3 * DAY)
         self.newer_prefix = _prefix(store, "two", time.time() - DAY)
-        self.scratch = tmp_path / "scratch"
+        self.scratch = root / "scratch"
         self.stale = sorted(path.name for path in self.scratch.glob("refactor-agent-run-*"))
         assert self.stale, "the killed run left its scratch directory"
 
@@ -127,8 +130,8 @@ class Garbage:
 
 @pytest.fixture(scope="module")
 def built_garbage(tmp_path_factory: pytest.TempPathFactory) -> tuple[Garbage, Path]:
-    """The state, made once (five real runs), and a copy of it to put back before each test."""
-    made = Garbage(tmp_path_factory.mktemp("garbage"))
+    """The state, made once (a killed run and four finished ones), and a copy of it to put back before each test."""
+    made = Garbage()
     snapshot = tmp_path_factory.mktemp("garbage-snapshot") / "state"
     shutil.copytree(made.root, snapshot, symlinks=True)
     return made, snapshot
