@@ -171,6 +171,27 @@ def test_the_default_branch_is_a_remotes_head_first_else_the_checked_out_branch_
     assert default_branch(safe_git(repo)).name == "upstream/trunk"
 
 
+def test_the_checked_out_branch_is_what_git_reads_in_head_however_it_is_written(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    main = git(repo, "rev-parse", "main").strip()
+    head = repo / ".git/HEAD"
+    for written, name in (
+        ("ref: refs/heads/main\n", "main"),
+        ("ref:   refs/heads/main  \n", "main"),  # git trims the spaces around the name
+        ("ref: refs/heads/refactor-agent/nightly/x\n", None),
+        ("ref: refs/heads/refactor-agent/nightly/x \n", None),
+    ):
+        head.write_text(written)
+        if name is None:
+            with pytest.raises(NightError, match="the checked-out branch refactor-agent/nightly/x is refactor-agent's"):
+                default_branch(safe_git(repo))
+        else:
+            assert (default_branch(safe_git(repo)).name, default_branch(safe_git(repo)).commit) == (name, main)
+    head.write_text("ref: refs/heads/unborn\n")
+    with pytest.raises(NightError, match=r"^no default branch: unborn has no commits yet"):
+        default_branch(safe_git(repo))
+
+
 def test_a_detached_head_without_a_remote_head_is_one_line(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     git(repo, "checkout", "-q", "--detach")
