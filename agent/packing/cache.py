@@ -3,7 +3,7 @@
 Keys name content, never mtimes, so a hit is exact. SQLite gives atomic writes and lets a run load only the
 keys of the repository at hand. A pack opens its tables of one file inside `one_commit`: they share a connection
 and their writes are one transaction, at its end (each commit costs SQLite two fsyncs, 2-15 ms of waiting here;
-a cold pack's facts, symbols, outlines, rankings and counts were five).
+a cold pack's facts, symbols, outlines, rankings, ages and counts were six).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from agent.packing.cache import ContentCache
+from agent.packing.cache import PACK_CACHE_FILE, ContentCache
 from agent.packing.listing import ListedPath
 from agent.packing.options import PackError
 
@@ -87,7 +87,8 @@ class ChurnOrder:
     """Sort keys for shown files: long unchanged first, then by path; cached per commit."""
 
     def __init__(self, cache_dir: Path) -> None:
-        self._cache = ContentCache(cache_dir / "churn.sqlite", "churn")
+        # A table of the pack's cache file (churn.sqlite once): written in the pack's one transaction.
+        self._cache = ContentCache(cache_dir / PACK_CACHE_FILE, "churn")
 
     def ages(self, repo_dir: Path, commit: str | None, paths: Iterable[str], modified: set[bytes]) -> dict[str, int]:
         """`modified`: listing.modified_paths of the repository, whose files count as just changed."""

@@ -211,7 +211,7 @@ def pack_repository(repo_dir: Path, options: PackOptions) -> PackedRepository:
     commit = checked_work_tree(repo_dir)
     budget = resolve_budget(options)
     cache_dir = resolved_cache_dir(options)
-    # What the pack learns (facts, symbols, outlines, rankings, counts) is written in one transaction, at its end.
+    # What the pack learns (facts, symbols, outlines, rankings, ages, counts) is one transaction, at its end.
     with one_commit(cache_dir / PACK_CACHE_FILE):
         counter = make_counter(options.server_url, cache_dir, concurrency=options.tokenize_concurrency)
         try:

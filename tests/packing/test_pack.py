@@ -447,7 +447,7 @@ def test_counts_are_cached_per_blob(tmp_path: Path, cache_dir: Path) -> None:
 
 
 def test_a_cold_pack_writes_its_cache_file_in_one_transaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The facts, symbols, outlines, rankings and counts a cold pack learns go to its cache file in one commit
+    """The facts, symbols, outlines, rankings, ages and counts a cold pack learns go to its cache file in one commit
     (each commit costs two fsyncs); a warm pack, which learns nothing, commits nothing."""
     commits: list[str] = []
     connect = sqlite3.connect
@@ -466,13 +466,13 @@ def test_a_cold_pack_writes_its_cache_file_in_one_transaction(tmp_path: Path, mo
         options = PackOptions(cache_dir=cache_dir, server_url=server.url, budget_tokens=1500, task="Widget07")
         cold = pack_repository(repo, options)
         assert cold.stats.files_outline > 0 and cold.stats.files_path_only > 0  # ranked, outlined, counted
-        assert commits.count("pack-cache.sqlite3") == 1
+        assert commits == ["pack-cache.sqlite3"]
         commits.clear()
         warm = pack_repository(repo, options)
     assert commits == [] and warm.text == cold.text
     with closing(connect(cache_dir / "pack-cache.sqlite3")) as connection:
         tables = {row[0].split("_")[0] for row in connection.execute("SELECT name FROM sqlite_master")}
-    assert {"facts", "symbols", "outlines", "rankings", "tokens"} <= tables
+    assert {"facts", "symbols", "outlines", "rankings", "churn", "tokens"} <= tables
 
 
 def test_exact_ratio_depends_on_what_was_counted_not_on_the_cache(tmp_path: Path, cache_dir: Path) -> None:
