@@ -4,6 +4,7 @@ session's pytest zygote, and what the gate reads of a run is what the interprete
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import signal
@@ -19,7 +20,7 @@ from tools.files import _helper_command as files_helper_command
 from tools.symbols import _helper_command as symbols_helper_command
 
 from support.cli_runs import processes_under, wait_for
-from support.local_sandbox import ZYGOTE_ENV, LocalExecutor, _helper_source, sandbox_environment
+from support.local_sandbox import ZYGOTE_ENV, LocalExecutor, _helper_request, sandbox_environment
 from support.repos import make_repo
 
 # What a run starts with, as a test of the suite writes it down (to the file DUMP names).
@@ -204,24 +205,34 @@ def _helper(executor: LocalExecutor, source: str, stdin: bytes = b"", timeout_s:
 
 
 def _forked_and_started(
-    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, stdin: bytes = b""
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, stdin: bytes = b"", host: bool = False
 ) -> tuple[ExecResult, ExecResult]:
-    forked = _helper(_executor(repo, tmp_path / "forked"), source, stdin)
+    """The helper forked, then started by bash: in a sandbox's environment, or (`host`) in this process's."""
+
+    def executor(name: str) -> LocalExecutor:
+        return LocalExecutor(repo) if host else _executor(repo, tmp_path / name)
+
+    forked = _helper(executor("forked"), source, stdin)
     with monkeypatch.context() as context:
-        context.delenv(ZYGOTE_ENV)  # no helper zygote: bash runs the command, the wrapper execs the interpreter
-        started = _helper(_executor(repo, tmp_path / "started"), source, stdin)
+        context.delenv(ZYGOTE_ENV)  # no helper zygote: bash runs the command (and the wrapper execs the interpreter)
+        started = _helper(executor("started"), source, stdin)
     return forked, started
 
 
+@pytest.mark.parametrize("host", [False, True], ids=["sandbox", "host"])
 def test_a_helper_forked_by_the_helper_zygote_starts_as_the_interpreter_would_have(
-    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: bool
 ) -> None:
     request = json.dumps({"op": "view_file", "path": "x" * 100_000}).encode()  # more than a pipe holds
-    forked, started = _forked_and_started(repo, tmp_path, monkeypatch, PROBE, request)
+    for name in ("LC_ALL", "LC_CTYPE"):  # this process's locale as the zygote's (another one is declined)
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    forked, started = _forked_and_started(repo, tmp_path, monkeypatch, PROBE, request, host)
     assert forked.exit_code == started.exit_code == 0, (forked.output, started.output)
     forked_state = json.loads(forked.output.replace(str(tmp_path / "forked"), "HOME"))
     started_state = json.loads(started.output.replace(str(tmp_path / "started"), "HOME"))
     assert forked_state.pop("forked") and not started_state.pop("forked")
+    assert forked_state["environment"].pop(ZYGOTE_ENV, None) == (os.environ[ZYGOTE_ENV] if host else None)
     assert forked_state == started_state
     assert started_state["stdin"] == request.decode() and started_state["argv"] == ["-c"]
     assert started_state["session"] and started_state["stderr"] and started_state["cwd"] == str(repo)
@@ -253,9 +264,11 @@ def test_a_helper_that_hangs_is_killed_at_its_timeout(repo: Path, sandbox: Local
     wait_for(lambda: not processes_under(repo), "the helper to be killed", timeout_s=30)
 
 
-def test_the_tools_helpers_are_what_the_helper_zygote_forks(sandbox: LocalExecutor) -> None:
+def test_the_tools_helpers_are_what_the_helper_zygote_forks(repo: Path, sandbox: LocalExecutor) -> None:
     """Their commands as the tools write them: one quoted word after `python3 -I -c`, from the sandbox's python3."""
     for command in (files_helper_command(), symbols_helper_command()):
-        assert _helper_source(command, sandbox.environment) == shlex.split(command)[3]
-    assert _helper_source("python3 -I -c 'pass' > out", sandbox.environment) is None
-    assert _helper_source("python3 -I -c 'pass'", None) is None
+        for environment in (sandbox.environment, None):
+            helper = _helper_request(command, environment, repo)
+            assert helper is not None and helper[0][1:] == ["-I", "-c", shlex.split(command)[3]]
+    assert _helper_request("python3 -I -c 'pass' > out", sandbox.environment, repo) is None
+    assert _helper_request("python3 -I -c 'pass'", {"PATH": "/usr/bin:/bin"}, repo) is None

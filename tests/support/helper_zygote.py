@@ -25,6 +25,7 @@ import contextlib  # noqa: E402
 import gc  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
+import shutil  # noqa: E402
 
 sys.path.insert(0, __file__.rpartition("/")[0])
 from zygote_server import Request, become_client, holds_module, imported_here, serve  # noqa: E402 - support/'s
@@ -58,7 +59,10 @@ _COMPILED: dict[str, object] = {}
 
 
 def _declined(request: Request) -> bool:
-    if len(request.command) != 4 or request.command[:3] != [sys.executable, "-I", "-c"]:
+    if len(request.command) != 4 or request.command[1:3] != ["-I", "-c"]:
+        return True
+    path = request.environment.get(b"PATH", b"").decode(errors="replace")
+    if shutil.which(request.command[0], path=path) != sys.executable:  # python3 on the path, or its path
         return True
     if any(request.environment.get(name) != os.environb.get(name) for name in _SAME_AS_HERE):
         return True

@@ -71,9 +71,9 @@ class LocalExecutor:
         if self.report_dir is not None:
             command = command.replace(REPORT_DIR, str(self.report_dir))
         started = time.monotonic()
-        source = _helper_source(command, self.environment)
-        if source is not None:
-            result = self._in_helper_zygote(source, stdin or b"", timeout_s, max_output_bytes, started)
+        helper = _helper_request(command, self.environment, self.workspace)
+        if helper is not None:
+            result = self._in_helper_zygote(*helper, stdin or b"", timeout_s, max_output_bytes, started)
             if result is not None:
                 return result
         process = subprocess.Popen(
@@ -103,22 +103,25 @@ class LocalExecutor:
         )
 
     def _in_helper_zygote(
-        self, source: str, stdin: bytes, timeout_s: float | None, max_output_bytes: int, started: float
+        self,
+        command: list[str],
+        environment: dict[str, str],
+        stdin: bytes,
+        timeout_s: float | None,
+        max_output_bytes: int,
+        started: float,
     ) -> ExecResult | None:
-        """`python3 -I -c SOURCE` forked by the session's helper zygote (support/helper_zygote.py) with what bash
-        and the wrapper would have given the interpreter: the pipes on 0, 1 and 2 (stderr into stdout), the
-        workspace, the environment with bash's PWD and SHLVL; None where the zygote is not there or declines."""
+        """`python3 -I -c SOURCE` (`command`) forked by the session's helper zygote (support/helper_zygote.py) with
+        what bash would have given the interpreter: the pipes on 0, 1 and 2 (stderr into stdout), the workspace,
+        `environment`; None where the zygote is not there or declines."""
         address = helper_zygote_socket()
         if address is None:
             return None
-        assert self.environment is not None
-        environment = {**self.environment, "PWD": os.path.realpath(self.workspace), "SHLVL": "0"}
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         stdin_read, stdin_write = os.pipe()
         output_read, output_write = os.pipe()
         try:
             connection.connect(str(address))
-            command = [str(sandbox_python()), "-I", "-c", source]
             send_request(
                 connection, [stdin_read, output_write, output_write], os.fspath(self.workspace), command, environment
             )
@@ -197,16 +200,33 @@ def _quoted_source(command: str) -> str | None:
     return source if shlex.quote(source) == quoted else None
 
 
-def _helper_source(command: str, environment: dict[str, str] | None) -> str | None:
-    """SOURCE where `command` is `python3 -I -c SOURCE` run by a local sandbox's python3 (the wrapper, which then
-    execs the interpreter unchanged), in an environment bash passes on with PWD and SHLVL alone added."""
-    if environment is None or not command.startswith("python3 -I -c '"):
+def _helper_request(command: str, environment: dict[str, str] | None, workspace: Path) -> tuple[list, dict] | None:
+    """The command line (python3 as bash or the wrapper passes it on, -I -c SOURCE) where `command` is `python3 -I
+    -c SOURCE` and its python3 is the sandbox's interpreter or its wrapper (which execs it unchanged), and the
+    environment the interpreter would get from bash (and the wrapper): PWD (the inherited one where it names the
+    working directory), OLDPWD where it names a folder, SHLVL as it was (bash counts itself, then uncounts the
+    exec of its last command) and, for the interpreter bash starts itself, `_`."""
+    if not command.startswith("python3 -I -c '") or (source := _quoted_source(command)) is None:
         return None
-    if any(name in environment for name in ("PYTHONPYCACHEPREFIX", "PWD", "SHLVL", "OLDPWD")):
-        return None  # the wrapper would fill a bytecode prefix; bash would keep or count those
-    source = _quoted_source(command)
-    python = shutil.which("python3", path=environment.get("PATH", ""))
-    return source if source is not None and python is not None and _is_wrapper(python) else None
+    given = environment if environment is not None else _host_environment()
+    python = shutil.which("python3", path=given.get("PATH", ""))
+    if python is not None and _is_wrapper(python) and "PYTHONPYCACHEPREFIX" not in given:  # else it fills a prefix
+        argv0, added = str(sandbox_python()), {}
+    elif python == str(sandbox_python()):
+        argv0, added = "python3", {"_": python}
+    else:
+        return None
+    level = given.get("SHLVL", "0")
+    if not level.isdigit():
+        return None
+    pwd = given.get("PWD", "")
+    try:
+        inherited = os.path.isabs(pwd) and os.path.samefile(pwd, workspace)
+    except OSError:
+        inherited = False
+    passed = {name: value for name, value in given.items() if name != "OLDPWD" or os.path.isdir(value)}
+    pwd = pwd if inherited else os.path.realpath(workspace)
+    return [argv0, "-I", "-c", source], {**passed, "PWD": pwd, "SHLVL": level, **added}
 
 
 def _receive(connection: socket.socket, size: int) -> bytes:
