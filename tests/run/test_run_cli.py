@@ -17,17 +17,17 @@ from agent.protocol.records import RunSummary
 from agent.run.cli import run_config_of
 from agent.settings.options import command_options
 
-from support.repos import checkout_fingerprint, make_repo
+from support.repos import checkout_fingerprint, make_repo, refs_of
 
 DEAD_SERVER = "http://127.0.0.1:9/v1"  # never reached: bad input is refused before the preflight
 
 
-def _snapshot(tmp_path: Path) -> tuple[set[str], dict[str, str], str]:
-    """Every path under tmp_path, the user's checkout, and its branches: what a refused run must leave alone."""
+def _snapshot(tmp_path: Path) -> tuple[set[str], dict[str, str], dict[str, str]]:
+    """Every path under tmp_path, the user's checkout, and all its refs (task branches too): what a refused run
+    must leave alone."""
     repo = tmp_path / "repo"
-    branches = subprocess.run(["git", "branch", "--list"], cwd=repo, capture_output=True, text=True, check=True)
     files = {path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*") if ".git" not in path.parts}
-    return files, checkout_fingerprint(repo), branches.stdout
+    return files, checkout_fingerprint(repo), refs_of(repo)
 
 
 def _refused(tmp_path: Path, options: list[str]) -> str:
