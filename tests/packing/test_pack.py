@@ -32,7 +32,7 @@ from agent.server.api import LlamaServerAPI
 from agent.server.launcher import ServerState
 
 from support.pack_repos import commit_all, make_module_repo, make_planted_repo, tiered_repo
-from support.repos import make_repo
+from support.repos import copy_of_template, make_repo
 from support.scripted_server import ScriptedServer, tokens_of
 from support.user_cache import USER_CACHE
 
@@ -44,7 +44,7 @@ def cache_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def planted(tmp_path: Path) -> Path:
-    return make_planted_repo(tmp_path / "planted", tmp_path)
+    return make_planted_repo(tmp_path / "planted")
 
 
 def _head(repo: Path) -> str:
@@ -585,7 +585,12 @@ def test_worker_processes_do_not_change_the_pack(tmp_path: Path, monkeypatch: py
 
 
 def _churned_repo(path: Path) -> Path:
-    """b.py and z.py unchanged since the first commit, a.py edited in the second, m.py added in the third."""
+    """b.py and z.py unchanged since the first commit, a.py edited in the second, m.py added in the third (made
+    once per session)."""
+    return copy_of_template(("churned_repo",), path, _churned_history)
+
+
+def _churned_history(path: Path) -> None:
     path.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=path, check=True)
     for name in ("a", "b", "z"):
@@ -595,7 +600,6 @@ def _churned_repo(path: Path) -> Path:
     commit_all(path, "second")
     (path / "m.py").write_text("def m():\n    return 'm'\n")
     commit_all(path, "third")
-    return path
 
 
 def _file_order(text: str) -> list[str]:
@@ -758,7 +762,7 @@ def test_budget_never_exceeded_by_the_real_tokenizer(tokenizer_server: str, tmp_
 
 @pytest.mark.llama_server
 def test_window_sized_budget_and_exact_counts_of_a_planted_repo(tokenizer_server: str, tmp_path: Path) -> None:
-    repo = make_planted_repo(tmp_path / "planted", tmp_path)
+    repo = make_planted_repo(tmp_path / "planted")
     packed = pack_repository(repo, PackOptions(cache_dir=tmp_path / "cache", server_url=tokenizer_server))
     with LlamaServerAPI(tokenizer_server) as api:
         n_ctx = api.context_size()
