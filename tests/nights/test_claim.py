@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from support.nights import T3, after_first_night
+from support.nights import T3, after_first_night, first_night
 
 
+@pytest.mark.started_at_collection(first_night((T3,)))
 def test_a_second_night_file_with_the_same_name_is_refused_and_a_moved_one_takes_it_over(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

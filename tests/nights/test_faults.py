@@ -4,16 +4,18 @@ make one branch name get two branches that keep their names."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from support.nights import SCRIPTS, T2, T3, after_first_night, night_fixture
+from support.nights import SCRIPTS, T2, T3, NightState, after_first_night, first_night
 from support.repos import git
 
 UNITS = "refactor-agent/nightly/add-a-units-module"
+# The slug keeps 40 characters: both are refactor-agent/nightly/add-a-units-module-to-the-package-versio.
+ONE, TWO = "Add a units module to the package, version one", "Add a units module to the package, version two"
+ONE_NAME = NightState(tasks=(ONE, TWO), scripts={ONE: SCRIPTS[T3], TWO: SCRIPTS[T2]})
 
 
+@pytest.mark.started_at_collection(first_night((T3,)))
 def test_a_record_that_does_not_parse_is_rebuilt_the_old_one_kept_beside_and_the_night_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -45,6 +47,7 @@ def test_a_record_that_does_not_parse_is_rebuilt_the_old_one_kept_beside_and_the
     assert fixture.fates() == {T3: "waiting"}
 
 
+@pytest.mark.started_at_collection(first_night((T3,)))
 def test_a_branch_changed_by_hand_is_left_alone_and_said_so(monkeypatch: pytest.MonkeyPatch) -> None:
     fixture = after_first_night(monkeypatch, (T3,))
     left = fixture.branches()[UNITS]
@@ -70,14 +73,11 @@ def test_a_branch_changed_by_hand_is_left_alone_and_said_so(monkeypatch: pytest.
     assert fixture.fates() == {T3: "outside"}
 
 
+@pytest.mark.started_at_collection(ONE_NAME)
 def test_two_tasks_that_make_one_branch_name_get_two_branches_that_keep_their_names(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The slug keeps 40 characters: both are refactor-agent/nightly/add-a-units-module-to-the-package-versio.
-    one, two = "Add a units module to the package, version one", "Add a units module to the package, version two"
-    scripts = {one: SCRIPTS[T3], two: SCRIPTS[T2]}
-    fixture = night_fixture(tmp_path, monkeypatch)
-    first = fixture.night(tasks=(one, two), scripts=scripts)
+    fixture, (first,) = ONE_NAME.made(monkeypatch)
     assert first.exit_code == 0, first.output
     branches = fixture.branches()
     named = "refactor-agent/nightly/add-a-units-module-to-the-package-versio"
@@ -90,7 +90,7 @@ def test_two_tasks_that_make_one_branch_name_get_two_branches_that_keep_their_na
     (fixture.repo / "NEWS").write_text("main moved\n")
     git(fixture.repo, "add", ".")
     git(fixture.repo, "commit", "-q", "-m", "News")
-    second = fixture.night(tasks=(two, one), scripts=scripts)  # the order changed too
+    second = fixture.night(tasks=(TWO, ONE), scripts=ONE_NAME.scripts)  # the order changed too
     assert second.exit_code == 0, second.output
     assert sorted(fixture.branches()) == sorted(branches)  # rebased in place: the same two names
     after = {branch: git(fixture.repo, "diff", "--name-only", "main", branch).split() for branch in branches}

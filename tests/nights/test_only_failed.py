@@ -3,23 +3,20 @@ as they are, even with the base moved); `--retry discarded` runs a discarded one
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from support.nights import SCRIPTS, T2, T3, night_fixture
+from support.nights import SCRIPTS, T2, T3, NightState
 from support.repos import git
 from support.scripted_server import Fail
 
 UNITS, PERIMETER = "refactor-agent/nightly/add-a-units-module", "refactor-agent/nightly/add-a-perimeter-helper"
+# A first night whose second task's server breaks.
+BROKEN = NightState(tasks=(T3, T2), scripts={**SCRIPTS, T2: [Fail(500, {"error": {"message": "the server broke"}})]})
 
 
-def test_only_the_failed_task_runs_and_a_discarded_one_only_when_retried(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch)
-    broken = {**SCRIPTS, T2: [Fail(500, {"error": {"message": "the server broke"}})]}
-    first = fixture.night(scripts=broken, tasks=(T3, T2))
+@pytest.mark.started_at_collection(BROKEN)
+def test_only_the_failed_task_runs_and_a_discarded_one_only_when_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    fixture, (first,) = BROKEN.made(monkeypatch)
     assert first.asked(T2), first.output
     assert sorted(fixture.branches()) == [UNITS]  # the failed task left no branch
     assert fixture.fates() == {T3: "waiting", T2: "failing"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from support.nights import night_fixture
+from support.nights import NightState, night_fixture
 from support.repos import SAMPLE_FILES, git
 from support.scripted_server import Reply
 
@@ -36,15 +36,33 @@ def _table(**extra: object) -> str:
     )
 
 
-@pytest.mark.parametrize("max_open", [None, 2], ids=["no cap", "max_open 2"])
-def test_three_directories_make_three_branches_and_max_open_two_of_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_open: int | None
-) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch, FILES)
-    tables = _table(**({"max_open": max_open} if max_open is not None else {}))
-    base = git(fixture.repo, "rev-parse", "main").strip()
+# The plan, then the first night, of the sharded task without a cap and with max_open = 2.
+CAPPED = {
+    max_open: NightState(
+        nights=(("--plan",), ()),
+        scripts=SCRIPTS,
+        tables=_table(**({"max_open": max_open} if max_open is not None else {})),
+        files=FILES,
+    )
+    for max_open in (None, 2)
+}
 
-    plan = fixture.night("--plan", scripts=SCRIPTS, tables=tables)
+
+@pytest.mark.parametrize(
+    "max_open",
+    [
+        pytest.param(cap, id=f"max_open {cap}" if cap else "no cap", marks=pytest.mark.started_at_collection(state))
+        for cap, state in CAPPED.items()
+    ],
+)
+def test_three_directories_make_three_branches_and_max_open_two_of_them(
+    monkeypatch: pytest.MonkeyPatch, max_open: int | None
+) -> None:
+    fixture, (plan, first) = CAPPED[max_open].made(monkeypatch)
+    tables = CAPPED[max_open].tables
+    base = git(fixture.repo, "rev-parse", "main").strip()
+    assert git(fixture.repo, "rev-list", "--count", base).strip() == "1"  # where the nights found it: the sample's
+
     assert plan.exit_code == 0, plan.output
     decisions = {line.split()[1]: line.split()[0] for line in plan.output.splitlines()[1:4]}
     waiting = {"gamma"} if max_open == 2 else set()
@@ -52,7 +70,6 @@ def test_three_directories_make_three_branches_and_max_open_two_of_them(
     if max_open == 2:
         assert "max_open = 2: 2 of its shards are open" in plan.output
 
-    first = fixture.night(scripts=SCRIPTS, tables=tables)
     assert first.exit_code == 0, first.output
     running = [name for name in DIRECTORIES if name not in waiting]
     assert sorted(fixture.branches()) == sorted(BRANCHES[name] for name in running)
@@ -83,12 +100,17 @@ def test_three_directories_make_three_branches_and_max_open_two_of_them(
     assert fates == {"alpha/": "merged", "beta/": "waiting", "gamma/": "waiting"}
 
 
-def test_a_shards_work_outside_its_directory_fails_the_task_with_the_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch, FILES)
-    scripts = {**SCRIPTS, "Only change files under beta/.": _rename("beta", "gamma")}
-    night = fixture.night(scripts=scripts, tables=_table(repair_rounds=1))
+# A night whose beta shard changes gamma's file too.
+OUTSIDE = NightState(
+    scripts={**SCRIPTS, "Only change files under beta/.": _rename("beta", "gamma")},
+    tables=_table(repair_rounds=1),
+    files=FILES,
+)
+
+
+@pytest.mark.started_at_collection(OUTSIDE)
+def test_a_shards_work_outside_its_directory_fails_the_task_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    fixture, (night,) = OUTSIDE.made(monkeypatch)
     reason = "the work changed 1 file outside the shard beta/ (gamma/m.py): Only change files under beta/."
     assert f"task 2 failed: {reason}" in night.output.splitlines()
     assert sorted(fixture.branches()) == sorted([BRANCHES["alpha"], BRANCHES["gamma"]])
@@ -116,16 +138,20 @@ def test_a_task_without_shards_tonight_is_one_line_of_the_plan(tmp_path: Path, m
     ]
 
 
-def test_codeowners_shards_and_a_night_that_cannot_read_them_keeps_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch, {**FILES, "CODEOWNERS": "/alpha/ @a\n/beta/ @b @c\n"})
-    tables = '[[repo.task]]\ntext = "By owners"\nshard_by = "codeowners"\n'
-    scripts = {
+# A first night of a task sharded by code owners.
+OWNERS = NightState(
+    scripts={
         "code owners in CODEOWNERS are @a ": _rename("alpha"),
         "code owners in CODEOWNERS are @b @c ": _rename("beta"),
-    }
-    first = fixture.night(scripts=scripts, tables=tables)
+    },
+    tables='[[repo.task]]\ntext = "By owners"\nshard_by = "codeowners"\n',
+    files={**FILES, "CODEOWNERS": "/alpha/ @a\n/beta/ @b @c\n"},
+)
+
+
+@pytest.mark.started_at_collection(OWNERS)
+def test_codeowners_shards_and_a_night_that_cannot_read_them_keeps_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    fixture, (first,) = OWNERS.made(monkeypatch)
     assert first.exit_code == 0, first.output
     branches = {"@a": "refactor-agent/nightly/by-owners-a", "@b @c": "refactor-agent/nightly/by-owners-b-c"}
     assert sorted(fixture.branches()) == sorted(branches.values())
@@ -138,7 +164,7 @@ def test_codeowners_shards_and_a_night_that_cannot_read_them_keeps_them(
 
     git(fixture.repo, "rm", "-q", "CODEOWNERS")
     git(fixture.repo, "commit", "-q", "-m", "no owners")
-    plan = fixture.night("--plan", scripts=scripts, tables=tables)
+    plan = fixture.night("--plan", scripts=OWNERS.scripts, tables=OWNERS.tables)
     assert plan.exit_code == 0, plan.output
     lines = plan.output.splitlines()[1:3]
     assert [line.split()[:2] for line in lines] == [["skip", branches["@a"]], ["skip", branches["@b @c"]]]

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 
-from support.nights import SCRIPTS, T1, T2, T3, T4, after_first_night, night_fixture, reword
+from support.nights import SCRIPTS, T1, T2, T3, T4, after_first_night, first_night, reword
 from support.repos import git
 
 STABLE = {
@@ -23,12 +23,12 @@ STABLE = {
 }
 
 
+@pytest.mark.started_at_collection(first_night((T1, T2, T3, T4)))
 def test_night_after_night_each_task_keeps_one_branch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch)
+    fixture = after_first_night(monkeypatch, (T1, T2, T3, T4))
     main_1 = git(fixture.repo, "rev-parse", "main").strip()
+    assert git(fixture.repo, "rev-list", "--count", main_1).strip() == "1"  # where the night found it: the sample's
 
-    first = fixture.night()
-    assert first.exit_code == 0, first.output
     branches = fixture.branches()
     assert sorted(branches) == sorted(STABLE.values())  # no per-run work branch left
     for branch in branches.values():
@@ -176,6 +176,7 @@ def _review(*arguments: str) -> str:
     return result.stdout
 
 
+@pytest.mark.started_at_collection(first_night((T3,)))
 def test_a_stale_task_that_regresses_on_the_new_base_is_done_again_by_the_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,23 +1,50 @@
-"""Processes a test only waits for, started as the session's collection ends: they run on the other core while the
-serial session goes on, and the test that marks one (`@pytest.mark.started_at_collection(argv)`) takes its result,
-as the same command started then would have given it (such a command reads nothing the session writes).
-Deselected, nothing starts; a test run without the session's collection hook starts it when it asks."""
+"""Work a test only waits for, started as the session's collection ends: it runs on the other core while the serial
+session goes on, and the test that marks it (`@pytest.mark.started_at_collection(work)`) takes its result as the
+same work done then would have given it. Deselected, nothing starts; without the session's collection hook (or
+if the work failed in the background) a test asks and gets it all the same, or the failure.
+
+Two kinds: a command (a tuple, its argv: a process of its own, whose exit code and output a test reads) and a
+state of the tests' own (a callable of no arguments, its result picklable: a night made on a fixture repository),
+made in one child process forked from the session's, one after the other in the order of the tests that use them.
+Such a state is made at a place of its own and reads nothing the session writes: the child has its own
+$XDG_STATE_HOME and $XDG_CACHE_HOME (what the session remembers and caches) and its own temporary directory (its
+runs' worktrees and scratch folders, which the session's runs would otherwise see as another run's)."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
+import pickle
+import shutil
+import signal
 import subprocess
-from collections.abc import Iterable, Sequence
+import tempfile
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+from support.local_sandbox import zygote_socket
+from support.repos import session_root
 
 _started: dict[tuple[str, ...], subprocess.Popen[bytes]] = {}
 _ended: dict[tuple[str, ...], subprocess.CompletedProcess[bytes]] = {}
 
 
 def start_at_collection(items: Iterable[pytest.Item]) -> None:
+    states: list[Callable[[], Any]] = []
     for item in items:
         for marker in item.iter_markers("started_at_collection"):
-            _start(tuple(marker.args[0]))
+            work = marker.args[0]
+            if isinstance(work, tuple):
+                _start(work)
+            elif work not in states:
+                states.append(work)
+    if states:
+        _Child.fork(states)
 
 
 def _start(argv: tuple[str, ...]) -> subprocess.Popen[bytes]:
@@ -34,3 +61,84 @@ def finished(argv: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
         output, _ = process.communicate(timeout=600)
         _ended[key] = subprocess.CompletedProcess(list(argv), process.returncode, output)
     return _ended[key]
+
+
+def made(state: Callable[[], Any]) -> Any:
+    """What `state()` returns: made in the background if a test marked it, else now, in this process."""
+    child = _Child.running
+    if child is None or state not in child.states:
+        return state()
+    return child.result(child.states.index(state))
+
+
+class _Child:
+    """The process that makes the marked states, forked as collection ends; after each, it writes the state's
+    result to a file of its number and the number to a pipe."""
+
+    running: _Child | None = None
+
+    def __init__(self, states: list[Callable[[], Any]], pid: int, folder: Path, done: int) -> None:
+        self.states = states
+        self.pid = pid
+        self.folder = folder
+        self.done = os.fdopen(done, "r")
+        self.finished: set[int] = set()
+
+    @classmethod
+    def fork(cls, states: list[Callable[[], Any]]) -> None:
+        folder = Path(tempfile.mkdtemp(prefix="background-states-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        zygote_socket()  # the session's pytest zygote, for the gate's runs of the child's sandboxes too: started now
+        session_root()  # where the child makes its states and templates: the session's, removed at its end
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            cls._make(states, folder, write)
+        os.close(write)
+        cls.running = cls(states, pid, folder, read)
+        atexit.register(cls.running.stop)
+
+    @staticmethod
+    def _make(states: list[Callable[[], Any]], folder: Path, done: int) -> None:
+        try:
+            log = os.open(folder / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            for name in ("XDG_STATE_HOME", "XDG_CACHE_HOME"):
+                os.environ[name] = str(folder / name.lower())
+            scratch = folder / "tmp"
+            scratch.mkdir()
+            tempfile.tempdir = str(scratch)
+            for number, state in enumerate(states):
+                try:
+                    result: tuple[str, Any] = ("made", state())
+                except BaseException:
+                    result = ("failed", traceback.format_exc())
+                with open(folder / f"{number}.tmp", "wb") as file:
+                    pickle.dump(result, file)
+                os.rename(folder / f"{number}.tmp", folder / str(number))
+                os.write(done, f"{number}\n".encode())
+        finally:
+            os._exit(0)  # nothing of the session's (its exit handlers, its plugins' ends) runs here
+
+    def result(self, number: int) -> Any:
+        while number not in self.finished:
+            line = self.done.readline()
+            if not line:
+                log = (self.folder / "log").read_text(errors="replace")[-4000:]
+                raise AssertionError(f"the background's process ended before making state {number}:\n{log}")
+            self.finished.add(int(line))
+        with open(self.folder / str(number), "rb") as file:
+            kind, value = pickle.load(file)
+        if kind == "failed":
+            raise AssertionError(f"made in the background (support/background.py), it failed:\n{value}")
+        return value
+
+    def stop(self) -> None:
+        """At the session's end: a child still making states (a test stopped the session early) is killed."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        self.done.close()

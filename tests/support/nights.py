@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 import agent.run.command
 from agent.cli import app
 
+from support import background
 from support.local_sandbox import LocalSandboxes
-from support.repos import SAMPLE_FILES, git, made_once, make_repo
+from support.repos import SAMPLE_FILES, git, made_at_a_root, make_repo, once_made
 from support.scripted_server import Reply, ScriptedServer, Step
 
 T1, T2, T3, T4 = (
@@ -115,6 +116,51 @@ def _local_sandboxes(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(root))
 
 
+@dataclass(frozen=True, eq=False)
+class NightState:
+    """night_fixture (on `files`) after its first nights, each `night` of `tasks` (or `tables`) with `scripts` and
+    the options of one of `nights`, in order: made once per session, and put back as they left it for each test
+    (support/repos.py: made_once). A test that marks it (@pytest.mark.started_at_collection(state)) has it made in
+    the background as collection ends (support/background.py): what the nights leave and say is the same. `before`
+    prepares the fixture before the first night (what it makes belongs under the fixture's root)."""
+
+    nights: tuple[tuple[str, ...], ...] = ((),)
+    tasks: tuple[str, ...] = (T1, T2, T3, T4)
+    scripts: dict[str, list[Step]] | None = None
+    tables: str | None = None
+    files: dict[str, str] = field(default_factory=lambda: SAMPLE_FILES)
+    before: Callable[[NightFixture], object] | None = None
+
+    def __call__(self) -> tuple[tuple[NightFixture, list[Night]], Path, Path]:
+        """The state made at a root of its own, the root and its copy (what the background's process makes)."""
+        return made_at_a_root(self._make)
+
+    def _make(self, root: Path) -> tuple[NightFixture, list[Night]]:
+        with pytest.MonkeyPatch.context() as patch:
+            fixture = night_fixture(root, patch, self.files)
+            if self.before is not None:
+                self.before(fixture)
+            nights = [
+                fixture.night(*options, scripts=self.scripts, tasks=self.tasks, tables=self.tables)
+                for options in self.nights
+            ]
+        return fixture, nights
+
+    def made(self, monkeypatch: pytest.MonkeyPatch) -> tuple[NightFixture, list[Night]]:
+        """The fixture as the nights left it (its sandboxes on this machine), and what each night said."""
+        fixture, nights = once_made(self, lambda: background.made(self), lambda made: made[0].repo)
+        _local_sandboxes(fixture.root, monkeypatch)
+        return replace(fixture), nights
+
+
+_FIRST_NIGHTS: dict[tuple[object, ...], NightState] = {}
+
+
+def first_night(tasks: tuple[str, ...], before: Callable[[NightFixture], object] | None = None) -> NightState:
+    """The state of after_first_night(tasks, before): one per session for each, which a test may mark."""
+    return _FIRST_NIGHTS.setdefault((tasks, before), NightState(tasks=tasks, before=before))
+
+
 def after_first_night(
     monkeypatch: pytest.MonkeyPatch,
     tasks: tuple[str, ...],
@@ -123,15 +169,6 @@ def after_first_night(
     """night_fixture after a first night of `tasks` (the sample repository, SCRIPTS; asserted to succeed), at a
     root of its own: the night's state as that night left it, whatever an earlier test did to it since. `before`
     prepares the fixture before that night (what it makes belongs under the fixture's root)."""
-
-    def first_night(root: Path) -> NightFixture:
-        fixture = night_fixture(root, monkeypatch)
-        if before is not None:
-            before(fixture)
-        first = fixture.night(tasks=tasks)
-        assert first.exit_code == 0, first.output
-        return fixture
-
-    fixture = made_once(("first night", tasks, before), first_night, lambda made: made.repo)
-    _local_sandboxes(fixture.root, monkeypatch)
-    return replace(fixture)
+    fixture, (first,) = first_night(tasks, before).made(monkeypatch)
+    assert first.exit_code == 0, first.output
+    return fixture

@@ -89,10 +89,16 @@ def copy_of_template(key: tuple[object, ...], path: Path, build: Callable[[Path]
 
 def _session_folder() -> Path:
     """A new folder of the session's own (removed as it ends), for a template or a state made once."""
+    return Path(tempfile.mkdtemp(dir=session_root()))
+
+
+def session_root() -> Path:
+    """Where the session's templates and states made once are (made at the first call, removed as the session
+    ends): the session's process makes it before it forks one that makes templates or states there too."""
     if not _TEMPLATE_ROOT:
         _TEMPLATE_ROOT.append(Path(tempfile.mkdtemp(prefix="repo-templates-", dir=_TEMPLATE_PARENT)))
         atexit.register(shutil.rmtree, _TEMPLATE_ROOT[0], ignore_errors=True)
-    return Path(tempfile.mkdtemp(dir=_TEMPLATE_ROOT[0]))
+    return _TEMPLATE_ROOT[0]
 
 
 # States made once per session (a first night, a killed run), each at a root of its own and kept as a copy: the
@@ -106,14 +112,26 @@ def made_once(key: object, make: Callable[[Path], Made], repo: Callable[[Made], 
     """What `make` returns and leaves at the root it is given (an empty folder), made once per `key` and session;
     each later call puts the root back as `make` left it, whatever an earlier test did to it since, and returns
     what `make` returned. `repo`: the repository under the root, of what `make` returned."""
-    if key in _MADE:
-        made, root, snapshot = _MADE[key]
-        put_back(snapshot, root, repo(made))  # type: ignore[arg-type]
-        return made  # type: ignore[return-value]
+    return once_made(key, lambda: made_at_a_root(make), repo)
+
+
+def made_at_a_root(make: Callable[[Path], Made]) -> tuple[Made, Path, Path]:
+    """What `make` returns and leaves at a new root of the session's, the root, and a copy of it to put back."""
     root = _session_folder()
     made = make(root)
     snapshot = root.with_name(f"{root.name}-as-left")
     shutil.copytree(root, snapshot, symlinks=True)
+    return made, root, snapshot
+
+
+def once_made(key: object, at_a_root: Callable[[], tuple[Made, Path, Path]], repo: Callable[[Made], Path]) -> Made:
+    """made_once of the state `at_a_root` makes (made_at_a_root's three, wherever it ran: in the background's
+    process, support/background.py)."""
+    if key in _MADE:
+        made, root, snapshot = _MADE[key]
+        put_back(snapshot, root, repo(made))  # type: ignore[arg-type]
+        return made  # type: ignore[return-value]
+    made, root, snapshot = at_a_root()
     _MADE[key] = made, root, snapshot
     return made
 
