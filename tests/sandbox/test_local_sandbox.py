@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from sandbox import ExecResult
 from tools.files import _helper_command as files_helper_command
 from tools.symbols import _helper_command as symbols_helper_command
 
+from support import local_sandbox
 from support.cli_runs import processes_under, wait_for
 from support.local_sandbox import ZYGOTE_ENV, LocalExecutor, _helper_request, sandbox_environment
 from support.repos import make_repo
@@ -79,8 +81,19 @@ def _state(executor: LocalExecutor, home: Path) -> dict:
     return json.loads((home / "state.json").read_text().replace(str(home), "HOME"))
 
 
+@pytest.fixture(params=["c", "python"])
+def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The pytest zygote's client the sandboxes made next run: the compiled one, or the interpreter's (where no C
+    compiler is there)."""
+    if request.param == "python":
+        monkeypatch.setattr(local_sandbox, "zygote_client", local_sandbox.python_zygote_client)
+    compiled = not local_sandbox.zygote_client().endswith("zygote_client.py")
+    assert compiled == (request.param == "c" and shutil.which("cc") is not None)
+    return request.param
+
+
 def test_a_run_forked_by_the_zygote_starts_as_the_interpreter_would_have(
-    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: str
 ) -> None:
     forked = _state(_executor(repo, tmp_path / "forked"), tmp_path / "forked")
     monkeypatch.delenv(ZYGOTE_ENV)  # this sandbox's python3 finds no zygote: it execs the interpreter
@@ -171,9 +184,13 @@ def test_what_a_run_left_running_ends_when_the_sandbox_closes(repo: Path, sandbo
     ("test", "status"),
     [("assert False", 1), ("pass", 0), ("os.kill(os.getpid(), signal.SIGTERM)", 128 + signal.SIGTERM)],
 )
-def test_the_shell_sees_the_run_end_as_it_ended(repo: Path, sandbox: LocalExecutor, test: str, status: int) -> None:
+def test_the_shell_sees_the_run_end_as_it_ended(
+    repo: Path, tmp_path: Path, client: str, test: str, status: int
+) -> None:
     (repo / "tests" / "test_ends.py").write_text(f"{FORKED}import signal\n\ndef test_ends():\n    {test}\n")
-    result = sandbox.execute(f"{PYTHON} -m pytest -q -p no:cacheprovider tests/test_ends.py; echo status $?")
+    result = _executor(repo, tmp_path / "sandbox").execute(
+        f"{PYTHON} -m pytest -q -p no:cacheprovider tests/test_ends.py; echo status $?"
+    )
     assert result.output.splitlines()[-1] == f"status {status}"
 
 

@@ -294,7 +294,7 @@ _WRAPPER = """#!/bin/bash
 if [[ "${{1:-}}" == {declined} ]]; then
     shift
 elif [[ "${{1:-}}" == -m && "${{2:-}}" == pytest && -S {zygote} ]]; then
-    exec {python} -I -S {client} {zygote} "$0" {declined} {python} "$@"
+    exec {client} {zygote} "$0" {declined} {python} "$@"
 fi
 # An interpreter's fresh PYTHONPYCACHEPREFIX starts with its own bytecode, as hard links (Python replaces a .pyc it
 # writes, never writes into one; copying the 8 MB took more CPU than the suite's tests). On another file system, a
@@ -315,6 +315,7 @@ DECLINED = "--local-sandbox-zygote-declined"
 ZYGOTE_ENV = "REFACTOR_AGENT_TESTS_ZYGOTE"
 _SUPPORT = Path(__file__).parent
 _CLIENT = _SUPPORT / "zygote_client.py"
+_C_CLIENT = _SUPPORT / "zygote_client.c"
 _LOCALE = {"LANG": "C.UTF-8"}  # the sandbox's, and the zygote's: a run in another locale is declined
 _started: list[subprocess.Popen] = []  # kept: never collected as a child still running
 _starting = threading.Lock()
@@ -366,6 +367,33 @@ def sandbox_python() -> Path:
         with contextlib.suppress(OSError):  # another process made it first: theirs is as good
             made.rename(home)
     return python
+
+
+def python_zygote_client() -> str:
+    return f"{sandbox_python()} -I -S {_CLIENT}"
+
+
+@functools.cache
+def zygote_client() -> str:
+    """The command of the pytest zygote's client: support/zygote_client.c compiled, once per machine (as the bytecode
+    template), where a C compiler is there; else the interpreter running zygote_client.py, whose start was a third
+    of what a small suite's run cost past the fork."""
+    source = _C_CLIENT.read_bytes()
+    compiler = shutil.which("cc")
+    fallback = python_zygote_client()
+    if compiler is None:
+        return fallback
+    key = hashlib.sha256(source + os.path.realpath(compiler).encode()).hexdigest()[:12]
+    binary = bytecode_template().parent / f"local-sandbox-client-{os.getuid()}-{key}"  # not a test's tempdir
+    if not binary.exists():
+        with tempfile.TemporaryDirectory(dir=binary.parent) as scratch:
+            made = Path(scratch) / "zygote_client"
+            compiled = subprocess.run([compiler, "-O2", "-o", str(made), str(_C_CLIENT)], capture_output=True)
+            if compiled.returncode != 0:
+                return fallback
+            with contextlib.suppress(OSError):  # another process made it first: theirs is as good
+                made.rename(binary)
+    return str(binary)
 
 
 def _host_environment() -> dict[str, str]:
@@ -458,7 +486,7 @@ def python_folder(home: Path) -> Path:
     folder.mkdir()
     zygote = zygote_socket() or "/nonexistent"  # outside a test session: the interpreter, always
     text = _WRAPPER.format(
-        template=bytecode_template(), python=sandbox_python(), client=_CLIENT, zygote=zygote, declined=DECLINED
+        template=bytecode_template(), python=sandbox_python(), client=zygote_client(), zygote=zygote, declined=DECLINED
     )
     for name in ("python3", "python"):
         wrapper = folder / name
