@@ -21,7 +21,7 @@ sys.dont_write_bytecode = False
 # The test doubles and fixtures (tests/support/: the scripted server and model, sample repositories, local
 # sandboxes) are imported as `support.x` from this folder.
 sys.path.insert(0, str(Path(__file__).parent))
-pytest_plugins = ["support.llama_fixtures", "support.install_fixtures"]
+pytest_plugins = ["support.early", "support.llama_fixtures", "support.install_fixtures"]
 # One copy of the interpreter's bytecode for every local sandbox of the session, its CLI child processes included
 # (support/local_sandbox.py; their TMPDIR is a test's own).
 from support.local_sandbox import BYTECODE_ENV, ZYGOTE_ENV, bytecode_path, stop_zygote  # noqa: E402 - support/ is importable from here on

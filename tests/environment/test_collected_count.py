@@ -3,12 +3,19 @@ host's pytest, run for real on a tiny project), deselected tests left out as pyt
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from agent.environment.stage import collected_count
+
+from support.early import BACKGROUND, started_early
 
 # Deselects every test whose name ends in "_slow", the way click's conftest deselects 31,000 of its 33,016.
 CONFTEST = """
@@ -26,25 +33,30 @@ PLUGINS_BLOCKED = ("-p", "no:cacheprovider", "-p", "no:anyio", "-p", "no:platfor
 SLOW = (0, 3)
 
 
-@pytest.fixture(scope="module")
-def collected(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, str], list[str]]:
+@started_early
+def collected() -> Callable[[], dict[tuple[int, str], list[str]]]:
     """The non-blank lines of `pytest --collect-only` (with each of OPTIONS) in a project of two tests and `slow`
-    more that its conftest deselects, per (slow, options): the four runs at once, a core each."""
+    more that its conftest deselects, per (slow, options): the four runs started as collection ends."""
+    root = Path(tempfile.mkdtemp(prefix="collected-count-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     runs = {}
     for slow in SLOW:
-        project = tmp_path_factory.mktemp(f"slow-{slow}")
+        project = root / f"slow-{slow}"
+        project.mkdir()
         (project / "conftest.py").write_text(CONFTEST)
         names = [f"test_{n}" for n in range(2)] + [f"test_{n}_slow" for n in range(slow)]
         (project / "test_some.py").write_text("".join(f"def {name}():\n    pass\n\n\n" for name in names))
         for name, options in OPTIONS.items():
             runs[slow, name] = subprocess.Popen(
-                [sys.executable, "-m", "pytest", "--collect-only", *PLUGINS_BLOCKED, *options],
+                [*BACKGROUND, sys.executable, "-m", "pytest", "--collect-only", *PLUGINS_BLOCKED, *options],
                 cwd=project,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,
             )
-    return {key: [line for line in run.communicate()[0].splitlines() if line.strip()] for key, run in runs.items()}
+    return lambda: {
+        key: [line for line in run.communicate()[0].splitlines() if line.strip()] for key, run in runs.items()
+    }
 
 
 @pytest.mark.parametrize("options", list(OPTIONS))

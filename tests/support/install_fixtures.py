@@ -6,8 +6,7 @@ fresh-environment install in CI.
 - `built_wheel`: the .whl, built by the bundle's own builder (`pip wheel --no-deps`, setuptools from pip's cache or
   the index) from a copy of what packaging reads, so that neither a stale build/ folder nor the editable install
   of the tests' own environment can put into it what the project's packaging would leave out. Its build starts as
-  collection ends, when a selected test needs it: pip's processes take the second core while the tests before it
-  run (with the environment and source tree as they were then), and the fixture waits for the wheel.
+  collection ends (support/early.py): pip's processes take the second core while the tests before it run.
 - `bundle`: `refactor-agent bundle` of that same wheel (no second build), carrying the sandbox image under a tag
   of the session's own: the tag is removed once saved, so the bundle's install.sh must really `docker load` it
   back (the shared `refactor-agent-sandbox:latest` is never touched; the layers stay, it has them).
@@ -34,8 +33,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ import pytest
 from agent.bundle.make import project_wheel
 from sandbox.models import DEFAULT_IMAGE
 
+from support.early import BACKGROUND, started_early
 from support.namespaces import in_loopback_namespace
 from support.scripted_server import Reply, ScriptedServer
 from support.user_cache import USER_CACHE
@@ -67,10 +67,10 @@ def source_files() -> list[str]:
     return [name for name in listed.stdout.decode().split("\0") if name and (SOURCE_ROOT / name).is_file()]
 
 
-def _pip(*arguments: str | Path, environment: dict[str, str] | None = None) -> None:
+def _pip(*arguments: str | Path, environment: dict[str, str]) -> None:
     words = [str(argument) for argument in arguments]
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", *words],
+        [*BACKGROUND, sys.executable, "-m", "pip", "--disable-pip-version-check", *words],
         capture_output=True,
         text=True,
         timeout=PIP_TIMEOUT_S,
@@ -80,11 +80,9 @@ def _pip(*arguments: str | Path, environment: dict[str, str] | None = None) -> N
     assert done.returncode == 0, f"pip {' '.join(words)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
-_WHEEL_BUILD: list[Future[Path]] = []
-
-
-def _start_wheel_build() -> None:
-    """project_wheel in a thread of its own; returns once it has copied the source tree and started pip, so that
+@started_early
+def built_wheel() -> Callable[[], Path]:
+    """project_wheel in a thread of its own, started once it has copied the source tree and started pip, so that
     nothing the tests change later (the environment, tempfile's folder) reaches the build."""
     environment = dict(os.environ)
     folder = Path(tempfile.mkdtemp(prefix="refactor-agent-wheel-"))
@@ -102,16 +100,10 @@ def _start_wheel_build() -> None:
             started.set()  # a copy that failed has nothing to wait for
 
     executor = ThreadPoolExecutor(1, thread_name_prefix="wheel-build")
-    _WHEEL_BUILD.append(executor.submit(build))
+    wheel = executor.submit(build)
     executor.shutdown(wait=False)  # its thread ends with the build
     started.wait()
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly:
-        return
-    if any("built_wheel" in getattr(item, "fixturenames", ()) for item in session.items):
-        _start_wheel_build()
+    return wheel.result
 
 
 @dataclass(frozen=True)
@@ -132,13 +124,6 @@ class InstalledWheel:
         hidden = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
         environment = {name: value for name, value in os.environ.items() if name not in hidden}
         return {**environment, "PATH": f"{self.bin}{os.pathsep}{environment.get('PATH', '')}", **extra}
-
-
-@pytest.fixture(scope="session")
-def built_wheel() -> Path:
-    if not _WHEEL_BUILD:  # not started at collection: asked for through request.getfixturevalue
-        _start_wheel_build()
-    return _WHEEL_BUILD[0].result()
 
 
 @dataclass(frozen=True)
