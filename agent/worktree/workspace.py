@@ -115,6 +115,14 @@ def user_git(repo: git.Repo, hooks_dir: Path) -> SafeGit:
     return SafeGit(Path(repo.git_dir), Path(str(repo.working_tree_dir)), hooks_dir)
 
 
+def head_commit(repo: git.Repo) -> str:
+    """The user's HEAD as a commit id, read by a git process of its own: GitPython's object lookups share one
+    `cat-file --batch` pipe per Repo, and two tasks reading it from their threads at once (--parallel, a fleet)
+    hang on each other's replies. (A task's workspace needs none: its worktree add resolves USER_HEAD.)"""
+    with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks_dir:
+        return user_git(repo, Path(hooks_dir)).run("rev-parse", "--verify", USER_HEAD).strip().decode()
+
+
 def dirty_description(repo: git.Repo) -> str | None:
     """What `git status` reports, read without writing the user's index (no stat refresh written back)."""
     with tempfile.TemporaryDirectory(prefix="refactor-agent-no-hooks-") as hooks_dir:
