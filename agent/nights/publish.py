@@ -71,5 +71,5 @@ def move_branch(
         record.pending = [each for each in record.pending if each != move]
         done(record, moved)
 
-    store.update(settle)
+    store.update(settle, made=move if moved else None)
     return moved

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from agent.nights.errors import NightError
 from agent.nights.rebuild import rebuild
-from agent.protocol.nights import TaskKey, TaskRecord, TaskRecordFile
+from agent.protocol.nights import PendingMove, TaskKey, TaskRecord, TaskRecordFile
 from agent.record.atomic import write_atomically
 from agent.safety.printable import counted
 from agent.safety.private_dirs import private_dir
@@ -65,9 +65,11 @@ class RecordStore:
         """The record as git says it is now: pending moves settled (in memory; written by the next update)."""
         return self._settled(self._read(rename_unreadable=False))
 
-    def update(self, change: Callable[[TaskRecordFile], None]) -> TaskRecordFile:
+    def update(self, change: Callable[[TaskRecordFile], None], *, made: PendingMove | None = None) -> TaskRecordFile:
+        """`made`: a pending move whose transaction this process just committed: its branch is at the new commit,
+        not asked of git again."""
         with self._locked():
-            record = self._settled(self._read(rename_unreadable=True))
+            record = self._settled(self._read(rename_unreadable=True), made)
             change(record)
             record.written_by = self.written_by
             write_atomically(self.path, record.model_dump_json(indent=1).encode())
@@ -126,12 +128,12 @@ class RecordStore:
             written_by=self.written_by,
         )
 
-    def _settled(self, record: TaskRecordFile) -> TaskRecordFile:
+    def _settled(self, record: TaskRecordFile, made: PendingMove | None = None) -> TaskRecordFile:
         """Each pending move as git says it ended: done (the branch is at its new commit), never happened (at its
         old one), or moved by someone else (outside)."""
         for move in record.pending:
             task = record.tasks.get(move.key)
-            tip = self._tip(move.branch)
+            tip = move.new if move == made else self._tip(move.branch)
             if task is None or tip == move.old:
                 continue
             if tip == move.new:

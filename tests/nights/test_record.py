@@ -168,6 +168,29 @@ def test_a_pending_move_is_settled_from_git(tmp_path: Path, where: str) -> None:
     }[where]
 
 
+def test_a_move_this_process_made_is_settled_as_made_without_asking_git_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, safe, store, _lines = setup(tmp_path)
+    old = commit_on(repo, BRANCH, "night 1")
+    new = commit_on(repo, "refactor-agent/r2/1-add-units", "night 2")
+    store.update(lambda record: record.tasks.update({KEY: fresh().model_copy(update={"tip": old, "fate": "waiting"})}))
+    move = PendingMove(key=KEY, run_id="r2", branch=BRANCH, old=old, new=new, work_branch=None, history_ref=None)
+    started: list[list[str]] = []
+    popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or popen(*a, **k))
+    seen: list[tuple[str | None, str]] = []
+    assert move_branch(
+        store,
+        safe,
+        move,
+        checked_out={},
+        done=lambda record, _moved: seen.append((record.tasks[KEY].tip, record.tasks[KEY].fate)),
+    )
+    assert [command[-2:] for command in started] == [["update-ref", "--stdin"]]
+    assert seen == [(new, "waiting")] and git(repo, "rev-parse", BRANCH).strip() == new
+
+
 def test_the_publish_is_one_transaction_and_moves_nothing_when_the_branch_moved(tmp_path: Path) -> None:
     repo, safe, store, _lines = setup(tmp_path)
     old = commit_on(repo, BRANCH, "night 1")
