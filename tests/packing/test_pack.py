@@ -3,17 +3,21 @@ from the model's own tokenizer on a real llama-server (SmolLM2-135M, marker `lla
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import itertools
 import json
 import math
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,6 +35,7 @@ from agent.packing.symbols import extract_symbols
 from agent.server.api import LlamaServerAPI
 from agent.server.launcher import ServerState
 
+from support.early import BACKGROUND, started_early
 from support.pack_repos import commit_all, make_module_repo, make_planted_repo, tiered_repo
 from support.repos import copy_of_template, make_repo
 from support.scripted_server import ScriptedServer, tokens_of
@@ -293,7 +298,7 @@ PACKER_SCRIPT = (
 
 
 def _packer_process(repo: Path, seed: str, budget: int, task: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-c", PACKER_SCRIPT, str(repo), str(budget), task]
+    command = [*BACKGROUND, sys.executable, "-c", PACKER_SCRIPT, str(repo), str(budget), task]
     env = {**os.environ, "PYTHONHASHSEED": seed}
     return subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -304,18 +309,39 @@ def _ask_to_pack(process: subprocess.Popen[str], cache_dir: Path) -> None:
     process.stdin.flush()
 
 
-def test_deterministic_across_processes(tmp_path: Path) -> None:
-    repo = make_module_repo(tmp_path / "proj", modules=40)
+@dataclass(frozen=True)
+class ColdPackers:
+    """Two packer processes of hash seeds of their own (neither this process's), each asked to pack `repo` into a
+    cache folder of its own, cache-SEED under `folder`."""
+
+    repo: Path
+    folder: Path
+    task: str
+    seeds: list[str]
+    processes: list[subprocess.Popen[str]]
+
+
+@started_early
+def cold_packers() -> Callable[[], ColdPackers]:
+    """Their two cold packs, at once, started as collection ends."""
+    folder = Path(tempfile.mkdtemp(prefix="cold-packers-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    repo = make_module_repo(folder / "proj", modules=40)
     task = "Make function_17 and Widget23 faster"
-    # Hash seeds of their own, neither this process's.
     seeds = [seed for seed in ("1", "2", "3") if seed != os.environ.get("PYTHONHASHSEED")][:2]
     processes = [_packer_process(repo, seed, 6000, task) for seed in seeds]
+    for process, seed in zip(processes, seeds, strict=True):
+        _ask_to_pack(process, folder / f"cache-{seed}")
+    packers = ColdPackers(repo, folder, task, seeds, processes)
+    return lambda: packers
+
+
+def test_deterministic_across_processes(cold_packers: ColdPackers) -> None:
+    processes, seeds, folder = cold_packers.processes, cold_packers.seeds, cold_packers.folder
     try:
-        for process, seed in zip(processes, seeds, strict=True):  # two cold packs at once, a core each
-            _ask_to_pack(process, tmp_path / f"cache-{seed}")
         digests = {process.stdout.readline().strip() for process in processes if process.stdout is not None}
         # The first process then reads the symbols, outlines and counts the second one cached: same bytes again.
-        _ask_to_pack(processes[0], tmp_path / f"cache-{seeds[1]}")
+        _ask_to_pack(processes[0], folder / f"cache-{seeds[1]}")
         assert processes[0].stdout is not None
         digests.add(processes[0].stdout.readline().strip())
     finally:
@@ -323,7 +349,8 @@ def test_deterministic_across_processes(tmp_path: Path) -> None:
             process.communicate()
     assert [process.returncode for process in processes] == [0, 0]
     assert len(digests) == 1 and "" not in digests
-    inline = pack_repository(repo, PackOptions(cache_dir=tmp_path / f"cache-{seeds[0]}", budget_tokens=6000, task=task))
+    options = PackOptions(cache_dir=folder / f"cache-{seeds[0]}", budget_tokens=6000, task=cold_packers.task)
+    inline = pack_repository(cold_packers.repo, options)
     assert hashlib.sha256(inline.text.encode()).hexdigest() in digests
     assert inline.stats.files_outline > 0 and inline.stats.files_full > 0
 
