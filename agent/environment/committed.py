@@ -123,9 +123,11 @@ def committed_tree(repo: git.Repo, revision: str = "HEAD") -> Iterator[Committed
     """The tree of `revision` (HEAD: what a run works on; `review rebase` asks for the commit it rebases onto)."""
     with tempfile.TemporaryDirectory(prefix="refactor-agent-hooks-") as hooks:
         safe = user_git(repo, Path(hooks))
-        commit = safe.run("rev-parse", "--verify", "--end-of-options", f"{revision}^{{commit}}").decode().strip()
-        blobs = BlobReader(safe)
+        blobs = BlobReader(safe)  # the commit is resolved over the process that reads the files too
         try:
+            named = f"{revision}^{{commit}}"  # none: git's own error, as rev-parse words it
+            commit = blobs.object_id(named) or safe.run("rev-parse", "--verify", "--end-of-options", named).decode()
+            commit = commit.strip()
             yield CommittedTree(git=safe, commit=commit, entries=_entries(safe, commit), blobs=blobs)
         finally:
             blobs.close()

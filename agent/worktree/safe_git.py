@@ -179,6 +179,25 @@ class BlobReader:
                 return self._git.read_within("cat-file", "blob", spec, max_bytes=max_bytes)
             except GitError:
                 return None
+        try:
+            return _batch_blob(self._started(), spec, max_bytes)
+        except _BatchGone:  # git gave up on this name (`HEAD:../x` dies, as `cat-file blob` does): next one anew
+            self.close()
+            return None
+
+    def object_id(self, name: str) -> str | None:
+        """The object `name` resolves to (`<rev>^{commit}` peeled, as rev-parse --verify resolves it), over the same
+        process; None when it names none, or is no one line of the batch's input."""
+        if "\n" in name or "\r" in name:
+            return None
+        try:
+            found = _OBJECT_HEADER.fullmatch(_ask(self._started(), b"info " + os.fsencode(name)))
+        except _BatchGone:
+            self.close()
+            return None
+        return found["id"].decode() if found is not None else None
+
+    def _started(self) -> subprocess.Popen[bytes]:
         self._batch = self._batch or subprocess.Popen(
             self._git.command("cat-file", "--batch-command"),
             cwd=self._git.work_tree,
@@ -187,11 +206,7 @@ class BlobReader:
             stderr=subprocess.DEVNULL,
             env=_environment(None),
         )
-        try:
-            return _batch_blob(self._batch, spec, max_bytes)
-        except _BatchGone:  # git gave up on this name (`HEAD:../x` dies, as `cat-file blob` does): next one anew
-            self.close()
-            return None
+        return self._batch
 
     def close(self) -> None:
         if self._batch is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import git
@@ -18,6 +19,7 @@ from agent.environment.plan import EnvironmentPlan
 from agent.environment.sources import resolve_plan
 from agent.environment.spec import EnvironmentFileError, load_environment_file
 from agent.protocol.environment import EnvironmentSpec
+from agent.worktree.safe_git import GitError
 
 from support.repos import git as run_git
 from support.repos import make_repo
@@ -44,6 +46,24 @@ def plan_of(
 
 def commands(plan: EnvironmentPlan) -> str:
     return "\n".join(step.command for step in plan.steps)
+
+
+def test_the_committed_tree_is_the_revisions_commit_read_with_its_files_over_one_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "one\n"})
+    first = run_git(repo, "rev-parse", "HEAD").strip()
+    run_git(repo, "tag", "-a", "-m", "v1", "v1")
+    run_git(repo, "commit", "-q", "--allow-empty", "-m", "second")
+    started: list[list[str]] = []
+    popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or popen(*a, **k))
+    with committed_tree(git.Repo(repo), "v1") as tree:  # an annotated tag: its commit
+        assert (tree.commit, tree.text("a.txt")) == (first, "one\n")
+    assert [command[command.index("-c") + 4] for command in started] == ["cat-file", "ls-tree"]
+    with pytest.raises(GitError, match="git rev-parse failed: fatal: Needed a single revision"):
+        with committed_tree(git.Repo(repo), "no-such-ref"):
+            pass
 
 
 PYPROJECT = """[project]
