@@ -29,6 +29,7 @@ from agent.run.compose import build_run
 from agent.run.interrupt import stop_signals
 from agent.run.run import Run
 
+from support.background import State
 from support.cli_runs import read_run
 from support.limits import HeldLimits, moved_clock
 from support.llama_fixtures import free_port
@@ -154,7 +155,8 @@ def test_the_task_of_a_server_that_dies_moves_to_the_other_server(tmp_path: Path
     assert summary.exit_code == 0
 
 
-def test_a_stop_signal_settles_every_task_in_flight_as_interrupted(tmp_path: Path) -> None:
+def _stopped(tmp_path: Path) -> tuple[Path, RunSummary, int]:
+    """A run of two tasks stopped by SIGTERM once both work: the repository, the summary, the requests asked."""
     repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
     slow_look = Reply(tool_calls=[("view_file", {"path": "pkg/geometry.py"})], prefill_chunks=3, prefill_interval_s=0.1)
     scripts = {text: [create(key)] + [slow_look] * 30 for key, text in TASKS.items()}
@@ -185,6 +187,17 @@ def test_a_stop_signal_settles_every_task_in_flight_as_interrupted(tmp_path: Pat
                 stopper.join()
         run.journal.close()
         asked = len(first.requests) + len(second.requests)
+    return repo, summary, asked
+
+
+# Every other run of this module (this one, TIMED_OUT, DEAD_AT_START[False]) is made in the background from the
+# session's collection on (support/background.py), on the other core while the session runs the ones between.
+STOPPED = State(_stopped, lambda made: made[0])
+
+
+@pytest.mark.started_at_collection(STOPPED)
+def test_a_stop_signal_settles_every_task_in_flight_as_interrupted() -> None:
+    repo, summary, asked = STOPPED.made()
     assert (summary.status, summary.interrupted_by) == ("interrupted", "SIGTERM")
     assert [(task.index, task.status) for task in summary.tasks] == [(1, "interrupted"), (2, "interrupted")]
     assert asked < 20, "the tasks stopped at their next request instead of running their scripts out"
@@ -213,9 +226,8 @@ def test_a_night_of_two_repositories_over_two_servers_prepares_each_repository_o
         assert git.Repo(repos[key]).commit(task.branch).tree[f"pkg/{key}.py"].data_stream.read()
 
 
-def test_a_task_over_its_time_limit_on_a_fleet_is_timed_out_with_its_work_while_the_other_commits(
-    tmp_path: Path,
-) -> None:
+def _timed_out(tmp_path: Path) -> tuple[Path, RunSummary]:
+    """A night over a fleet whose first task has a time limit: the repository and the summary."""
     repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
     limits = HeldLimits()  # alpha's limit stops it once it has written its file and waits on the server
     alpha_steps = [create("alpha"), endless("alpha", arrived=limits.in_flight.set)]
@@ -230,6 +242,15 @@ def test_a_task_over_its_time_limit_on_a_fleet_is_timed_out_with_its_work_while_
             runs_dir=tmp_path / "runs",
         )
         summary = run_night(night, "fleet-timeout", lambda _event: None)
+    return repo, summary
+
+
+TIMED_OUT = State(_timed_out, lambda made: made[0])
+
+
+@pytest.mark.started_at_collection(TIMED_OUT)
+def test_a_task_over_its_time_limit_on_a_fleet_is_timed_out_with_its_work_while_the_other_commits() -> None:
+    repo, summary = TIMED_OUT.made()
     alpha, beta = summary.tasks
     assert (alpha.status, beta.status, beta.verdict) == ("timed_out", "committed", "verified")
     assert alpha.reason.startswith(f"--task-timeout {TASK_TIMEOUT_S}s: stopped at ")
@@ -239,7 +260,7 @@ def test_a_task_over_its_time_limit_on_a_fleet_is_timed_out_with_its_work_while_
     assert list(commit.stats.files) == ["pkg/alpha.py"]
     assert "Refactor-Agent-Status: timed_out" in commit.message.splitlines()
     assert user.commit(beta.branch).tree["pkg/beta.py"].data_stream.read() == b"NAME = 'beta'\n"
-    assert "+NAME = 'alpha'" in (tmp_path / "runs" / "fleet-timeout" / "patch.diff").read_text()
+    assert "+NAME = 'alpha'" in (repo.parent / "runs" / "fleet-timeout" / "patch.diff").read_text()
     assert summary.exit_code == 1
 
 
@@ -310,24 +331,49 @@ def test_parallel_tasks_on_one_server_each_in_a_slot_of_its_own(tmp_path: Path, 
     assert sorted(placed.values()) == [0, 1] and sorted(placed) == [1, 2]
 
 
-@pytest.mark.parametrize("dead_first", [True, False], ids=["dead-first", "dead-second"])
+def _with_a_dead_server(dead_first: bool) -> Callable[[Path], tuple[Path, int, str, str, str]]:
+    def run(tmp_path: Path) -> tuple[Path, int, str, str, str]:
+        """`run` over a fleet of a dead server and a live one: the runs folder, the exit code, the output, the dead
+        server and the live one."""
+        repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
+        dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+        scripts = {text: [create(key), finish(key)] for key, text in TASKS.items()}
+        tasks = [option for text in TASKS.values() for option in ("--task", text)]
+        runs = tmp_path / "runs"
+        with ScriptedServer(scripts=scripts) as live, pytest.MonkeyPatch.context() as patch:
+            patch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(tmp_path))
+            servers = [dead, live.url] if dead_first else [live.url, dead]
+            options = [*(option for url in servers for option in ("--server", url)), "--runs-dir", str(runs)]
+            result = CliRunner().invoke(app, ["run", str(repo), *tasks, *options])
+        return runs, result.exit_code, result.stdout, dead, live.url
+
+    return run
+
+
+# The dead-second run is made in the background while the session runs the dead-first one (see STOPPED).
+DEAD_AT_START = {
+    dead_first: State(_with_a_dead_server(dead_first), lambda made: made[0].parent / "repo")
+    for dead_first in (True, False)
+}
+
+
+@pytest.mark.parametrize(
+    "dead_first",
+    [
+        pytest.param(True, id="dead-first"),
+        pytest.param(False, id="dead-second", marks=pytest.mark.started_at_collection(DEAD_AT_START[False])),
+    ],
+)
 def test_a_fleet_server_dead_at_start_is_skipped_in_one_line_and_the_tasks_commit_on_the_live_one(
-    tmp_path: Path, dead_first: bool, local_sandboxes: None
+    dead_first: bool,
 ) -> None:
-    repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
-    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    scripts = {text: [create(key), finish(key)] for key, text in TASKS.items()}
-    tasks = [option for text in TASKS.values() for option in ("--task", text)]
-    with ScriptedServer(scripts=scripts) as live:
-        servers = [dead, live.url] if dead_first else [live.url, dead]
-        options = [*(option for url in servers for option in ("--server", url)), "--runs-dir", str(tmp_path / "runs")]
-        result = CliRunner().invoke(app, ["run", str(repo), *tasks, *options])
-    assert result.exit_code == 0, result.output
-    skipped = [line for line in result.stdout.splitlines() if dead in line]
+    runs, exit_code, output, dead, live = DEAD_AT_START[dead_first].made()
+    assert exit_code == 0, output
+    skipped = [line for line in output.splitlines() if dead in line]
     assert skipped == [f"warning: {dead} does not answer: left out of the fleet for this run (1 of 2 servers answer)"]
-    _, summary, transcript = read_run(tmp_path / "runs")
+    _, summary, transcript = read_run(runs)
     assert [(task["status"], task["verdict"]) for task in summary["tasks"]] == [("committed", "verified")] * 2
-    assert {event["server"] for event in transcript if event["type"] == "task_server"} <= {live.url}
+    assert {event["server"] for event in transcript if event["type"] == "task_server"} <= {live}
 
 
 def test_a_fleet_whose_servers_all_are_dead_is_one_line_and_exit_2(tmp_path: Path, local_sandboxes: None) -> None:

@@ -22,13 +22,14 @@ import subprocess
 import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic
 
 import pytest
 
 from support.local_sandbox import zygote_socket
-from support.repos import session_root
+from support.repos import Made, made_at_a_root, once_made, session_root
 
 _started: dict[tuple[str, ...], subprocess.Popen[bytes]] = {}
 _ended: dict[tuple[str, ...], subprocess.CompletedProcess[bytes]] = {}
@@ -61,6 +62,22 @@ def finished(argv: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
         output, _ = process.communicate(timeout=600)
         _ended[key] = subprocess.CompletedProcess(list(argv), process.returncode, output)
     return _ended[key]
+
+
+@dataclass(frozen=True, eq=False)
+class State(Generic[Made]):
+    """What `make` returns and leaves at a root of its own (an empty folder), made once per session and put back for
+    each later test (support/repos.py: made_once; `repo`, of what `make` returned, the repository under the root);
+    made in the background when a test marks it (@pytest.mark.started_at_collection(state))."""
+
+    make: Callable[[Path], Made]
+    repo: Callable[[Made], Path]
+
+    def __call__(self) -> tuple[Made, Path, Path]:
+        return made_at_a_root(self.make)
+
+    def made(self) -> Made:
+        return once_made(self, lambda: made(self), self.repo)
 
 
 def made(state: Callable[[], Any]) -> Any:
