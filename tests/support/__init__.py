@@ -3,7 +3,8 @@
 - scripted_server.py: an OpenAI-compatible server that plays scripted replies and streams like llama-server;
 - scripted_model.py: the same replies as an in-process ChatModel, and a run of the pipeline with it;
 - local_sandbox.py: sandboxes without Docker: commands as host subprocesses in the worktree;
-- pytest_zygote.py, zygote_client.py: their `python3 -m pytest`, forked from a server that imported pytest once;
+- pytest_zygote.py, zygote_client.c, zygote_client.py: their `python3 -m pytest`, forked from a server that
+  imported pytest once (the client compiled, or the interpreter's where no C compiler is there);
 - helper_zygote.py: their file and symbol tools' `python3 -I -c`, forked from a server that imported the helpers'
   modules once;
 - zygote_server.py: what those two servers share: the requests, the forks, the client's state in a forked child;

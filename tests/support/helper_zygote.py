@@ -66,11 +66,18 @@ def _declined(request: Request) -> bool:
         return True
     if any(request.environment.get(name) != os.environb.get(name) for name in _SAME_AS_HERE):
         return True
+    return not os.path.isdir(request.cwd)
+
+
+def _admitted(request: Request) -> bool:
+    """Unless declined, with its source compiled for the fork (and the next run of that source)."""
+    if _declined(request):
+        return False
     source = request.command[3]
     if source not in _COMPILED:
         with contextlib.suppress(SyntaxError, ValueError):  # the run compiles it, and reports the error as -c does
             _COMPILED[source] = compile(source, "<string>", "exec", dont_inherit=True)
-    return not os.path.isdir(request.cwd)
+    return True
 
 
 def _become(request: Request) -> str:
@@ -82,7 +89,7 @@ def _become(request: Request) -> str:
 
 if any(holds_module(folder, _IMPORTED_HERE) for folder in _FOLDERS):
     sys.exit(f"helper zygote: a folder of {_FOLDERS} holds a module imported here: not serving")
-_request = serve(_declined)
+_request = serve(_admitted)
 if _request is not None:
     _source = _become(_request)
     try:  # compiled as -c compiles it

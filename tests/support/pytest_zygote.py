@@ -116,23 +116,42 @@ def _declined(request: Request) -> bool:
     return any(holds_module(folder, _IMPORTED_HERE) for folder in dict.fromkeys(added))
 
 
+def _bytecode_prefix(environment: dict[bytes, bytes]) -> str | None:
+    return os.fsdecode(environment.get(b"PYTHONPYCACHEPREFIX") or b"") or None
+
+
+_prepared_prefix: list[str | None] = [sys.pycache_prefix]
+
+
+def _admitted(request: Request) -> bool:
+    """Unless declined, with the imported modules' __cached__ under the run's bytecode prefix already, here: set in
+    the child, the writes to every module's dictionary and spec were a tenth of a small suite's run (the pages they
+    copy)."""
+    if _declined(request):
+        return False
+    prefix = _bytecode_prefix(request.environment)
+    if prefix != _prepared_prefix[0]:
+        sys.pycache_prefix = _prepared_prefix[0] = prefix  # this zygote writes no bytecode, and imports no more
+        for module in list(sys.modules.values()):
+            cached = getattr(module, "__cached__", None)
+            if cached is not None and module.__file__ is not None and module.__file__.endswith(".py"):
+                module.__cached__ = importlib.util.cache_from_source(module.__file__)
+                if module.__spec__ is not None and module.__spec__.has_location:
+                    module.__spec__.cached = module.__cached__
+    return True
+
+
 def become(request: Request) -> None:
     """In the forked child: the state a fresh `python -m pytest` of the client would start with."""
     become_client(request, _run_path(request.cwd, request.environment))
-    sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None
+    sys.pycache_prefix = _bytecode_prefix(request.environment)
     sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
-    for module in list(sys.modules.values()):
-        cached = getattr(module, "__cached__", None)
-        if cached is not None and module.__file__ is not None and module.__file__.endswith(".py"):
-            module.__cached__ = importlib.util.cache_from_source(module.__file__)
-            if module.__spec__ is not None and module.__spec__.has_location:
-                module.__spec__.cached = module.__cached__
     site.USER_BASE = site.USER_SITE = None
     site.getusersitepackages()  # from this HOME
     sys.argv = ["-m", *request.command[3:]]
 
 
-request = serve(_declined)
+request = serve(_admitted)
 if request is not None:
     become(request)
     runpy._run_module_as_main("pytest")

@@ -5,7 +5,8 @@ its exit status or its signal. Where the zygote cannot be reached or declines, t
 Run as `python -I -S zygote_client.py SOCKET WRAPPER MARK PYTHON -m pytest ...`: where the zygote declines, it execs
 `WRAPPER MARK -m pytest ...` (the sandbox's python3, which then prepares the interpreter's start and execs PYTHON).
 Its start-up is most of its cost, so it imports nothing beyond the interpreter's built-in modules (socket.py and
-signal.py import enum, a third of a start-up)."""
+signal.py import enum, a third of a start-up); where a C compiler is there, zygote_client.c does the same without
+an interpreter's start (support/local_sandbox.py picks)."""
 
 import _signal
 import _socket

@@ -56,7 +56,9 @@ class Run:
 class Zygote:
     listener: socket.socket
     owner: int  # a pidfd of the session's process
-    declined: Callable[[Request], bool]  # what a fresh start would do differently: the client runs it itself
+    # Whether to fork the request's run, having prepared here what the fork takes over; False: a fresh start would
+    # do something else (declined: the client runs the command itself).
+    admitted: Callable[[Request], bool]
     selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
     runs: list[Run] = field(default_factory=list)
 
@@ -205,7 +207,7 @@ def _accept(zygote: Zygote) -> Request | None:
         request = _read_request(connection)
         if request is None:
             raise SystemExit(0)
-        if zygote.declined(request):
+        if not zygote.admitted(request):
             for descriptor, _ in request.descriptors:
                 os.close(descriptor)
             connection.sendall(EXEC)
@@ -239,13 +241,13 @@ def _serve(zygote: Zygote) -> Request | None:
                 handler(zygote, run)
 
 
-def serve(declined: Callable[[Request], bool]) -> Request | None:
+def serve(admitted: Callable[[Request], bool]) -> Request | None:
     """The zygote, run as `python ZYGOTE OWNER_PID LISTENER_FD`, the listening socket inherited: until the process
     OWNER_PID ends, or the zygote is asked to (an empty request), when it kills its runs and returns None; in the
     child forked for a request, that request."""
     owner, listening = map(int, sys.argv[1:3])
     listener = socket.socket(fileno=listening)
-    zygote = Zygote(listener, os.pidfd_open(owner), declined)
+    zygote = Zygote(listener, os.pidfd_open(owner), admitted)
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(0))
     request = None
     try:
