@@ -38,23 +38,28 @@ def _symbolic(git: SafeGit, ref: str) -> str | None:
         return None
 
 
-def _commit(git: SafeGit, ref: str) -> str:
+def _commit(git: SafeGit, ref: str, commits: dict[str, str]) -> str:
+    """The commit `ref` is at: from `commits` (refs whose object is a commit, as a listing found them), else git's."""
+    if ref in commits:
+        return commits[ref]
     return git.run("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").decode().strip()
 
 
-def default_branch(git: SafeGit) -> DefaultBranch:
+def default_branch(git: SafeGit, commits: dict[str, str] | None = None) -> DefaultBranch:
+    """`commits`: refs known to point at a commit (full name -> id), read just before (the plan's branch listing)."""
     remotes = git.run("remote").decode("utf-8", errors="replace").split()
     for remote in sorted(remotes, key=lambda name: name != "origin"):  # origin first, the others in git's order
         target = _symbolic(git, f"refs/remotes/{remote}/HEAD")
         if target is not None and target.startswith("refs/remotes/"):
             try:
-                return DefaultBranch(target.removeprefix("refs/remotes/"), target, _commit(git, target), "remote HEAD")
+                commit = _commit(git, target, commits or {})
+                return DefaultBranch(target.removeprefix("refs/remotes/"), target, commit, "remote HEAD")
             except GitError:
                 continue  # a remote HEAD naming a branch that was never fetched
-    return checked_out_branch(git)
+    return checked_out_branch(git, commits or {})
 
 
-def checked_out_branch(git: SafeGit) -> DefaultBranch:
+def checked_out_branch(git: SafeGit, commits: dict[str, str] | None = None) -> DefaultBranch:
     """The checked-out branch as a default branch: never a detached HEAD, an unborn branch or one of
     refactor-agent's (NightError saying which)."""
     head = _symbolic(git, "HEAD")
@@ -67,6 +72,6 @@ def checked_out_branch(git: SafeGit) -> DefaultBranch:
     if name.startswith(BRANCH_PREFIX):
         raise NightError(f"no default branch: the checked-out branch {name} is refactor-agent's: check out yours")
     try:
-        return DefaultBranch(name, head, _commit(git, head), "checked out")
+        return DefaultBranch(name, head, _commit(git, head, commits or {}), "checked out")
     except GitError:
         raise NightError(f"no default branch: {name} has no commits yet") from None

@@ -117,11 +117,14 @@ def fresh_record(night: str, config: RunConfig, spec: TaskSpec, branch: str, run
     )
 
 
-def _branch_tips(safe_git: SafeGit) -> dict[str, str]:
-    """Every branch and the commit it points at, from one listing: what the plan's decisions read of each task's."""
-    listing = safe_git.run("for-each-ref", "--format=%(objectname) %(refname:lstrip=2)", "refs/heads/")
-    tips = (line.partition(" ") for line in listing.decode("utf-8", errors="replace").splitlines())
-    return {branch: tip for tip, _, branch in tips}
+def _branch_tips(safe_git: SafeGit) -> tuple[dict[str, str], dict[str, str]]:
+    """Every branch and the commit it points at, from one listing: what the plan's decisions read of each task's;
+    and the branches (full names) whose object is a commit, which the default branch's commit is read from."""
+    listing = safe_git.run("for-each-ref", "--format=%(objectname) %(objecttype) %(refname)", "refs/heads/")
+    rows = [line.split(" ", 2) for line in listing.decode("utf-8", errors="replace").splitlines()]
+    tips = {ref.removeprefix("refs/heads/"): tip for tip, _kind, ref in rows}
+    # A name that is not UTF-8 could read as another's: git is asked for those.
+    return tips, {ref: tip for tip, kind, ref in rows if kind == "commit" and "\ufffd" not in ref}
 
 
 def _facts(
@@ -230,7 +233,8 @@ def _repo_plan(
     plan_only: bool,
 ) -> tuple[RepoPlan, RecordStore, list[tuple[RunConfig, TaskSpec]], dict[TaskKey, TaskRecord]]:
     name = str(night.name)
-    default = default_branch(safe_git)
+    tips, commits = _branch_tips(safe_git)
+    default = default_branch(safe_git, commits)
     select = entries[0][0].select  # a [[repo]]'s: the same for each of its tasks
     skipped = unmatched(safe_git, default.commit, default.name, select) if select is not None else None
     wanted, sharded = _wanted(name, entries, safe_git, default, skipped)
@@ -242,7 +246,6 @@ def _repo_plan(
     record = store.load()
     # A name another task has (any fate), or a branch of ours without a record (not ours: left alone).
     taken = {task.branch for task in record.tasks.values()}
-    tips = _branch_tips(safe_git)
     taken |= {branch for branch in tips if branch.startswith(f"{BRANCH_PREFIX}{name}/")} - taken
     branches = tips, checked_out(safe_git), HistoryTips(safe_git)
     decided: list[Decided] = []

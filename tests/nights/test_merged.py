@@ -12,6 +12,7 @@ from agent.nights.default_branch import default_branch
 from agent.nights.errors import NightError
 from agent.nights.history import HistoryTips
 from agent.nights.merged import conflicts, find_merge
+from agent.nights.plan import _branch_tips
 from agent.worktree.safe_git import GitError, SafeGit
 
 from support.repos import copy_of_template, git, make_repo
@@ -190,6 +191,26 @@ def test_the_checked_out_branch_is_what_git_reads_in_head_however_it_is_written(
     head.write_text("ref: refs/heads/unborn\n")
     with pytest.raises(NightError, match=r"^no default branch: unborn has no commits yet"):
         default_branch(safe_git(repo))
+
+
+def test_the_plans_branch_listing_gives_the_default_branchs_commit_unless_its_tip_is_no_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    main = git(repo, "rev-parse", "main").strip()
+    tips, commits = _branch_tips(safe_git(repo))
+    started: list[list[str]] = []
+    popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or popen(*a, **k))
+    found = default_branch(safe_git(repo), commits)
+    assert (tips, found.commit) == ({"main": main}, main)
+    assert not any("rev-parse" in command for command in started), "the listing's commit"
+    git(repo, "tag", "-a", "-m", "v1", "v1")
+    # A branch at a tag object (git's update-ref refuses to write one; its ref file takes it).
+    (repo / ".git/refs/heads/main").write_text(git(repo, "rev-parse", "v1"))
+    tips, commits = _branch_tips(safe_git(repo))
+    assert tips["main"] != main and "refs/heads/main" not in commits
+    assert default_branch(safe_git(repo), commits).commit == main  # peeled by git, as before
 
 
 def test_a_detached_head_without_a_remote_head_is_one_line(tmp_path: Path) -> None:
