@@ -5,12 +5,14 @@ stable branch: one branch per task, no work branch left, nothing pending in the 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from agent.record.journal import run_directories
 
+from support.background import State
 from support.cli_runs import LOCAL_AGENT, kill_processes_under, wait_for
 from support.killed_runs import local_cli_here, resume, start_killable
 from support.nights import SCRIPTS, T2, T3
@@ -99,26 +101,36 @@ def test_the_next_night_supersedes_a_killed_one_and_leaves_one_branch_per_task()
     assert f"run {killed.name} was superseded by night " in done.stdout
 
 
-@pytest.mark.killed
-def test_a_kill_during_a_rebase_then_resume_publishes_it_once_asks_no_model_and_sweeps_its_checkout(
-    tmp_path: Path,
-) -> None:
-    repo = make_repo(tmp_path / "geometry")
-    runs, hold, holding = tmp_path / "runs", tmp_path / "hold", tmp_path / "holding"
-    waiter = tmp_path / "wait.py"  # the suite waits while `hold` exists: the rebase's baseline on the new base
+def _first_of_a_waiting_suite(root: Path) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """A first night of T3 whose test command waits while `hold` exists (the suite's run on a new base, once the
+    test makes it): the repository, the night file and the night's end."""
+    repo = make_repo(root / "geometry")
+    runs, hold, holding = root / "runs", root / "hold", root / "holding"
+    waiter = root / "wait.py"  # the suite waits while `hold` exists: the rebase's baseline on the new base
     waiter.write_text(
         f"import pathlib, time\nhold = pathlib.Path({str(hold)!r})\n"
         f"if hold.exists():\n    pathlib.Path({str(holding)!r}).touch()\n"
         "while hold.exists():\n    time.sleep(0.1)\n"
     )
-    night_file = tmp_path / "nightly.toml"
+    night_file = root / "nightly.toml"
     night_file.write_text(
         f'[defaults]\nruns_dir = "{runs}"\ntest_cmd = "python3 {waiter} && python3 -m pytest -q"\n'
         f'[[repo]]\npath = "{repo}"\ntasks = {json.dumps([T3])}\n'
     )
-    scratch = tmp_path / "scratch"
     with ScriptedServer(scripts={T3: SCRIPTS[T3]}) as server:
-        first = local_cli_here([*LOCAL_AGENT, "night", str(night_file), "--server", server.url], scratch)
+        first = local_cli_here([*LOCAL_AGENT, "night", str(night_file), "--server", server.url], root / "scratch")
+    return repo, night_file, first
+
+
+WAITING_SUITE = State(_first_of_a_waiting_suite, lambda made: made[0])
+
+
+@pytest.mark.killed
+@pytest.mark.started_at_collection(WAITING_SUITE)
+def test_a_kill_during_a_rebase_then_resume_publishes_it_once_asks_no_model_and_sweeps_its_checkout() -> None:
+    repo, night_file, first = WAITING_SUITE.made()
+    root = repo.parent
+    runs, hold, holding, scratch = root / "runs", root / "hold", root / "holding", root / "scratch"
     assert first.returncode == 0, first.stdout
     first_tip = git(repo, "rev-parse", "refactor-agent/nightly/add-a-units-module").strip()
     (repo / "NEWS").write_text("main moved\n")
@@ -142,7 +154,7 @@ def test_a_kill_during_a_rebase_then_resume_publishes_it_once_asks_no_model_and_
     (left,) = git(repo, "worktree", "list", "--porcelain").split("\n\n")[1:-1] or [""]  # the rebase's checkout
     assert Path(left.split("\n")[0].removeprefix("worktree ")).is_relative_to(scratch), left
 
-    done, after = resume(tmp_path, killed, [])
+    done, after = resume(root, killed, [])
     assert done.returncode == 0, done.stdout
     assert asked == [] and after == []  # refreshed twice, never by the model
     assert "removed the worktrees of 1 earlier run that did not finish" in done.stdout, done.stdout
