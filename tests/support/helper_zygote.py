@@ -22,13 +22,12 @@ import sys
 _BASE_PATH = list(sys.path)
 
 import contextlib  # noqa: E402
-import gc  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 
 sys.path.insert(0, __file__.rpartition("/")[0])
-from zygote_server import Request, become_client, holds_module, imported_here, serve  # noqa: E402 - support/'s
+from zygote_server import Request, become_client, holds_module, imported_here, serve, settle  # noqa: E402 - support/'s
 
 del sys.path[0]
 
@@ -50,8 +49,7 @@ def _preload() -> set[str]:
 
 _HELPERS = _preload()
 _IMPORTED_HERE = imported_here() - _HELPERS
-gc.collect()
-gc.freeze()  # out of the collector's passes: a helper's collections would copy each page they touch
+settle()
 # What the interpreter's start-up reads from the locale.
 _SAME_AS_HERE = (b"LC_ALL", b"LC_CTYPE", b"LANG")
 # Each source compiled once, here: the file tools' helper is its whole source, 15 kB, at each call.

@@ -26,8 +26,7 @@ if sys.path and sys.path[0] == __file__.rpartition("/")[0]:
 _BASE_PATH = list(sys.path)
 sys.dont_write_bytecode = True  # it reads the session's bytecode template (PYTHONPYCACHEPREFIX), writes nothing
 
-import gc  # noqa: E402 - after the interpreter's state above was read
-import importlib  # noqa: E402
+import importlib  # noqa: E402 - after the interpreter's state above was read
 import importlib.machinery  # noqa: E402
 import importlib.util  # noqa: E402
 import linecache  # noqa: E402
@@ -36,7 +35,7 @@ import runpy  # noqa: E402
 import site  # noqa: E402
 
 sys.path.insert(0, __file__.rpartition("/")[0])
-from zygote_server import Request, become_client, holds_module, imported_here, serve  # noqa: E402 - support/'s, and only it
+from zygote_server import Request, become_client, holds_module, imported_here, serve, settle  # noqa: E402 - support/'s, and only it
 
 del sys.path[0]
 
@@ -71,11 +70,7 @@ def _warm_caches() -> None:
 
 
 _warm_caches()
-
-# What was imported stays out of the collector's passes (gc.freeze): a run's collections (pytest collects twice at
-# its end) would go through all of it, and copy each page they touch, a fifth of a small suite's run.
-gc.collect()
-gc.freeze()
+settle()
 
 # A forked run's interpreter flags are this one's: a variable that would set another is declined. These three it
 # takes from each request's environment.
