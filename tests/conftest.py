@@ -18,6 +18,21 @@ from typer._click import Command
 # still reads bytecode) would compile the product again. The environment is left as it is for those processes.
 sys.dont_write_bytecode = False
 
+# The session's temporary files (tmp_path, the repositories' templates, every child process's TMPDIR) go to a tmpfs
+# when there is one and TMPDIR names no other place: on this machine's disk a folder and a file took 0.4 ms to make
+# and 0.14 ms to remove, on /dev/shm 0.02 ms, and a session makes and removes thousands (tests/packing and
+# tests/worktree: 16.6 -> 8-11 s wall, 4.1 -> 1.9 s of system CPU). A folder per user, kept, as /tmp/pytest-of-USER
+# is: pytest keeps its last three sessions' folders there.
+_TMPFS, _TMPFS_MIN_FREE = Path("/dev/shm"), 2 * 1024**3
+if "TMPDIR" not in os.environ and _TMPFS.is_dir() and os.access(_TMPFS, os.W_OK):
+    _free = os.statvfs(_TMPFS)
+    if _free.f_bavail * _free.f_frsize >= _TMPFS_MIN_FREE:
+        _tmpfs_home = _TMPFS / f"refactor-agent-tests-{os.getuid()}"
+        _tmpfs_home.mkdir(mode=0o700, exist_ok=True)
+        if not _tmpfs_home.is_symlink() and _tmpfs_home.stat().st_uid == os.getuid():  # ours, not a planted one
+            os.environ["TMPDIR"] = str(_tmpfs_home)
+            tempfile.tempdir = None  # read again from TMPDIR (pytest's capture made a file in /tmp already)
+
 # The test doubles and fixtures (tests/support/: the scripted server and model, sample repositories, local
 # sandboxes) are imported as `support.x` from this folder.
 sys.path.insert(0, str(Path(__file__).parent))
