@@ -882,27 +882,59 @@ def test_long_texts_are_cut_into_chunks_only_at_seams() -> None:
     assert seam_chunks(pieces, 4, 10**6) == [(0, len(pieces))]
 
 
-def test_python_m_agent_pack_does_not_load_the_other_commands(tmp_path: Path) -> None:
+PACK_HEAVY_MODULES = ("git", "agent.cli", "agent.review", "sandbox.cli", "agent.protocol.config", "httpx")
+
+
+@dataclass(frozen=True)
+class PackCommand:
+    returncode: int
+    stderr: str
+    output: Path
+
+
+@started_early
+def pack_command() -> Callable[[], PackCommand]:
+    """`python -m agent`'s main() packing a small repository with a (scripted) server, started as collection
+    ends; it prints, as it exits, which of PACK_HEAVY_MODULES it loaded."""
+    folder = Path(tempfile.mkdtemp(prefix="pack-command-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    repo = make_module_repo(folder / "proj", modules=3)
+    server = ScriptedServer().__enter__()
+    script = (
+        "import atexit, sys\n"
+        f"loaded = lambda: sorted(name for name in sys.modules if name in {PACK_HEAVY_MODULES!r})\n"
+        "atexit.register(lambda: print(loaded(), file=sys.stderr))\n"
+        f"sys.argv = ['refactor-agent', 'pack', {str(repo)!r}, '--output', {str(folder / 'out.xml')!r},"
+        f" '--server', {server.url!r}, '--budget', '100000']\n"
+        "from agent.__main__ import main\n"
+        "main()\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(folder / "xdg")}
+    process = subprocess.Popen(
+        [*BACKGROUND, sys.executable, "-c", script],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+    def finished() -> PackCommand:
+        try:
+            _, stderr = process.communicate(timeout=120)
+        finally:
+            server.__exit__(None, None, None)
+        return PackCommand(process.returncode, stderr, folder / "out.xml")
+
+    return finished
+
+
+def test_python_m_agent_pack_does_not_load_the_other_commands(pack_command: PackCommand) -> None:
     """`pack` is timed per run (warm < 1 s): it loads neither the other commands (git, the review, the sandbox),
     nor every configuration model, nor an HTTP library beyond the standard one, even with a server."""
-    repo = make_module_repo(tmp_path / "proj", modules=3)
-    heavy = ("git", "agent.cli", "agent.review", "sandbox.cli", "agent.protocol.config", "httpx")
-    with ScriptedServer() as server:
-        script = (
-            "import atexit, sys\n"
-            f"loaded = lambda: sorted(name for name in sys.modules if name in {heavy!r})\n"
-            "atexit.register(lambda: print(loaded(), file=sys.stderr))\n"
-            f"sys.argv = ['refactor-agent', 'pack', {str(repo)!r}, '--output', {str(tmp_path / 'out.xml')!r},"
-            f" '--server', {server.url!r}, '--budget', '100000']\n"
-            "from agent.__main__ import main\n"
-            "main()\n"
-        )
-        env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "(exact, budget 100000)" in done.stderr
-    assert done.stderr.strip().splitlines()[-1] == "[]"
-    assert "proj/mod02.py" in (tmp_path / "out.xml").read_text()
+    assert pack_command.returncode == 0, pack_command.stderr
+    assert "(exact, budget 100000)" in pack_command.stderr
+    assert pack_command.stderr.strip().splitlines()[-1] == "[]"
+    assert "proj/mod02.py" in pack_command.output.read_text()
 
 
 def test_a_warm_run_does_not_rewrite_the_calibration(tmp_path: Path, cache_dir: Path) -> None:
