@@ -58,13 +58,14 @@ os.environ[ZYGOTE_ENV] = f"{os.getpid()}:{_session_home / 'zygote.sock'}"
 def pytest_collection_finish(session: pytest.Session) -> None:
     from support.background import start_at_collection
 
-    start_at_collection(session.items)
     # The killed runs' CLIs are forked from a server that imports the CLI first (support/local_cli.py): started now,
-    # it imports while the tests before them run, not when the first of them waits for it.
+    # it imports while the tests before them run, not when the first of them waits for it; before the background's
+    # process is forked, which then forks its killed runs' CLIs from it too.
     if any(item.get_closest_marker("killed") for item in session.items):
         from support.local_cli import start_forkserver
 
         start_forkserver()
+    start_at_collection(session.items)
 
 
 def pytest_sessionfinish() -> None:

@@ -23,12 +23,12 @@ from agent.worktree.workspace import WIP_REF_PREFIX
 from sandbox.models import DEFAULT_IMAGE
 
 from support.environment_images import own_repository_name
-from support.killed_runs import THREE_STEPS, killed_once, wip_refs
+from support.killed_runs import AFTER_THREE_STEPS, wip_refs
 from support.local_sandbox import LocalSandboxes
 from support.nights import night_fixture
 from support.repos import checkout_fingerprint, git, make_repo, put_back
 from support.scripted_model import ScriptedModel, run_in_process
-from support.scripted_server import Hold, Reply, ScriptedServer
+from support.scripted_server import Reply, ScriptedServer
 
 # Older than the killed run (whose id is now): the newest of them is the one run within --keep-runs 1.
 GONE = "20261101-010000-aaaa"  # its branch deleted since: nothing holds its record any more
@@ -64,7 +64,7 @@ class Garbage:
     def __init__(self) -> None:
         # Made where the session's run killed after three tool calls was (test_resume's too: support/killed_runs.py),
         # put back as the kill left it.
-        killed = killed_once([*THREE_STEPS, Hold()], "Add one, two and three")
+        killed = AFTER_THREE_STEPS.made()
         self.root = root = killed.root
         self.repo, self.killed = killed.repo, killed.run_dir
         self.runs = root / "runs"
@@ -148,6 +148,7 @@ def garbage(built_garbage: tuple[Garbage, Path], monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.killed
+@pytest.mark.started_at_collection(AFTER_THREE_STEPS)
 def test_dry_run_says_what_would_go_and_removes_nothing(garbage: Garbage) -> None:
     runs, refs = garbage.runs_left(), wip_refs(garbage.repo)
     lines = garbage.gc("--dry-run")
@@ -163,6 +164,7 @@ def test_dry_run_says_what_would_go_and_removes_nothing(garbage: Garbage) -> Non
 
 
 @pytest.mark.killed
+@pytest.mark.started_at_collection(AFTER_THREE_STEPS)
 def test_gc_removes_what_is_beyond_the_bounds_and_keeps_what_is_still_needed(garbage: Garbage) -> None:
     lines = garbage.gc()
     killed = garbage.killed.name

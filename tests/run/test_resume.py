@@ -22,39 +22,28 @@ from agent.worktree.workspace import WIP_REF_PREFIX
 
 from support.cli_runs import LOCAL_AGENT, cli_command, transcript_of, wait_for
 from support.killed_runs import (
+    AFTER_ONE_STEP,
+    AFTER_THREE_STEPS,
     FINISH,
-    THREE_STEPS,
-    Killed,
-    killed_once,
-    killed_run,
+    FINISH_PERIMETER,
+    IN_A_COMMAND,
+    IN_A_REPAIR_ROUND,
+    IN_THE_SECOND_TASK,
     local_cli_here,
     resume,
     resume_command,
     start_killable,
     wip_refs,
 )
-from support.repos import BREAK, REPAIR, make_repo
+from support.repos import make_repo
 from support.scripted_server import Hold, Reply, ScriptedServer
 
 
-@pytest.fixture
-def three_steps_killed() -> Killed:
-    """Killed while the model was asked for its fourth step, after three tool calls (made once, put back)."""
-    return killed_once([*THREE_STEPS, Hold()], "Add one, two and three")
-
-
-@pytest.fixture
-def one_step_killed() -> Killed:
-    """Killed while the model was asked for its second step, after one tool call (made once, put back)."""
-    return killed_once([THREE_STEPS[0], Hold()], "Add one")
-
-
 @pytest.mark.killed
+@pytest.mark.started_at_collection(AFTER_THREE_STEPS)
 @pytest.mark.parametrize("reboot", [False, True], ids=["killed", "rebooted"])
-def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_files(
-    three_steps_killed: Killed, reboot: bool
-) -> None:
-    killed = three_steps_killed
+def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_files(reboot: bool) -> None:
+    killed = AFTER_THREE_STEPS.made()
     root, repo, run_dir, before_kill = killed.root, killed.repo, killed.run_dir, killed.requests
     assert wip_refs(repo)  # the files after each tool call, in the user's repository
     if reboot:  # a reboot empties the temporary directory, where the worktree was
@@ -90,8 +79,10 @@ def test_a_task_killed_after_three_tool_calls_goes_on_with_them_and_keeps_their_
 
 
 @pytest.mark.killed
-def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(three_steps_killed: Killed) -> None:
-    root, repo, run_dir = three_steps_killed.root, three_steps_killed.repo, three_steps_killed.run_dir
+@pytest.mark.started_at_collection(AFTER_THREE_STEPS)
+def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions() -> None:
+    killed = AFTER_THREE_STEPS.made()
+    root, repo, run_dir = killed.root, killed.repo, killed.run_dir
     four = Reply(tool_calls=[("create_file", {"path": "pkg/four.py", "content": "FOUR = 4\n"})])
     with ScriptedServer([four, Hold()]) as server:
         process = start_killable(resume_command(run_dir, server), root / "scratch")
@@ -113,11 +104,12 @@ def test_a_run_killed_again_after_resuming_goes_on_with_both_sessions(three_step
 
 
 @pytest.mark.killed
-def test_a_tool_call_cut_off_by_the_kill_is_reported_as_interrupted_and_never_run_again(tmp_path: Path) -> None:
-    script = [THREE_STEPS[0], Reply(tool_calls=[("bash", {"command": "sleep 300 && touch slept.txt"})])]
-    repo, run_dir, _ = killed_run(tmp_path, script, "Add one", until="sleep 300")
+@pytest.mark.started_at_collection(IN_A_COMMAND)
+def test_a_tool_call_cut_off_by_the_kill_is_reported_as_interrupted_and_never_run_again() -> None:
+    killed = IN_A_COMMAND.made()  # in `sleep 300 && touch slept.txt`, after a first tool call
+    repo, run_dir = killed.repo, killed.run_dir
 
-    done, after = resume(tmp_path, run_dir, [FINISH])
+    done, after = resume(killed.root, run_dir, [FINISH])
     assert done.returncode == 0, done.stdout
     messages = after[0]["messages"]
     cut_off = [m for m in messages if m["role"] == "tool" and m["content"] == CUT_OFF_RESULT]
@@ -130,14 +122,15 @@ def test_a_tool_call_cut_off_by_the_kill_is_reported_as_interrupted_and_never_ru
 
 
 @pytest.mark.killed
-def test_a_finished_task_is_not_redone_and_the_next_one_goes_on(tmp_path: Path) -> None:
-    script = [THREE_STEPS[0], FINISH, THREE_STEPS[1], Hold()]
-    repo, run_dir, before_kill = killed_run(tmp_path, script, "first", "second")
+@pytest.mark.started_at_collection(IN_THE_SECOND_TASK)
+def test_a_finished_task_is_not_redone_and_the_next_one_goes_on() -> None:
+    killed = IN_THE_SECOND_TASK.made()  # the first task finished, the second after one tool call
+    repo, run_dir, before_kill = killed.repo, killed.run_dir, killed.requests
     assert len(before_kill) == 4
     # As a kill between the first task's record and the deletion of its snapshots would leave it:
     git.Repo(repo).git.update_ref(f"{WIP_REF_PREFIX}{run_dir.name}/1", "main")
 
-    done, after = resume(tmp_path, run_dir, [FINISH])
+    done, after = resume(killed.root, run_dir, [FINISH])
     assert done.returncode == 0, done.stdout
     assert len(after) == 1  # only the second task's next request: the first is not asked again
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -152,7 +145,9 @@ def test_a_finished_task_is_not_redone_and_the_next_one_goes_on(tmp_path: Path) 
 
 
 @pytest.mark.killed
-def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice(one_step_killed: Killed) -> None:
+@pytest.mark.started_at_collection(AFTER_ONE_STEP)
+def test_a_task_whose_commit_landed_before_the_kill_is_recorded_not_done_twice() -> None:
+    one_step_killed = AFTER_ONE_STEP.made()
     root, repo, run_dir = one_step_killed.root, one_step_killed.repo, one_step_killed.run_dir
     # What a kill between the commit and the task's record leaves: the branch holds the task's commit.
     branch = next(e["branch"] for e in transcript_of(run_dir) if e["type"] == "task_start")
@@ -182,7 +177,9 @@ def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
 
 
 @pytest.mark.killed
-def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(one_step_killed: Killed) -> None:
+@pytest.mark.started_at_collection(AFTER_ONE_STEP)
+def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks() -> None:
+    one_step_killed = AFTER_ONE_STEP.made()
     root, repo, run_dir = one_step_killed.root, one_step_killed.repo, one_step_killed.run_dir
     with ScriptedServer([FINISH]) as server:
         command = [*cli_command(repo, server, run_dir.parent, "Add one", cli=LOCAL_AGENT), "--resume"]
@@ -195,7 +192,9 @@ def test_run_with_resume_picks_up_the_unfinished_run_of_the_same_tasks(one_step_
 
 
 @pytest.mark.killed
-def test_review_discard_drops_what_an_unfinished_run_kept_for_resume(one_step_killed: Killed) -> None:
+@pytest.mark.started_at_collection(AFTER_ONE_STEP)
+def test_review_discard_drops_what_an_unfinished_run_kept_for_resume() -> None:
+    one_step_killed = AFTER_ONE_STEP.made()
     repo, run_dir = one_step_killed.repo, one_step_killed.run_dir
     assert wip_refs(repo)
     arguments = ["review", "discard", run_dir.name, "--yes", "--runs-dir", str(run_dir.parent)]
@@ -223,15 +222,16 @@ def test_every_task_a_fleet_had_in_flight_goes_on_from_its_own_conversation(tmp_
 
 
 @pytest.mark.killed
-def test_a_task_killed_in_a_repair_round_goes_on_with_the_files_of_that_rounds_tool_calls(tmp_path: Path) -> None:
+@pytest.mark.started_at_collection(IN_A_REPAIR_ROUND)
+def test_a_task_killed_in_a_repair_round_goes_on_with_the_files_of_that_rounds_tool_calls() -> None:
     # The gate finds a regression and sends it back; the repair round's first tool call repairs it; the kill comes
     # while the model is asked for the next step. The repaired file must be what the resumed task goes on with.
-    finish = Reply(tool_calls=[("finish", {"summary": "Add perimeter"})])
-    repo, run_dir, before_kill = killed_run(tmp_path, [BREAK, finish, REPAIR, Hold()], "Add perimeter")
+    killed = IN_A_REPAIR_ROUND.made()
+    repo, run_dir, before_kill = killed.repo, killed.run_dir, killed.requests
     users = [m["content"] for m in before_kill[-1]["messages"] if m["role"] == "user"]
     assert "tests/test_geometry.py::test_area" in users[-1]  # the kill came in the repair round
 
-    done, after = resume(tmp_path, run_dir, [finish])
+    done, after = resume(killed.root, run_dir, [FINISH_PERIMETER])
     assert done.returncode == 0, done.stdout
     assert len(after) == 1, "the repair held: no further round"
     (task,) = json.loads((run_dir / "summary.json").read_text())["tasks"]

@@ -17,11 +17,12 @@ from agent.cli import app
 from agent.record.journal import run_directories
 from agent.worktree.workspace import WIP_REF_PREFIX
 
+from support import background
 from support.cli_runs import LOCAL_AGENT, cli_command, kill_processes_under, processes_under, start_cli, wait_for
 from support.local_cli import ForkedCli, start_local_cli
 from support.local_sandbox import LocalSandboxes
-from support.repos import SAMPLE_FILES, made_once, make_repo
-from support.scripted_server import Reply, ScriptedServer
+from support.repos import BREAK, REPAIR, SAMPLE_FILES, made_at_a_root, make_repo, once_made
+from support.scripted_server import Hold, Reply, ScriptedServer
 
 THREE_STEPS = [
     Reply(tool_calls=[("create_file", {"path": "pkg/one.py", "content": "ONE = 1\n"})]),
@@ -71,15 +72,40 @@ class Killed:
     requests: list[dict]  # what the server received before the kill; read, never changed
 
 
-def killed_once(script: list, *tasks: str, until: str = "held") -> Killed:
-    """killed_run's state, made once per session for the tests that resume or discard that same run, and put back
-    for each where it was made (support/repos.py: made_once): a killed run's CLI, forked and killed, costs ten
-    times the copy."""
+@dataclass(frozen=True, eq=False)
+class KilledState:
+    """killed_run of `script` and `tasks`, made once per session for the tests that resume or discard that same
+    run, and put back for each where it was made (support/repos.py: made_once): a killed run's CLI, forked and
+    killed, costs ten times the copy. A test that marks it (@pytest.mark.started_at_collection(state)) has it made
+    in the background as collection ends (support/background.py), where the run's processes take the other core
+    while the session goes on."""
 
-    def kill(root: Path) -> Killed:
-        return Killed(root, *killed_run(root, script, *tasks, until=until))
+    script: list
+    tasks: tuple[str, ...]
+    until: str = "held"
 
-    return made_once(("killed_run", repr(script), tasks, until), kill, lambda killed: killed.repo)
+    def __call__(self) -> tuple[Killed, Path, Path]:
+        """The state made at a root of its own, the root and its copy (what the background's process makes)."""
+        return made_at_a_root(self._kill)
+
+    def _kill(self, root: Path) -> Killed:
+        return Killed(root, *killed_run(root, self.script, *self.tasks, until=self.until))
+
+    def made(self) -> Killed:
+        return once_made(self, lambda: background.made(self), lambda killed: killed.repo)
+
+
+# The session's killed runs (test_resume's, and test_gc's garbage starts from the first).
+AFTER_THREE_STEPS = KilledState([*THREE_STEPS, Hold()], ("Add one, two and three",))
+AFTER_ONE_STEP = KilledState([THREE_STEPS[0], Hold()], ("Add one",))
+IN_A_COMMAND = KilledState(
+    [THREE_STEPS[0], Reply(tool_calls=[("bash", {"command": "sleep 300 && touch slept.txt"})])],
+    ("Add one",),
+    until="sleep 300",
+)
+IN_THE_SECOND_TASK = KilledState([THREE_STEPS[0], FINISH, THREE_STEPS[1], Hold()], ("first", "second"))
+FINISH_PERIMETER = Reply(tool_calls=[("finish", {"summary": "Add perimeter"})])
+IN_A_REPAIR_ROUND = KilledState([BREAK, FINISH_PERIMETER, REPAIR, Hold()], ("Add perimeter",))
 
 
 def start_killable(command: list[str], scratch: Path) -> ForkedCli | subprocess.Popen:

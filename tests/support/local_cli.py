@@ -30,6 +30,7 @@ from support.local_sandbox import LocalSandboxes
 # What `run` and `resume` import, once, in the server the processes are forked from; support.cli_preload last.
 _PRELOADED = ["support.local_cli", "agent.cli", "agent.run.command", "agent.record.live", "support.cli_preload"]
 _FORKSERVER = multiprocessing.get_context("forkserver")
+_SESSION = os.getpid()  # the session's process, which starts the server
 _starting = threading.Lock()
 _started: list[bool] = []
 
@@ -120,6 +121,14 @@ def start_forkserver() -> None:
         _started.append(True)
 
 
+def _as_the_session() -> None:
+    """In a process forked from the session's (support/background.py), the session's server, as the session reaches
+    it (its address and descriptors are inherited): multiprocessing would wait for it as for a child of its own,
+    which it is not here, and start a server of its own instead, a second of imports again."""
+    if _started:
+        multiprocessing.forkserver._forkserver.ensure_running = lambda: None  # type: ignore[attr-defined]
+
+
 def start_local_cli(
     command: list[str],
     scratch: Path,
@@ -130,6 +139,8 @@ def start_local_cli(
     and cwd), its stdin, stdout and stderr the descriptors `streams` (the caller's to close), or its output
     discarded."""
     assert tuple(command[: len(LOCAL_AGENT)]) == LOCAL_AGENT
+    if os.getpid() != _SESSION:
+        _as_the_session()
     start_forkserver()
     environment = {**cli_environment(scratch), **(environment or {})}
     arguments = command[len(LOCAL_AGENT) :]
