@@ -27,6 +27,7 @@ _WAITS: dict[str, Callable[[], Any]] = {}
 
 def started_early(start: Callable[[], Callable[[], Result]]) -> Any:
     name = start.__name__
+    assert name not in _STARTS, f"two early fixtures named {name}: the collection hook finds them by name"
     _STARTS[name] = start
 
     @pytest.fixture(scope="session", name=name)
