@@ -23,10 +23,13 @@ sys.dont_write_bytecode = False
 # and 0.14 ms to remove, on /dev/shm 0.02 ms, and a session makes and removes thousands (tests/packing and
 # tests/worktree: 16.6 -> 8-11 s wall, 4.1 -> 1.9 s of system CPU). A folder per user, kept, as /tmp/pytest-of-USER
 # is: pytest keeps its last three sessions' folders there.
+# Tests run scripts and make device nodes in their folders: a tmpfs mounted noexec, nodev or nosuid (as a container's
+# /dev/shm often is) is not used.
 _TMPFS, _TMPFS_MIN_FREE = Path("/dev/shm"), 2 * 1024**3
 if "TMPDIR" not in os.environ and _TMPFS.is_dir() and os.access(_TMPFS, os.W_OK):
     _free = os.statvfs(_TMPFS)
-    if _free.f_bavail * _free.f_frsize >= _TMPFS_MIN_FREE:
+    _limited = _free.f_flag & (os.ST_NOEXEC | os.ST_NODEV | os.ST_NOSUID)
+    if not _limited and _free.f_bavail * _free.f_frsize >= _TMPFS_MIN_FREE:
         _tmpfs_home = _TMPFS / f"refactor-agent-tests-{os.getuid()}"
         _tmpfs_home.mkdir(mode=0o700, exist_ok=True)
         if not _tmpfs_home.is_symlink() and _tmpfs_home.stat().st_uid == os.getuid():  # ours, not a planted one
