@@ -4,8 +4,10 @@ fingerprint of a user's checkout."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
+import secrets
 import shutil
 import stat
 import struct
@@ -89,16 +91,26 @@ def copy_of_template(key: tuple[object, ...], path: Path, build: Callable[[Path]
 
 def _session_folder() -> Path:
     """A new folder of the session's own (removed as it ends), for a template or a state made once."""
-    return Path(tempfile.mkdtemp(dir=session_root()))
+    return _new_folder(session_root(), "")
 
 
 def session_root() -> Path:
     """Where the session's templates and states made once are (made at the first call, removed as the session
     ends): the session's process makes it before it forks one that makes templates or states there too."""
     if not _TEMPLATE_ROOT:
-        _TEMPLATE_ROOT.append(Path(tempfile.mkdtemp(prefix="repo-templates-", dir=_TEMPLATE_PARENT)))
+        _TEMPLATE_ROOT.append(_new_folder(_TEMPLATE_PARENT, "repo-templates-"))
         atexit.register(shutil.rmtree, _TEMPLATE_ROOT[0], ignore_errors=True)
     return _TEMPLATE_ROOT[0]
+
+
+def _new_folder(parent: Path, prefix: str) -> Path:
+    """mkdtemp's folder with a name of hex digits: a state's paths are shown in its reports, and report.md escapes
+    an underscore at a name's end (mkdtemp's names hold underscores), which a test comparing the path would not."""
+    while True:
+        folder = parent / f"{prefix}{secrets.token_hex(6)}"
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+            return folder
 
 
 # States made once per session (a first night, a killed run), each at a root of its own and kept as a copy: the
