@@ -58,9 +58,15 @@ os.environ["XDG_STATE_HOME"] = str(_session_home / "state")
 os.environ[ZYGOTE_ENV] = f"{os.getpid()}:{_session_home / 'zygote.sock'}"
 
 
+# First of the collection's hooks: the background's process (support/background.py) is forked before any of the
+# others starts a thread (support/early.py's work), which a forked process would not have. Nothing for
+# --collect-only: nothing runs.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     from support.background import start_at_collection
 
+    if session.config.option.collectonly:
+        return
     # The killed runs' CLIs are forked from a server that imports the CLI first (support/local_cli.py): started now,
     # it imports while the tests before them run, not when the first of them waits for it; before the background's
     # process is forked, which then forks its killed runs' CLIs from it too.

@@ -18,6 +18,8 @@
 - llama_fixtures.py: real llama-servers with the embedded model, one per session;
 - install_fixtures.py: the wheel built from the source tree, installed into a fresh environment;
 - early.py: session fixtures whose work starts as collection ends, in the background;
+- background.py: the states tests start from (a night, a run), made as collection ends in a forked process;
+- nights.py: a named night on a fixture repository, night after night, and the states of its first nights;
 - namespaces.py: a loopback-only network namespace for tests that must not reach the network;
 - dsml.py: DeepSeek V4's tool-call markup (DSML) as the model writes it, and the replies a played server plays;
 - played_server.py: a real llama-server behind a loopback proxy that plays scripted replies through its parser;

@@ -1,14 +1,16 @@
-"""Work a test only waits for, started as the session's collection ends: it runs on the other core while the serial
-session goes on, and the test that marks it (`@pytest.mark.started_at_collection(work)`) takes its result as the
-same work done then would have given it. Deselected, nothing starts; without the session's collection hook (or
-if the work failed in the background) a test asks and gets it all the same, or the failure.
+"""States of the tests' own made as the session's collection ends, on the second core, while the serial session runs
+the tests before theirs: a test marks the state it starts from (`@pytest.mark.started_at_collection(state)`, a
+callable of no arguments whose result is picklable: a night made on a fixture repository, State below) and gets
+what state() returned when it asks for it (made(state)). The marked states are made one after the other, in the
+order of the tests that use them, in one child process forked from the session's as collection ends, at a lower
+priority (support/early.py's policy: the session's own processes keep their core). Deselected, nothing is made;
+nothing for --collect-only; a state no test marked (or asked for without the collection hook) is made when asked,
+in this process, and a state that failed in the background fails the test that asks for it, with its traceback.
 
-Two kinds: a command (a tuple, its argv: a process of its own, whose exit code and output a test reads) and a
-state of the tests' own (a callable of no arguments, its result picklable: a night made on a fixture repository),
-made in one child process forked from the session's, one after the other in the order of the tests that use them.
-Such a state is made at a place of its own and reads nothing the session writes: the child has its own
-$XDG_STATE_HOME and $XDG_CACHE_HOME (what the session remembers and caches) and its own temporary directory (its
-runs' worktrees and scratch folders, which the session's runs would otherwise see as another run's)."""
+A state is made at a place of its own and reads nothing the session writes: the child has its own $XDG_STATE_HOME
+and $XDG_CACHE_HOME (what the session remembers and caches) and its own temporary directory (its runs' worktrees
+and scratch folders, which the session's runs would otherwise see as another run's). The processes a test only
+waits for have support/early.py's fixtures."""
 
 from __future__ import annotations
 
@@ -18,10 +20,9 @@ import os
 import pickle
 import shutil
 import signal
-import subprocess
 import tempfile
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic
@@ -31,37 +32,18 @@ import pytest
 from support.local_sandbox import zygote_socket
 from support.repos import Made, made_at_a_root, once_made, session_root
 
-_started: dict[tuple[str, ...], subprocess.Popen[bytes]] = {}
-_ended: dict[tuple[str, ...], subprocess.CompletedProcess[bytes]] = {}
+NICE = 10  # support/early.py's BACKGROUND
 
 
 def start_at_collection(items: Iterable[pytest.Item]) -> None:
+    """The session's collection hook (tests/conftest.py): the child that makes the states the selected tests mark."""
     states: list[Callable[[], Any]] = []
     for item in items:
         for marker in item.iter_markers("started_at_collection"):
-            work = marker.args[0]
-            if isinstance(work, tuple):
-                _start(work)
-            elif work not in states:
-                states.append(work)
+            if marker.args[0] not in states:
+                states.append(marker.args[0])
     if states:
         _Child.fork(states)
-
-
-def _start(argv: tuple[str, ...]) -> subprocess.Popen[bytes]:
-    if argv not in _started:
-        _started[argv] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    return _started[argv]
-
-
-def finished(argv: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
-    """The command's run, started at collection (or now), once it ended: its exit code and output (stderr in it)."""
-    key = tuple(argv)
-    if key not in _ended:
-        process = _start(key)
-        output, _ = process.communicate(timeout=600)
-        _ended[key] = subprocess.CompletedProcess(list(argv), process.returncode, output)
-    return _ended[key]
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,6 +101,7 @@ class _Child:
     @staticmethod
     def _make(states: list[Callable[[], Any]], folder: Path, done: int) -> None:
         try:
+            os.nice(NICE)
             log = os.open(folder / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             os.dup2(log, 1)
             os.dup2(log, 2)
