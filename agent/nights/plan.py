@@ -243,7 +243,7 @@ def _repo_plan(
         for key, (config, spec) in wanted.items()
     }
     store = record_store(night.runs_dir, repo, safe_git, name, known, run_id, log, read_only=plan_only)
-    record = store.load()
+    record = store.load(tips)
     # A name another task has (any fate), or a branch of ours without a record (not ours: left alone).
     taken = {task.branch for task in record.tasks.values()}
     taken |= {branch for branch in tips if branch.startswith(f"{BRANCH_PREFIX}{name}/")} - taken

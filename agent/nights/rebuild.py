@@ -17,16 +17,26 @@ VERDICTS = ("verified", "unverified", "regressed")
 
 
 def rebuild(
-    git: SafeGit, night: str, known: dict[TaskKey, TaskRecord], *, work_tree: str, git_dir: str, written_by: str
+    git: SafeGit,
+    night: str,
+    known: dict[TaskKey, TaskRecord],
+    *,
+    work_tree: str,
+    git_dir: str,
+    written_by: str,
+    tips: dict[str, str] | None = None,
 ) -> TaskRecordFile:
     """`known`: tonight's tasks as a fresh record would have them (text, kind, branch, fingerprint); a branch of
-    the night with a key that is not among them is archived."""
-    listing = git.run(
-        "for-each-ref", "--format=%(refname:strip=2) %(objectname)", f"refs/heads/{BRANCH_PREFIX}{night}/"
-    ).decode("utf-8", errors="replace")
+    the night with a key that is not among them is archived. `tips`: every branch's tip as a listing just read them
+    (the plan's), whose night branches are those for-each-ref would list; None: listed here."""
+    prefix = f"{BRANCH_PREFIX}{night}/"
+    if tips is None:
+        listing = git.run("for-each-ref", "--format=%(refname:strip=2) %(objectname)", f"refs/heads/{prefix}")
+        rows = [line.partition(" ")[::2] for line in listing.decode("utf-8", errors="replace").splitlines()]
+    else:  # a pattern ending in "/" matches the start of a ref's name (no ref name holds a glob's characters)
+        rows = [(branch, tip) for branch, tip in tips.items() if branch.startswith(prefix)]
     tasks: dict[TaskKey, TaskRecord] = {}
-    for line in listing.splitlines():
-        branch, _, tip = line.partition(" ")
+    for branch, tip in rows:
         try:
             message = git.read_capped("cat-file", "commit", tip, max_bytes=MAX_MESSAGE_BYTES).data
             base = git.run("rev-parse", "--verify", f"{tip}^").decode().strip()

@@ -61,9 +61,10 @@ class RecordStore:
         self.read_only = read_only
         self.said_unreadable = False
 
-    def load(self) -> TaskRecordFile:
-        """The record as git says it is now: pending moves settled (in memory; written by the next update)."""
-        return self._settled(self._read(rename_unreadable=False))
+    def load(self, tips: dict[str, str] | None = None) -> TaskRecordFile:
+        """The record as git says it is now: pending moves settled (in memory; written by the next update). `tips`:
+        every branch's tip as just listed, for a rebuild (agent/nights/rebuild.py)."""
+        return self._settled(self._read(rename_unreadable=False, tips=tips))
 
     def update(self, change: Callable[[TaskRecordFile], None], *, made: PendingMove | None = None) -> TaskRecordFile:
         """`made`: a pending move whose transaction this process just committed: its branch is at the new commit,
@@ -85,12 +86,12 @@ class RecordStore:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _read(self, *, rename_unreadable: bool) -> TaskRecordFile:
+    def _read(self, *, rename_unreadable: bool, tips: dict[str, str] | None = None) -> TaskRecordFile:
         try:
             with open(self.path, "rb") as file:
                 data = file.read(MAX_RECORD_BYTES + 1)
         except FileNotFoundError:
-            return self._rebuilt()
+            return self._rebuilt(tips)
         try:
             if len(data) > MAX_RECORD_BYTES:
                 raise ValueError(f"larger than {MAX_RECORD_BYTES} bytes")
@@ -102,7 +103,7 @@ class RecordStore:
             if isinstance(error, NightError):
                 raise
             kept = self.path.with_name(f"{self.path.name}.unreadable-{self.written_by}")
-            record = self._rebuilt()
+            record = self._rebuilt(tips)
             what = "ValidationError" if isinstance(error, ValidationError) else error.__class__.__name__
             if rename_unreadable:
                 self.path.rename(kept)
@@ -118,7 +119,7 @@ class RecordStore:
                 self.said_unreadable = True
             return record
 
-    def _rebuilt(self) -> TaskRecordFile:
+    def _rebuilt(self, tips: dict[str, str] | None) -> TaskRecordFile:
         return rebuild(
             self.git,
             self.night,
@@ -126,6 +127,7 @@ class RecordStore:
             work_tree=str(self.git.work_tree),
             git_dir=str(self.git.git_dir),
             written_by=self.written_by,
+            tips=tips,
         )
 
     def _settled(self, record: TaskRecordFile, made: PendingMove | None = None) -> TaskRecordFile:

@@ -86,6 +86,17 @@ def test_an_unparsable_record_is_rebuilt_from_the_branches_and_kept_beside(tmp_p
     assert TaskRecordFile.model_validate_json(store.path.read_bytes()).tasks[KEY].tip == tip
 
 
+def test_a_missing_record_rebuilt_from_the_plans_branch_listing_is_the_one_git_would_list(tmp_path: Path) -> None:
+    repo, _safe, store, _lines = setup(tmp_path)
+    commit_on(repo, BRANCH, f"Add units\n\nRefactor-Agent-Run: r1\nRefactor-Agent-Task: {KEY}")
+    commit_on(repo, f"{BRANCH}-2", f"Other\n\nRefactor-Agent-Task: {KEY}-2")
+    commit_on(repo, "refactor-agent/nightlyx/add-units", f"Another night's\n\nRefactor-Agent-Task: {KEY}x")
+    listed = git(repo, "for-each-ref", "--format=%(refname:lstrip=2) %(objectname)", "refs/heads/").splitlines()
+    tips = dict(line.split(" ") for line in listed)
+    assert store.load(tips) == store.load()
+    assert sorted(store.load(tips).tasks) == [KEY, f"{KEY}-2"]  # the other night's branch is not this night's
+
+
 def test_an_unparsable_record_read_for_a_plan_is_read_as_rebuilt_and_nothing_is_written(tmp_path: Path) -> None:
     repo, safe, _store, lines = setup(tmp_path)
     tip = commit_on(repo, BRANCH, f"Add units\n\nRefactor-Agent-Run: r1\nRefactor-Agent-Task: {KEY}")
