@@ -4,6 +4,7 @@ from the model's own tokenizer on a real llama-server (SmolLM2-135M, marker `lla
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import itertools
 import json
@@ -287,12 +288,14 @@ def test_ranking_puts_task_named_files_first(tmp_path: Path, cache_dir: Path) ->
     assert {view for view, _ in fifth.values()} == {"full", "outline", "path"}
 
 
-# Packs the repository into each cache folder named on a line of its input, and prints the digest of each text.
+# Packs the repository into each cache folder named on a line of its input, and prints the digest of each text; an
+# empty line ends it, as does the end of its input (which a process forked from the session meanwhile would delay:
+# it holds the pipe too).
 PACKER_SCRIPT = (
     "import sys, hashlib; from pathlib import Path; from agent.packing import PackOptions, pack_repository\n"
     "repo, budget, task = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]\n"
-    "for line in sys.stdin:\n"
-    "    options = PackOptions(cache_dir=Path(line.rstrip('\\n')), budget_tokens=budget, task=task)\n"
+    "while line := sys.stdin.readline().rstrip('\\n'):\n"
+    "    options = PackOptions(cache_dir=Path(line), budget_tokens=budget, task=task)\n"
     "    print(hashlib.sha256(pack_repository(repo, options).text.encode()).hexdigest(), flush=True)\n"
 )
 
@@ -303,10 +306,14 @@ def _packer_process(repo: Path, seed: str, budget: int, task: str) -> subprocess
     return subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
-def _ask_to_pack(process: subprocess.Popen[str], cache_dir: Path) -> None:
+def _ask_to_pack(process: subprocess.Popen[str], cache_dir: Path | str) -> None:
     assert process.stdin is not None
     process.stdin.write(f"{cache_dir}\n")
     process.stdin.flush()
+
+
+def _ask_to_stop(process: subprocess.Popen[str]) -> None:
+    _ask_to_pack(process, "")
 
 
 @dataclass(frozen=True)
@@ -346,6 +353,8 @@ def test_deterministic_across_processes(cold_packers: ColdPackers) -> None:
         digests.add(processes[0].stdout.readline().strip())
     finally:
         for process in processes:
+            with contextlib.suppress(BrokenPipeError):  # ended already: its failure is told below
+                _ask_to_stop(process)
             process.communicate()
     assert [process.returncode for process in processes] == [0, 0]
     assert len(digests) == 1 and "" not in digests
