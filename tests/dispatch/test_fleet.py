@@ -49,8 +49,12 @@ MIN_TASK_TIME_S = 10
 
 @pytest.fixture
 def local_sandboxes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`run` on the command line with its tasks' sandboxes on this machine."""
-    monkeypatch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(tmp_path))
+    sandboxes_here(monkeypatch, tmp_path)
+
+
+def sandboxes_here(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    """`run` on the command line with its tasks' sandboxes on this machine (their folders under `root`)."""
+    monkeypatch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(root))
 
 
 def create(key: str) -> Reply:
@@ -190,8 +194,9 @@ def _stopped(tmp_path: Path) -> tuple[Path, RunSummary, int]:
     return repo, summary, asked
 
 
-# Every other run of this module (this one, TIMED_OUT, DEAD_AT_START[False]) is made in the background from the
-# session's collection on (support/background.py), on the other core while the session runs the ones between.
+# Every other run of this module (this one, TIMED_OUT, IN_TWO_SLOTS, DEAD_AT_START[False]) is made in the background
+# from the session's collection on (support/background.py), on the other core while the session runs the ones
+# between.
 STOPPED = State(_stopped, lambda made: made[0])
 
 
@@ -304,8 +309,9 @@ def test_at_the_deadline_a_fleet_stops_its_tasks_in_flight_and_skips_those_that_
         assert "Refactor-Agent-Status: timed_out" in user.commit(task.branch).message
 
 
-def test_parallel_tasks_on_one_server_each_in_a_slot_of_its_own(tmp_path: Path, local_sandboxes: None) -> None:
-    """`run --parallel 2`: both tasks in flight at once on one server, each pinned to its own slot throughout."""
+def _in_two_slots(tmp_path: Path) -> tuple[Path, int, str, list[dict]]:
+    """`run --parallel 2` of two tasks on a server of two slots: the runs folder, the exit code, the output and the
+    requests the server received."""
     repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
     together = threading.Barrier(2, timeout=120)  # each task's first reply waits for the other task's first request
 
@@ -314,12 +320,22 @@ def test_parallel_tasks_on_one_server_each_in_a_slot_of_its_own(tmp_path: Path, 
 
     first = {key: Reply(tool_calls=create(key).tool_calls, before=meet) for key in TASKS}
     scripts = {text: [first[key], look(), finish(key)] for key, text in TASKS.items()}
-    with ScriptedServer(scripts=scripts, slots=2) as server:
+    with ScriptedServer(scripts=scripts, slots=2) as server, pytest.MonkeyPatch.context() as patch:
+        sandboxes_here(patch, tmp_path)
         command = ["run", str(repo), *[part for text in TASKS.values() for part in ("--task", text)]]
         runs = tmp_path / "runs"
         result = CliRunner().invoke(app, [*command, "--server", server.url, "--parallel", "2", "--runs-dir", str(runs)])
-        requests = list(server.requests)
-    assert result.exit_code == 0, result.output
+        return runs, result.exit_code, result.output, list(server.requests)
+
+
+IN_TWO_SLOTS = State(_in_two_slots, lambda made: made[0].parent / "repo")  # in the background (see STOPPED)
+
+
+@pytest.mark.started_at_collection(IN_TWO_SLOTS)
+def test_parallel_tasks_on_one_server_each_in_a_slot_of_its_own() -> None:
+    """`run --parallel 2`: both tasks in flight at once on one server, each pinned to its own slot throughout."""
+    runs, exit_code, output, requests = IN_TWO_SLOTS.made()
+    assert exit_code == 0, output
     _run_dir, summary, lines = read_run(runs)
     assert [(task["index"], task["status"]) for task in summary["tasks"]] == [(1, "committed"), (2, "committed")]
     slot_of = {}
@@ -341,7 +357,7 @@ def _with_a_dead_server(dead_first: bool) -> Callable[[Path], tuple[Path, int, s
         tasks = [option for text in TASKS.values() for option in ("--task", text)]
         runs = tmp_path / "runs"
         with ScriptedServer(scripts=scripts) as live, pytest.MonkeyPatch.context() as patch:
-            patch.setattr(agent.run.command, "docker_sandboxes", lambda: LocalSandboxes(tmp_path))
+            sandboxes_here(patch, tmp_path)
             servers = [dead, live.url] if dead_first else [live.url, dead]
             options = [*(option for url in servers for option in ("--server", url)), "--runs-dir", str(runs)]
             result = CliRunner().invoke(app, ["run", str(repo), *tasks, *options])
