@@ -28,6 +28,7 @@ from agent.gate.unittest_output import parse_unittest
 from agent.gate.verdict import evidence_trailer, judge, repair_message
 from sandbox import DockerSandbox
 
+from support.local_sandbox import LocalExecutor, sandbox_environment
 from support.repos import SAMPLE_FILES, make_repo
 
 MIXED_TESTS = """
@@ -61,23 +62,26 @@ def _suite(outcomes: dict, ran: bool = True) -> SuiteRun:
     return SuiteRun(command="pytest", ran=ran, outcomes=outcomes, counts=count(outcomes), per_test=True)
 
 
+def _sandbox(tmp_path: Path) -> tuple[Path, LocalExecutor]:
+    """A folder for a suite, and a local sandbox working in it: real pytest as the gate runs it (the image's, with
+    no plugins of this environment), forked from the session's pytest zygote."""
+    (tmp_path / "home").mkdir()
+    (tmp_path / "repo" / "tests").mkdir(parents=True)
+    return tmp_path / "repo", LocalExecutor(tmp_path / "repo", sandbox_environment(tmp_path / "home"))
+
+
+# As the gate runs it: no user site-packages.
+PYTEST = "PYTHONNOUSERSITE=1 python3 -m pytest -p no:cacheprovider -o junit_family=xunit1"
+
+
 def test_junit_from_real_pytest_names_tests_by_their_node_ids(tmp_path: Path) -> None:
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_mixed.py").write_text(MIXED_TESTS)
-    (tmp_path / "tests" / "test_unimportable.py").write_text("import not_installed_here\n\ndef test_x():\n    pass\n")
+    root, sandbox = _sandbox(tmp_path)
+    (root / "tests" / "test_mixed.py").write_text(MIXED_TESTS)
+    (root / "tests" / "test_unimportable.py").write_text("import not_installed_here\n\ndef test_x():\n    pass\n")
     report = tmp_path / "junit.xml"
-    pytest_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
-    # The two runs at once (neither reads what the other writes): a core each instead of one after the other.
-    run = subprocess.Popen(
-        [*pytest_run, f"--junitxml={report}", "--continue-on-collection-errors", "tests"],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    collected = subprocess.run(
-        [*pytest_run, "--collect-only", "-q", "tests"], cwd=tmp_path, capture_output=True, text=True
-    ).stdout
-    run.wait()
+    run = sandbox.execute(f"{PYTEST} --junitxml={report} --continue-on-collection-errors tests")
+    collected = sandbox.execute(f"{PYTEST} --collect-only -q tests 2>/dev/null").output
+    assert run.exit_code == 1, run.output
     node_ids = {line for line in collected.splitlines() if "::" in line}
     parsed = parse_junit(report.read_bytes())
     assert parsed is not None
@@ -238,19 +242,17 @@ def test_stable():
 """
 
 
-def _junit_run(root: Path, name: str) -> SuiteRun:
-    report = root / f"{name}.xml"
-    pytest_run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
-    subprocess.run([*pytest_run, f"--junitxml={report}", "tests"], cwd=root, capture_output=True)
+def _junit_run(sandbox: LocalExecutor, report: Path) -> SuiteRun:
+    sandbox.execute(f"{PYTEST} --junitxml={report} tests")
     parsed = parse_junit(report.read_bytes())
     assert parsed is not None
     return _suite(parsed.outcomes)
 
 
 def test_ids_that_change_between_runs_of_the_same_tree_are_not_regressions(tmp_path: Path) -> None:
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_ids.py").write_text(RUN_DEPENDENT_IDS)
-    baseline, after = _junit_run(tmp_path, "baseline"), _junit_run(tmp_path, "after")
+    root, sandbox = _sandbox(tmp_path)
+    (root / "tests" / "test_ids.py").write_text(RUN_DEPENDENT_IDS)
+    baseline, after = _junit_run(sandbox, tmp_path / "baseline.xml"), _junit_run(sandbox, tmp_path / "after.xml")
     assert set(baseline.outcomes) != set(after.outcomes), "the set-up: the ids differ between the two runs"
     assert baseline.counts == after.counts == {"passed": 4}
     comparison = compare(baseline, after)
