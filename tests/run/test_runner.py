@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
@@ -16,8 +16,9 @@ from agent.protocol.model import RetriesExhausted
 from agent.protocol.records import RunSummary
 from agent.record.reasons import reason_line
 
+from support import background
 from support.local_sandbox import LocalSandboxes
-from support.repos import BREAK, REPAIR, SAMPLE_FILES, make_repo
+from support.repos import BREAK, REPAIR, SAMPLE_FILES, made_at_a_root, make_repo, once_made
 from support.scripted_model import ScriptedModel, run_in_process
 from support.scripted_server import Reply
 
@@ -51,9 +52,81 @@ def trailers(repo: Path, commit: str) -> dict[str, str]:
     return dict(line.split(": ", 1) for line in message.splitlines() if line.startswith("Refactor-Agent-"))
 
 
-def test_a_regression_goes_back_to_the_model_and_its_repair_is_verified(tmp_path: Path) -> None:
-    repo = sample_repo(tmp_path)
-    summary, events, model = run(tmp_path, repo, [BREAK, finish("Add perimeter"), REPAIR, finish("Add perimeter")])
+@dataclass
+class SharedRun:
+    """A run at `root` on the sample repository `repo`: its summary, the events it emitted and its model."""
+
+    root: Path
+    repo: Path
+    summary: RunSummary
+    events: list
+    model: ScriptedModel
+
+
+@dataclass(frozen=True, eq=False)
+class RunState:
+    """A run of `script` on the sample repository (with `extra` files), made once per session at a root of its own
+    for the tests that read it (support/repos.py: made_once). A test that marks it
+    (@pytest.mark.started_at_collection(state)) has it made in the background as collection ends
+    (support/background.py): the run's gates take the other core while the session goes on."""
+
+    script: list
+    tasks: tuple[str, ...] = ("Add perimeter",)
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self) -> tuple[SharedRun, Path, Path]:
+        """The run made at a root of its own, the root and its copy (what the background's process makes)."""
+        return made_at_a_root(self._run)
+
+    def _run(self, root: Path) -> SharedRun:
+        repo = sample_repo(root, self.extra)
+        summary, events, model = run(root, repo, self.script, list(self.tasks))
+        return SharedRun(root, repo, summary, events, model)
+
+    def made(self) -> SharedRun:
+        return once_made(self, lambda: background.made(self), lambda made: made.repo)
+
+
+REPAIRED = RunState([BREAK, finish("Add perimeter"), REPAIR, finish("Add perimeter")])
+# A task whose work regresses two tests and stays broken through both repair rounds: read by the tests of its
+# verdict, its commit and its record.
+STAYS_BROKEN = RunState([BREAK, finish("Add perimeter"), finish("done"), finish("really done")])
+# Passes at baseline (1st run), fails at the gate (2nd), passes when re-run alone (3rd): the sandbox's temporary
+# directory lives as long as the task's sandbox.
+FLAKY_TEST = (
+    "import pathlib\nimport tempfile\n\n\ndef test_sometimes():\n"
+    "    counter = pathlib.Path(tempfile.gettempdir()) / 'flaky-count'\n"
+    "    runs = int(counter.read_text()) if counter.exists() else 0\n"
+    "    counter.write_text(str(runs + 1))\n"
+    "    assert runs != 1\n"
+)
+ADD_DOCSTRING = Reply(
+    tool_calls=[
+        (
+            "str_replace",
+            {
+                "path": "pkg/report.py",
+                "old": "def describe(width, height):\n",
+                "new": 'def describe(width, height):\n    """Say the area."""\n',
+            },
+        )
+    ]
+)
+FLAKY = RunState([ADD_DOCSTRING, finish("Document describe")], extra={"tests/test_flaky.py": FLAKY_TEST})
+ON_ONE_COMMIT = RunState([finish("nothing to do")] * 3, tasks=tuple(f"Task number {n}" for n in range(3)))
+ADD = Reply(tool_calls=[("create_file", {"path": "pkg/extra.py", "content": "VALUE = 2\n"})])
+# Three tasks: the first commits its new file, the second creates it too and then loses the model server, the
+# third changes nothing.
+THREE_TASKS = RunState(
+    [ADD, finish("Add pkg.extra"), ADD, GONE, finish("nothing to do")],
+    tasks=("Add pkg.extra", "Lose the server", "Look around"),
+)
+
+
+@pytest.mark.started_at_collection(REPAIRED)
+def test_a_regression_goes_back_to_the_model_and_its_repair_is_verified() -> None:
+    made = REPAIRED.made()
+    repo, summary, events, model = made.repo, made.summary, made.events, made.model
     (task,) = summary.tasks
     assert (task.status, task.verdict) == ("committed", "verified")
     assert task.tests is not None and task.tests.repair_rounds == 1
@@ -72,27 +145,9 @@ def test_a_regression_goes_back_to_the_model_and_its_repair_is_verified(tmp_path
     assert [event.verdict for event in events if event.type == "gate"] == ["regressed", "verified"]
 
 
-@dataclass
-class SharedRun:
-    """One run, made once for the module and read by several tests."""
-
-    root: Path
-    repo: Path
-    summary: RunSummary
-    model: ScriptedModel
-
-
-@pytest.fixture(scope="module")
-def stays_broken(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
-    """A task whose work regresses two tests and stays broken through both repair rounds: one run, read by the
-    tests of its verdict, its commit and its record."""
-    root = tmp_path_factory.mktemp("stays-broken")
-    repo = sample_repo(root)
-    summary, _, model = run(root, repo, [BREAK, finish("Add perimeter"), finish("done"), finish("really done")])
-    return SharedRun(root, repo, summary, model)
-
-
-def test_work_that_stays_broken_is_committed_as_regressed(stays_broken: SharedRun) -> None:
+@pytest.mark.started_at_collection(STAYS_BROKEN)
+def test_work_that_stays_broken_is_committed_as_regressed() -> None:
+    stays_broken = STAYS_BROKEN.made()
     tmp_path, repo, summary, model = stays_broken.root, stays_broken.repo, stays_broken.summary, stays_broken.model
     (task,) = summary.tasks
     assert (task.status, task.verdict) == ("committed", "regressed")
@@ -107,39 +162,18 @@ def test_work_that_stays_broken_is_committed_as_regressed(stays_broken: SharedRu
     assert "| regressed |" in report and "tests/test_geometry.py::test_area" in report
 
 
-def test_a_test_that_passes_when_re_run_alone_is_flaky(tmp_path: Path) -> None:
-    # Passes at baseline (1st run), fails at the gate (2nd), passes when re-run alone (3rd): the sandbox's temporary
-    # directory lives as long as the task's sandbox.
-    flaky = (
-        "import pathlib\nimport tempfile\n\n\ndef test_sometimes():\n"
-        "    counter = pathlib.Path(tempfile.gettempdir()) / 'flaky-count'\n"
-        "    runs = int(counter.read_text()) if counter.exists() else 0\n"
-        "    counter.write_text(str(runs + 1))\n"
-        "    assert runs != 1\n"
-    )
-    repo = sample_repo(tmp_path, {"tests/test_flaky.py": flaky})
-    add_docstring = Reply(
-        tool_calls=[
-            (
-                "str_replace",
-                {
-                    "path": "pkg/report.py",
-                    "old": "def describe(width, height):\n",
-                    "new": 'def describe(width, height):\n    """Say the area."""\n',
-                },
-            )
-        ]
-    )
-    summary, _, _ = run(tmp_path, repo, [add_docstring, finish("Document describe")])
+@pytest.mark.started_at_collection(FLAKY)
+def test_a_test_that_passes_when_re_run_alone_is_flaky() -> None:
+    summary = FLAKY.made().summary
     (task,) = summary.tasks
     assert task.verdict == "verified"
     assert task.tests is not None and task.tests.flaky == ["tests/test_flaky.py::test_sometimes"]
 
 
-def test_tasks_on_one_commit_run_the_baseline_once(tmp_path: Path) -> None:
-    repo = sample_repo(tmp_path)
-    tasks = [f"Task number {n}" for n in range(3)]
-    summary, events, _ = run(tmp_path, repo, [finish("nothing to do")] * 3, tasks=tasks)
+@pytest.mark.started_at_collection(ON_ONE_COMMIT)
+def test_tasks_on_one_commit_run_the_baseline_once() -> None:
+    made = ON_ONE_COMMIT.made()
+    summary, events = made.summary, made.events
     assert [task.verdict for task in summary.tasks] == ["no_changes"] * 3
     baselines = [event for event in events if event.type == "baseline"]
     assert [event.cached for event in baselines] == [False, True, True]
@@ -187,8 +221,9 @@ def test_the_suite_has_its_own_timeout_not_the_models_command_timeout(tmp_path: 
     assert baseline.result.endswith("timed out after 0.1s")
 
 
-def test_a_regressed_task_keeps_each_failure_and_every_rounds_count(stays_broken: SharedRun) -> None:
-    (task,) = stays_broken.summary.tasks
+@pytest.mark.started_at_collection(STAYS_BROKEN)
+def test_a_regressed_task_keeps_each_failure_and_every_rounds_count() -> None:
+    (task,) = STAYS_BROKEN.made().summary.tasks
     assert task.verdict == "regressed" and task.tests is not None
     assert task.tests.rounds == [2, 2, 2], "the first check and one per repair round"
     assert set(task.tests.failures) == set(AREA_TESTS)
@@ -197,20 +232,9 @@ def test_a_regressed_task_keeps_each_failure_and_every_rounds_count(stays_broken
     assert reason_line(task).endswith("round 1: 2 regressed → round 2: 2 → round 3: 2")
 
 
-@pytest.fixture(scope="module")
-def three_tasks(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
-    """Three tasks: the first commits its new file, the second creates it too and then loses the model server,
-    the third changes nothing."""
-    root = tmp_path_factory.mktemp("three-tasks")
-    repo = sample_repo(root)
-    add = Reply(tool_calls=[("create_file", {"path": "pkg/extra.py", "content": "VALUE = 2\n"})])
-    tasks = ["Add pkg.extra", "Lose the server", "Look around"]
-    summary, _, model = run(root, repo, [add, finish("Add pkg.extra"), add, GONE, finish("nothing to do")], tasks)
-    return SharedRun(root, repo, summary, model)
-
-
-def test_a_server_lost_mid_task_is_failed_as_lost_never_no_changes(three_tasks: SharedRun) -> None:
-    summary = three_tasks.summary
+@pytest.mark.started_at_collection(THREE_TASKS)
+def test_a_server_lost_mid_task_is_failed_as_lost_never_no_changes() -> None:
+    summary = THREE_TASKS.made().summary
     task = summary.tasks[1]  # its work (a file created) done, the server lost
     assert (task.status, task.verdict, task.lost) == ("failed", "failed", "server")
     assert reason_line(task) == f"lost the model server: {GONE}"
@@ -228,7 +252,9 @@ def test_rejected_calls_reach_the_record_of_a_failed_task(tmp_path: Path) -> Non
     assert reason_line(task).startswith("reached --max-turns 3 without finish; 3 rejected tool calls (str_replace 3)")
 
 
-def test_a_task_that_made_no_commit_leaves_no_branch(three_tasks: SharedRun) -> None:
+@pytest.mark.started_at_collection(THREE_TASKS)
+def test_a_task_that_made_no_commit_leaves_no_branch() -> None:
+    three_tasks = THREE_TASKS.made()
     root, repo, summary = three_tasks.root, three_tasks.repo, three_tasks.summary
     assert [task.verdict for task in summary.tasks] == ["verified", "failed", "no_changes"]
     assert [task.branch is None for task in summary.tasks] == [False, True, True]
