@@ -17,9 +17,10 @@ from agent.cli import app
 
 from support import background
 from support.local_sandbox import LocalSandboxes
-from support.repos import SAMPLE_FILES, git, made_at_a_root, make_repo, once_made
+from support.repos import SAMPLE_FILES, made_at_a_root, make_repo, once_made, refs_of
 from support.scripted_server import Reply, ScriptedServer, Step
 
+TASK_BRANCHES = "refs/heads/refactor-agent/"
 T1, T2, T3, T4 = (
     "Rename compute_area to area",
     "Add a perimeter helper",
@@ -88,13 +89,12 @@ class NightFixture:
             return Night(result.exit_code, result.output, list(server.requests))
 
     def branches(self) -> dict[str, str]:
-        listing = git(
-            self.repo, "for-each-ref", "--format=%(refname:strip=2) %(objectname)", "refs/heads/refactor-agent/"
-        )
-        return dict(line.split(" ") for line in listing.splitlines())
+        """The task branches (refactor-agent/...) and their commits, read from git's files (support/repos.py)."""
+        refs = refs_of(self.repo).items()
+        return {name.removeprefix("refs/heads/"): tip for name, tip in refs if name.startswith(TASK_BRANCHES)}
 
     def history(self) -> list[str]:
-        return git(self.repo, "for-each-ref", "--format=%(refname)", "refs/refactor-agent/history/").split()
+        return [name for name in refs_of(self.repo) if name.startswith("refs/refactor-agent/history/")]
 
     def record(self) -> dict:
         (path,) = (self.runs / ".tasks").glob("*.json")
