@@ -15,7 +15,7 @@ from agent.nights.fates import record_of
 from agent.protocol.nights import Fingerprint, TaskRecord, TaskRecordFile
 from agent.review.repository import user_repository
 
-from support.nights import T1, T3, night_fixture
+from support.nights import T1, T3, after_first_night, first_night
 from support.repos import git, make_repo
 
 RENAME = "refactor-agent/nightly/rename-compute-area-to-area"
@@ -32,11 +32,9 @@ def _latest_run(runs: Path) -> str:
     return sorted(path.name for path in runs.iterdir() if not path.name.startswith("."))[-1]
 
 
-def test_a_task_discarded_in_review_is_recorded_and_the_next_night_skips_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch)
-    assert fixture.night(tasks=(T1, T3)).exit_code == 0
+@pytest.mark.started_at_collection(first_night((T1, T3)))
+def test_a_task_discarded_in_review_is_recorded_and_the_next_night_skips_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    fixture = after_first_night(monkeypatch, (T1, T3))  # asserted to succeed
     night_1 = _latest_run(fixture.runs)
     runs = ("--runs-dir", str(fixture.runs))
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 
-from support.nights import T3, NightFixture, after_first_night, night_fixture
+from support.nights import T3, NightFixture, NightState, after_first_night, first_night
 from support.repos import git
 
 UNITS = "refactor-agent/nightly/add-a-units-module"
@@ -39,6 +39,20 @@ def _after_a_night_with_a_remote(monkeypatch: pytest.MonkeyPatch) -> tuple[Night
     return fixture, fixture.root / "remote.git"
 
 
+# The first night of T3 with an origin (made in the background: support/background.py).
+WITH_A_REMOTE = first_night((T3,), _add_a_remote)
+
+
+def _someones_branch_there(fixture: NightFixture) -> None:
+    """An origin that has a branch of the night's name already, someone's (main's commit)."""
+    _add_a_remote(fixture)
+    git(fixture.repo, "push", "-q", "origin", f"main:refs/heads/{UNITS}")
+
+
+# The first night of T3 onto such an origin.
+ONTO_SOMEONES_BRANCH = NightState(tasks=(T3,), before=_someones_branch_there)
+
+
 def _move_main(fixture: NightFixture) -> None:
     (fixture.repo / "NEWS").write_text("main moved\n")
     git(fixture.repo, "add", ".")
@@ -54,6 +68,7 @@ def _pushed(fixture: NightFixture) -> dict:
     return {remote: push["commit"] for remote, push in task["pushed"].items()}
 
 
+@pytest.mark.started_at_collection(WITH_A_REMOTE)
 def test_a_night_branch_replaced_after_its_push_updates_the_remote_and_one_moved_there_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -91,13 +106,13 @@ def test_a_night_branch_replaced_after_its_push_updates_the_remote_and_one_moved
     assert fixture.record() == record
 
 
+@pytest.mark.started_at_collection(ONTO_SOMEONES_BRANCH)
 def test_a_night_branch_never_pushed_is_not_pushed_over_one_the_remote_already_has(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fixture = night_fixture(tmp_path, monkeypatch)
-    remote = _add_a_remote(fixture)
-    git(fixture.repo, "push", "-q", "origin", f"main:refs/heads/{UNITS}")  # someone's branch of that name
-    assert fixture.night(tasks=(T3,)).exit_code == 0
+    fixture, (night,) = ONTO_SOMEONES_BRANCH.made(monkeypatch)
+    remote = fixture.root / "remote.git"
+    assert night.exit_code == 0
     refused = _push(fixture, code=1)
     assert refused.strip() == (
         f"error: not pushed: origin's {UNITS} exists there, and refactor-agent never pushed it: someone else "
@@ -107,6 +122,7 @@ def test_a_night_branch_never_pushed_is_not_pushed_over_one_the_remote_already_h
     assert _pushed(fixture) == {}
 
 
+@pytest.mark.started_at_collection(WITH_A_REMOTE)
 def test_a_night_branch_pushed_before_its_record_was_rebuilt_still_updates_the_remote(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
