@@ -3,13 +3,17 @@ the model's work: the in-process scripted model, sandboxes on this machine, real
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from agent.protocol.config import RunConfig
 from agent.protocol.records import TaskSummary
 
+from support import background
 from support.local_sandbox import LocalSandboxes
-from support.repos import SAMPLE_FILES, git, make_repo
+from support.repos import SAMPLE_FILES, git, made_at_a_root, make_repo, once_made
 from support.scripted_model import ScriptedModel, run_in_process
 from support.scripted_server import Reply
 
@@ -21,16 +25,46 @@ def finish(summary: str) -> Reply:
     return Reply(tool_calls=[("finish", {"summary": summary})])
 
 
-def _run(tmp_path: Path, script: list, **commands: list[str]) -> tuple[Path, TaskSummary, ScriptedModel]:
-    repo = make_repo(tmp_path / "repo", SAMPLE_FILES)
-    model = ScriptedModel(script)
-    config = RunConfig(repo=repo, tasks=["Add units"], runs_dir=tmp_path / "runs", max_turns=10, **commands)
-    (task,) = run_in_process(config, model, sandboxes=LocalSandboxes(tmp_path)).tasks
-    return repo, task, model
+@dataclass(frozen=True, eq=False)
+class CommandsRun:
+    """A run of "Add units" with `before` and `after` commands on the sample repository, made once per session at a
+    root of its own; a test that marks it (@pytest.mark.started_at_collection(run)) has it made in the background
+    as collection ends (support/background.py), while the session goes on."""
+
+    script: list
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+
+    def __call__(self) -> tuple[tuple[Path, TaskSummary, ScriptedModel], Path, Path]:
+        return made_at_a_root(self._run)
+
+    def _run(self, root: Path) -> tuple[Path, TaskSummary, ScriptedModel]:
+        repo = make_repo(root / "repo", SAMPLE_FILES)
+        model = ScriptedModel(self.script)
+        config = RunConfig(
+            repo=repo, tasks=["Add units"], runs_dir=root / "runs", max_turns=10,
+            before=list(self.before), after=list(self.after),
+        )  # fmt: skip
+        (task,) = run_in_process(config, model, sandboxes=LocalSandboxes(root)).tasks
+        return repo, task, model
+
+    def made(self) -> tuple[Path, TaskSummary, ScriptedModel]:
+        return once_made(self, lambda: background.made(self), lambda made: made[0])
 
 
-def test_a_before_commands_change_is_packed_gated_and_committed(tmp_path: Path) -> None:
-    repo, task, model = _run(tmp_path, [finish("Add units")], before=[CODEMOD])
+BEFORE = CommandsRun([finish("Add units")], before=(CODEMOD,))
+FAILING_BEFORE = CommandsRun([finish("never asked")], before=("echo 'codemod broke' >&2; exit 3",))
+CREATE_UNITS = Reply(tool_calls=[("create_file", {"path": "pkg/units.py", "content": "UNITS = 1\n"})])
+CREATE_OK = Reply(tool_calls=[("create_file", {"path": "ok.txt", "content": "ok\n"})])
+FORMATTER = "printf '# formatted\\n' >> pkg/units.py"
+FAILING_AFTER = CommandsRun(
+    [CREATE_UNITS, finish("Add units"), CREATE_OK, finish("Add units and ok.txt")], after=(NEEDS_OK, FORMATTER)
+)
+
+
+@pytest.mark.started_at_collection(BEFORE)
+def test_a_before_commands_change_is_packed_gated_and_committed() -> None:
+    repo, task, model = BEFORE.made()
     assert (task.status, task.verdict) == ("committed", "verified")
     assert task.tests is not None and (task.tests.baseline, task.tests.final) == ("2 passed", "2 passed")
     assert git(repo, "show", f"{task.commit}:pkg/units.py") == "UNITS = 1\n"
@@ -38,20 +72,18 @@ def test_a_before_commands_change_is_packed_gated_and_committed(tmp_path: Path) 
     assert "UNITS = 1" in system, "the repository was packed as the command left it"
 
 
-def test_a_failing_before_command_fails_the_task_before_any_model_request(tmp_path: Path) -> None:
-    repo, task, model = _run(tmp_path, [finish("never asked")], before=["echo 'codemod broke' >&2; exit 3"])
+@pytest.mark.started_at_collection(FAILING_BEFORE)
+def test_a_failing_before_command_fails_the_task_before_any_model_request() -> None:
+    repo, task, model = FAILING_BEFORE.made()
     assert (task.status, task.verdict) == ("failed", "failed")
     assert task.reason == "before command \"echo 'codemod broke' >&2; exit 3\" exited 3: codemod broke"
     assert model.requests == []
     assert task.commit is None and git(repo, "for-each-ref", "refs/heads/refactor-agent/") == "", "no commit, no branch"
 
 
-def test_a_failing_after_command_is_a_repair_round_with_its_output(tmp_path: Path) -> None:
-    create_units = Reply(tool_calls=[("create_file", {"path": "pkg/units.py", "content": "UNITS = 1\n"})])
-    create_ok = Reply(tool_calls=[("create_file", {"path": "ok.txt", "content": "ok\n"})])
-    script = [create_units, finish("Add units"), create_ok, finish("Add units and ok.txt")]
-    formatter = "printf '# formatted\\n' >> pkg/units.py"
-    repo, task, model = _run(tmp_path, script, after=[NEEDS_OK, formatter])
+@pytest.mark.started_at_collection(FAILING_AFTER)
+def test_a_failing_after_command_is_a_repair_round_with_its_output() -> None:
+    repo, task, model = FAILING_AFTER.made()
     assert (task.status, task.verdict) == ("committed", "verified")
     assert task.tests is not None and task.tests.repair_rounds == 1
     repair = model.requests[2][-1]
