@@ -112,11 +112,10 @@ class _Child:
             tempfile.tempdir = str(scratch)
             for number, state in enumerate(states):
                 try:
-                    result: tuple[str, Any] = ("made", state())
-                except BaseException:
-                    result = ("failed", traceback.format_exc())
-                with open(folder / f"{number}.tmp", "wb") as file:
-                    pickle.dump(result, file)
+                    result = pickle.dumps(("made", state()))
+                except BaseException:  # its failure, or a result that does not pickle: the test that asks says it
+                    result = pickle.dumps(("failed", traceback.format_exc()))
+                (folder / f"{number}.tmp").write_bytes(result)
                 os.rename(folder / f"{number}.tmp", folder / str(number))
                 os.write(done, f"{number}\n".encode())
         finally:
