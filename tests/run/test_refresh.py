@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -19,8 +20,9 @@ from agent.protocol.events import Event
 from agent.run.stages.refresh import BranchTrial, refresh
 from agent.worktree.leftovers import stale_scratch
 
+from support import background
 from support.local_sandbox import LocalExecutor, LocalSandboxes
-from support.repos import SAMPLE_FILES, checkout_fingerprint, copy_of_template, make_repo
+from support.repos import SAMPLE_FILES, checkout_fingerprint, copy_of_template, made_at_a_root, make_repo, once_made
 from support.repos import git as run_git
 
 BRANCH = "refactor-agent/20261201-010000-a1b2/1-add-a-units-module"
@@ -93,11 +95,74 @@ def _refresh(
     return trial, events
 
 
-def test_a_branch_replays_onto_the_moved_main_and_is_verified_there_without_a_model(tmp_path: Path, repo: Path) -> None:
-    onto = _commit(repo, {"NOTES.txt": "main moved\n"}, "main moves")
-    before = checkout_fingerprint(repo)
-    tip = run_git(repo, "rev-parse", BRANCH).strip()
-    trial, events = _refresh(tmp_path, repo, onto)
+@dataclass(frozen=True)
+class Refreshed:
+    """What a refresh made at `root` left: the user's repository, the base it went onto, the branch's tip before,
+    the trial and its events, and the checkout's fingerprint before the refresh."""
+
+    root: Path
+    repo: Path
+    onto: str
+    tip: str
+    trial: BranchTrial
+    events: list[Event]
+    before: dict[str, str]
+
+
+@dataclass(frozen=True, eq=False)
+class RefreshState:
+    """The task branch refreshed onto the main `moves` makes (it returns main's new commit), with `after` commands:
+    made once per session at a root of its own; a test that marks it (@pytest.mark.started_at_collection(state))
+    has it made in the background as collection ends (support/background.py), while the session goes on."""
+
+    moves: Callable[[Path], str]
+    after: tuple[str, ...] = ()
+
+    def __call__(self) -> tuple[Refreshed, Path, Path]:
+        return made_at_a_root(self._refresh)
+
+    def _refresh(self, root: Path) -> Refreshed:
+        repo = copy_of_template(("refresh_repo",), root / "repo", _with_a_task_branch)
+        onto = self.moves(repo)
+        before = checkout_fingerprint(repo)
+        tip = run_git(repo, "rev-parse", BRANCH).strip()
+        trial, events = _refresh(root, repo, onto, after=list(self.after))
+        return Refreshed(root, repo, onto, tip, trial, events, before)
+
+    def made(self) -> Refreshed:
+        return once_made(self, lambda: background.made(self), lambda made: made.repo)
+
+
+def _main_moves(repo: Path) -> str:
+    return _commit(repo, {"NOTES.txt": "main moved\n"}, "main moves")
+
+
+def _main_adds_its_own_units(repo: Path) -> str:
+    return _commit(repo, {"pkg/units.py": "METRE = 100\n"}, "main adds its own units")
+
+
+def _main_checks_the_docstring_the_branch_rewords(repo: Path) -> str:
+    # The branch also rewords the docstring; main now insists it starts with "Area".
+    run_git(repo, "checkout", "-q", BRANCH)
+    reworded = SAMPLE_FILES["pkg/geometry.py"].replace("Area of a rectangle.", "The area.")
+    _commit(repo, {"pkg/geometry.py": reworded}, "Reword the docstring")
+    run_git(repo, "checkout", "-q", "main")
+    doc_test = "from pkg.geometry import compute_area\n\n\ndef test_doc():\n"
+    doc_test += "    assert compute_area.__doc__.startswith('Area')\n"
+    return _commit(repo, {"tests/test_doc.py": doc_test}, "main checks the docstring")
+
+
+ONTO_MOVED_MAIN = RefreshState(_main_moves)
+INTO_A_CONFLICT = RefreshState(_main_adds_its_own_units)
+INTO_A_REGRESSION = RefreshState(_main_checks_the_docstring_the_branch_rewords)
+WITH_A_FORMATTER = RefreshState(_main_moves, after=("printf '# formatted\\n' >> pkg/units.py",))
+WITH_A_FAILING_LINTER = RefreshState(_main_moves, after=("echo 'lint: 2 errors'; exit 1",))
+
+
+@pytest.mark.started_at_collection(ONTO_MOVED_MAIN)
+def test_a_branch_replays_onto_the_moved_main_and_is_verified_there_without_a_model() -> None:
+    made = ONTO_MOVED_MAIN.made()
+    repo, onto, tip, trial, events = made.repo, made.onto, made.tip, made.trial, made.events
     assert (trial.outcome, trial.verdict, trial.commit) == ("clean", "verified", tip)
     assert trial.tests == "3 passed (baseline 2 passed)"
     rebased = trial.rebased_commit
@@ -107,25 +172,18 @@ def test_a_branch_replays_onto_the_moved_main_and_is_verified_there_without_a_mo
     assert run_git(repo, "diff", "--name-only", onto, rebased).split() == ["pkg/units.py", "tests/test_units.py"]
     assert [event.type for event in events if event.type in ("baseline", "gate")] == ["baseline", "gate"]
     assert run_git(repo, "rev-parse", BRANCH).strip() == tip, "nothing moves: the caller points a branch at it"
-    assert checkout_fingerprint(repo) == before
+    assert checkout_fingerprint(repo) == made.before
 
 
-def test_a_conflict_with_the_new_base_names_the_files_and_makes_no_commit(tmp_path: Path, repo: Path) -> None:
-    onto = _commit(repo, {"pkg/units.py": "METRE = 100\n"}, "main adds its own units")
-    trial, _ = _refresh(tmp_path, repo, onto)
+@pytest.mark.started_at_collection(INTO_A_CONFLICT)
+def test_a_conflict_with_the_new_base_names_the_files_and_makes_no_commit() -> None:
+    trial = INTO_A_CONFLICT.made().trial
     assert (trial.outcome, trial.conflicts, trial.rebased_commit) == ("conflicts", ["pkg/units.py"], None)
 
 
-def test_a_change_the_new_base_breaks_is_regressed_with_the_tests_named(tmp_path: Path, repo: Path) -> None:
-    # The branch also rewords the docstring; main now insists it starts with "Area".
-    run_git(repo, "checkout", "-q", BRANCH)
-    reworded = SAMPLE_FILES["pkg/geometry.py"].replace("Area of a rectangle.", "The area.")
-    _commit(repo, {"pkg/geometry.py": reworded}, "Reword the docstring")
-    run_git(repo, "checkout", "-q", "main")
-    doc_test = "from pkg.geometry import compute_area\n\n\ndef test_doc():\n"
-    doc_test += "    assert compute_area.__doc__.startswith('Area')\n"
-    onto = _commit(repo, {"tests/test_doc.py": doc_test}, "main checks the docstring")
-    trial, _ = _refresh(tmp_path, repo, onto)
+@pytest.mark.started_at_collection(INTO_A_REGRESSION)
+def test_a_change_the_new_base_breaks_is_regressed_with_the_tests_named() -> None:
+    trial = INTO_A_REGRESSION.made().trial
     assert (trial.outcome, trial.verdict, trial.regressed) == (
         "regressed",
         "regressed",
@@ -134,21 +192,19 @@ def test_a_change_the_new_base_breaks_is_regressed_with_the_tests_named(tmp_path
     assert trial.rebased_commit is not None, "kept for the record; a caller moves no branch to it"
 
 
-def test_the_tasks_after_commands_run_before_the_check_and_their_change_is_in_the_rebased_commit(
-    tmp_path: Path, repo: Path
-) -> None:
-    onto = _commit(repo, {"NOTES.txt": "main moved\n"}, "main moves")
-    formatter = "printf '# formatted\\n' >> pkg/units.py"
-    trial, _ = _refresh(tmp_path, repo, onto, after=[formatter])
+@pytest.mark.started_at_collection(WITH_A_FORMATTER)
+def test_the_tasks_after_commands_run_before_the_check_and_their_change_is_in_the_rebased_commit() -> None:
+    made = WITH_A_FORMATTER.made()
+    repo, onto, trial = made.repo, made.onto, made.trial
     assert (trial.outcome, trial.verdict) == ("clean", "verified")
     assert trial.rebased_commit is not None
     assert run_git(repo, "show", f"{trial.rebased_commit}:pkg/units.py") == "METRE = 1\n# formatted\n"
     assert run_git(repo, "rev-parse", f"{trial.rebased_commit}^").strip() == onto
 
 
-def test_an_after_command_that_fails_makes_the_refresh_regressed(tmp_path: Path, repo: Path) -> None:
-    onto = _commit(repo, {"NOTES.txt": "main moved\n"}, "main moves")
-    trial, _ = _refresh(tmp_path, repo, onto, after=["echo 'lint: 2 errors'; exit 1"])
+@pytest.mark.started_at_collection(WITH_A_FAILING_LINTER)
+def test_an_after_command_that_fails_makes_the_refresh_regressed() -> None:
+    trial = WITH_A_FAILING_LINTER.made().trial
     assert (trial.outcome, trial.verdict, trial.rebased_commit) == ("regressed", "regressed", None)
     assert trial.reason == "after command \"echo 'lint: 2 errors'; exit 1\" exited 1: lint: 2 errors"
 
