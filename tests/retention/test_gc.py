@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -22,13 +22,14 @@ from agent.server.kv_store import KVCacheStore, SavedSlot, SlotLayout, packed
 from agent.worktree.workspace import WIP_REF_PREFIX
 from sandbox.models import DEFAULT_IMAGE
 
+from support import background
 from support.environment_images import own_repository_name
-from support.killed_runs import AFTER_THREE_STEPS, wip_refs
+from support.killed_runs import THREE_STEPS, killed_run, wip_refs
 from support.local_sandbox import LocalSandboxes
 from support.nights import night_fixture
-from support.repos import checkout_fingerprint, git, make_repo, put_back
+from support.repos import checkout_fingerprint, git, made_at_a_root, make_repo, once_made
 from support.scripted_model import ScriptedModel, run_in_process
-from support.scripted_server import Reply, ScriptedServer
+from support.scripted_server import Hold, Reply, ScriptedServer
 
 # Older than the killed run (whose id is now): the newest of them is the one run within --keep-runs 1.
 GONE = "20261101-010000-aaaa"  # its branch deleted since: nothing holds its record any more
@@ -61,12 +62,9 @@ def _prefix(store: KVCacheStore, name: str, last_used: float) -> str:
 class Garbage:
     """The state gc works on, and what it must leave."""
 
-    def __init__(self) -> None:
-        # Made where the session's run killed after three tool calls was (test_resume's too: support/killed_runs.py),
-        # put back as the kill left it.
-        killed = AFTER_THREE_STEPS.made()
-        self.root = root = killed.root
-        self.repo, self.killed = killed.repo, killed.run_dir
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.repo, self.killed, _ = killed_run(root, [*THREE_STEPS, Hold()], "Add one, two and three")
         self.runs = root / "runs"
         for run_id in (GONE, WAITING, NEWEST):
             step = Reply(tool_calls=[("create_file", {"path": f"{run_id}.txt", "content": "x\n"})])
@@ -128,27 +126,30 @@ class Garbage:
         assert sorted(path.name for path in self.outside.iterdir()) == ["old.json", "summary.json"]
 
 
-@pytest.fixture(scope="module")
-def built_garbage(tmp_path_factory: pytest.TempPathFactory) -> tuple[Garbage, Path]:
-    """The state, made once (a killed run and four finished ones), and a copy of it to put back before each test."""
-    made = Garbage()
-    snapshot = tmp_path_factory.mktemp("garbage-snapshot") / "state"
-    shutil.copytree(made.root, snapshot, symlinks=True)
-    return made, snapshot
+@dataclass(frozen=True, eq=False)
+class GarbageState:
+    """The state, made once per session at a root of its own (a killed run and four finished ones), with a copy of
+    it to put back before each test (support/repos.py: made_once); made in the background as collection ends
+    (support/background.py) for the tests that mark it."""
+
+    def __call__(self) -> tuple[Garbage, Path, Path]:
+        return made_at_a_root(Garbage)
+
+
+GARBAGE = GarbageState()
 
 
 @pytest.fixture
-def garbage(built_garbage: tuple[Garbage, Path], monkeypatch: pytest.MonkeyPatch) -> Garbage:
+def garbage(monkeypatch: pytest.MonkeyPatch) -> Garbage:
     """The state as it was made, put back where it was made (links stay links, the old baseline's time is kept)."""
-    made, snapshot = built_garbage
-    put_back(snapshot, made.root, made.repo)
+    made = once_made(GARBAGE, lambda: background.made(GARBAGE), lambda made: made.repo)
     made.note_what_stays()
     monkeypatch.setattr("tempfile.tempdir", str(made.scratch))  # where gc looks for scratch directories
     return made
 
 
 @pytest.mark.killed
-@pytest.mark.started_at_collection(AFTER_THREE_STEPS)
+@pytest.mark.started_at_collection(GARBAGE)
 def test_dry_run_says_what_would_go_and_removes_nothing(garbage: Garbage) -> None:
     runs, refs = garbage.runs_left(), wip_refs(garbage.repo)
     lines = garbage.gc("--dry-run")
@@ -164,7 +165,7 @@ def test_dry_run_says_what_would_go_and_removes_nothing(garbage: Garbage) -> Non
 
 
 @pytest.mark.killed
-@pytest.mark.started_at_collection(AFTER_THREE_STEPS)
+@pytest.mark.started_at_collection(GARBAGE)
 def test_gc_removes_what_is_beyond_the_bounds_and_keeps_what_is_still_needed(garbage: Garbage) -> None:
     lines = garbage.gc()
     killed = garbage.killed.name

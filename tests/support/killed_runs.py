@@ -95,7 +95,7 @@ class KilledState:
         return once_made(self, lambda: background.made(self), lambda killed: killed.repo)
 
 
-# The session's killed runs (test_resume's, and test_gc's garbage starts from the first).
+# The session's killed runs that test_resume resumes.
 AFTER_THREE_STEPS = KilledState([*THREE_STEPS, Hold()], ("Add one, two and three",))
 AFTER_ONE_STEP = KilledState([THREE_STEPS[0], Hold()], ("Add one",))
 IN_A_COMMAND = KilledState(
