@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from agent.packing import PackOptions, pack_repository
+from agent.packing import PackOptions, RepoGit, pack_repository
 from agent.protocol.config import RunConfig
 from agent.server.api import ServerLoading, ServerUnreachable
 from agent.server.chat import RetryPolicy
@@ -33,9 +33,10 @@ class SystemPrompt:
     boundaries: tuple[int, ...] = ()
 
 
-def system_prompt(worktree: Path, options: PackOptions, retry: RetryPolicy) -> SystemPrompt:
-    """Packing counts tokens on the server: a server that is briefly down is retried as model requests are."""
-    packed, _retries = retry.call(lambda: pack_repository(worktree, options), _server_down)
+def system_prompt(worktree: Path, options: PackOptions, retry: RetryPolicy, git: RepoGit | None = None) -> SystemPrompt:
+    """Packing counts tokens on the server: a server that is briefly down is retried as model requests are. `git`:
+    how the packer reaches the worktree's git (a task's: its workspace's safe git, packing.RepoGit)."""
+    packed, _retries = retry.call(lambda: pack_repository(worktree, options, git), _server_down)
     instructions = f"{load_prompt('system').rstrip()}\n\n"
     return SystemPrompt(
         text=instructions + packed.text, boundaries=tuple(len(instructions) + end for end in packed.boundaries)

@@ -33,6 +33,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agent.packing.listing import RepoGit
     from agent.packing.options import PackError, PackOptions
     from agent.packing.packer import PackedRepository, pack_repository
     from agent.packing.stats import FileStat, PackStats
@@ -43,9 +44,10 @@ _EXPORTS = {
     "PackOptions": "agent.packing.options",
     "PackStats": "agent.packing.stats",
     "PackedRepository": "agent.packing.packer",
+    "RepoGit": "agent.packing.listing",
     "pack_repository": "agent.packing.packer",
 }
-__all__ = ["FileStat", "PackError", "PackOptions", "PackStats", "PackedRepository", "pack_repository"]
+__all__ = ["FileStat", "PackError", "PackOptions", "PackStats", "PackedRepository", "RepoGit", "pack_repository"]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from agent.packing.cache import PACK_CACHE_FILE, ContentCache
-from agent.packing.listing import ListedPath
+from agent.packing.listing import ListedPath, RepoGit
 from agent.packing.options import PackError
 
 COMMIT_MARK = b"\x01"
@@ -30,12 +30,9 @@ NEWEST = -1
 TIER_AGES = (1000, 100, 10)
 
 
-def _log_command(repo_dir: Path, commit: str) -> list[str]:
+def _log_arguments(commit: str) -> list[str]:
     # Only names are read: no signatures checked, no renames followed, no diff drivers or colour from config.
     return [
-        "git",
-        "-C",
-        str(repo_dir),
         "-c",
         "log.showSignature=false",
         "log",
@@ -50,13 +47,13 @@ def _log_command(repo_dir: Path, commit: str) -> list[str]:
     ]
 
 
-def commits_since_change(repo_dir: Path, commit: str, paths: set[str]) -> dict[str, int]:
+def commits_since_change(git: RepoGit, commit: str, paths: set[str]) -> dict[str, int]:
     """For each of `paths`, how many commits back from `commit` (in `git log` order) last touched it. Reading
     stops once every path was found: a long history is walked only as far back as its stablest file."""
     ages: dict[str, int] = {}
     try:
-        process = subprocess.Popen(
-            _log_command(repo_dir, commit), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        process = git.popen(
+            *_log_arguments(commit), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
     except FileNotFoundError as exc:
         raise PackError("git is not installed (needed to order the repository's files)") from exc
@@ -90,7 +87,7 @@ class ChurnOrder:
         # A table of the pack's cache file (churn.sqlite once): written in the pack's one transaction.
         self._cache = ContentCache(cache_dir / PACK_CACHE_FILE, "churn")
 
-    def ages(self, repo_dir: Path, commit: str | None, paths: Iterable[str], modified: set[bytes]) -> dict[str, int]:
+    def ages(self, git: RepoGit, commit: str | None, paths: Iterable[str], modified: set[bytes]) -> dict[str, int]:
         """`modified`: listing.modified_paths of the repository, whose files count as just changed."""
         wanted = set(paths)
         if commit is None:
@@ -98,7 +95,7 @@ class ChurnOrder:
         cached = self._cache.get_many([commit]).get(commit, {})
         missing = wanted - cached.keys()
         if missing:
-            cached = {**cached, **commits_since_change(repo_dir, commit, missing)}
+            cached = {**cached, **commits_since_change(git, commit, missing)}
             # Paths the walk never met (untracked ones) are remembered too, so a warm run walks nothing.
             cached.update(dict.fromkeys(wanted - cached.keys(), NEWEST))
             self._cache.put(commit, cached)

@@ -6,6 +6,7 @@ import errno
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,14 +86,58 @@ class TooLarge(Exception):
         self.size = size
 
 
+def _folder_beneath(repo_dir: Path, raw: bytes) -> tuple[int, bytes]:
+    """A descriptor of the folder that holds `raw` (git's path in the repository) and the file's name in it. The
+    folders are opened one by one, each beneath the last, none followed if it is a link (OSError, ELOOP): a task's
+    repository suite runs while the host packs, and may swap a listed folder for a link out of the tree."""
+    *folders, name = raw.split(b"/")
+    folder_fd = os.open(repo_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for folder in folders:
+            try:
+                inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder_fd)
+            except NotADirectoryError:  # what O_DIRECTORY says of a link, before O_NOFOLLOW's ELOOP
+                if stat.S_ISLNK(os.stat(folder, dir_fd=folder_fd, follow_symlinks=False).st_mode):
+                    raise OSError(errno.ELOOP, "a folder on the path is a symlink") from None
+                raise
+            os.close(folder_fd)
+            folder_fd = inner
+    except OSError:
+        os.close(folder_fd)
+        raise
+    return folder_fd, name
+
+
 def read_bytes_nofollow(repo_dir: Path, listed: ListedPath, max_bytes: int | None = None) -> bytes:
-    """Raises OSError (ELOOP when the path is a symlink: never followed) or TooLarge."""
-    fd = os.open(os.path.join(os.fsencode(repo_dir), listed.raw), os.O_RDONLY | os.O_NOFOLLOW)
+    """Raises OSError (ELOOP when the file or a folder on its path is a symlink: none is followed; EINVAL for
+    anything but a regular file: a FIFO, whose open would have waited forever, is opened without blocking and
+    refused) or TooLarge."""
+    folder_fd, name = _folder_beneath(repo_dir, listed.raw)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder_fd)
+    finally:
+        os.close(folder_fd)
     with os.fdopen(fd, "rb") as handle:
-        size = os.fstat(fd).st_size
-        if max_bytes is not None and size > max_bytes:
-            raise TooLarge(size)
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if max_bytes is not None and status.st_size > max_bytes:
+            raise TooLarge(status.st_size)
         return handle.read()
+
+
+def _link_target(repo_dir: Path, raw: bytes) -> str | None:
+    """Where the symlink at `raw` points, read beneath the repository; None when a folder on its path is the link."""
+    try:
+        folder_fd, name = _folder_beneath(repo_dir, raw)
+    except OSError:
+        return None
+    try:
+        return os.readlink(name, dir_fd=folder_fd).decode("utf-8", errors="backslashreplace")
+    except OSError:
+        return None
+    finally:
+        os.close(folder_fd)
 
 
 def decode_text(data: bytes) -> tuple[str, str] | None:
@@ -221,10 +266,10 @@ def verdict(
 
 
 def unreadable(repo_dir: Path, listed: ListedPath, exc: OSError) -> ExcludedFile:
-    full = os.path.join(os.fsencode(repo_dir), listed.raw)
-    if os.path.islink(full):
-        target = os.readlink(full).decode("utf-8", errors="backslashreplace")
-        return ExcludedFile(listed, f"symlink to {target} (not followed)", "special")
+    if exc.errno == errno.ELOOP:
+        target = _link_target(repo_dir, listed.raw)
+        reason = f"symlink to {target}" if target is not None else "a folder on its path is a symlink"
+        return ExcludedFile(listed, f"{reason} (not followed)", "special")
     if exc.errno == errno.ENOENT:
         return ExcludedFile(listed, "missing from the working tree", "unreadable")
     if exc.errno == errno.EISDIR:

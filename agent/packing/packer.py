@@ -17,7 +17,7 @@ from agent.packing.classify import ExcludedFile, SelectionFlags, TextFile, read_
 from agent.packing.full_costs import FullCosts
 from agent.packing.inventory import take_inventory
 from agent.packing.languages import language_for
-from agent.packing.listing import checked_work_tree, linguist_attributes, list_paths, modified_paths
+from agent.packing.listing import RepoGit, checked_work_tree, linguist_attributes, list_paths, modified_paths
 from agent.packing.options import PackError, PackOptions, resolved_cache_dir
 from agent.packing.render import RENDERING, Renderer, renderer_for
 from agent.packing.repomap import Outlines, Rankings, SymbolCollector, symbols_of
@@ -205,17 +205,19 @@ class _LazyOutlines:
         self._source.close()
 
 
-def pack_repository(repo_dir: Path, options: PackOptions) -> PackedRepository:
+def pack_repository(repo_dir: Path, options: PackOptions, git: RepoGit | None = None) -> PackedRepository:
+    """`git`: how to reach the repository's git (RepoGit); a checkout of the user's own by default."""
     started = time.perf_counter()
     repo_dir = Path(repo_dir).resolve()
-    commit = checked_work_tree(repo_dir)
+    git = git or RepoGit.of_checkout(repo_dir)
+    commit = checked_work_tree(repo_dir, git)
     budget = resolve_budget(options)
     cache_dir = resolved_cache_dir(options)
     # What the pack learns (facts, symbols, outlines, rankings, ages, counts) is one transaction, at its end.
     with one_commit(cache_dir / PACK_CACHE_FILE):
         counter = make_counter(options.server_url, cache_dir, concurrency=options.tokenize_concurrency)
         try:
-            packer = _Packer(repo_dir, options, counter, cache_dir)
+            packer = _Packer(repo_dir, git, options, counter, cache_dir)
             packer.stats.commit = commit
             packer.stats.budget_tokens = budget.tokens
             packer.stats.budget_source = budget.source
@@ -227,8 +229,11 @@ def pack_repository(repo_dir: Path, options: PackOptions) -> PackedRepository:
 
 
 class _Packer:
-    def __init__(self, repo_dir: Path, options: PackOptions, counter: TokenCounter, cache_dir: Path) -> None:
+    def __init__(
+        self, repo_dir: Path, git: RepoGit, options: PackOptions, counter: TokenCounter, cache_dir: Path
+    ) -> None:
         self.repo_dir = repo_dir
+        self.git = git
         self.options = options
         self.counter = counter
         self.cache_dir = cache_dir
@@ -257,7 +262,7 @@ class _Packer:
                 order = ChurnOrder(self.cache_dir)
                 try:
                     paths = [text_file.path for text_file in files]
-                    self.ages = order.ages(self.repo_dir, self.stats.commit, paths, self.modified)
+                    self.ages = order.ages(self.git, self.stats.commit, paths, self.modified)
                 finally:
                     order.close()
         with timed(self.stats, "count"):
@@ -356,10 +361,10 @@ class _Packer:
 
     def _inventory(self, collector: SymbolCollector | None) -> tuple[list[TextFile], list[ExcludedFile]]:
         with timed(self.stats, "list"):
-            listed = list_paths(self.repo_dir, include_untracked=self.options.include_untracked)
-            linguist = linguist_attributes(self.repo_dir, listed) if not self.options.include_generated else {}
+            listed = list_paths(self.repo_dir, self.git, include_untracked=self.options.include_untracked)
+            linguist = linguist_attributes(self.git, listed) if not self.options.include_generated else {}
             # Once per pack: the inventory trusts no index blob of these, the churn order counts them as just changed.
-            self.modified = modified_paths(self.repo_dir)
+            self.modified = modified_paths(self.repo_dir, self.git)
         flags = SelectionFlags(
             include_generated=self.options.include_generated,
             include_secrets=self.options.include_secrets,

@@ -71,6 +71,10 @@ class SafeGit:
             *args,
         ]
 
+    def environment(self) -> dict[str, str]:
+        """The environment its commands run with (for a caller that starts git itself, as the packer does)."""
+        return _environment(None)
+
     def run(
         self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None, timeout: float | None = None
     ) -> bytes:

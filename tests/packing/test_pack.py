@@ -104,6 +104,26 @@ def test_selection_follows_git_and_content(planted: Path, cache_dir: Path) -> No
     assert packed.stats.files_full + packed.stats.files_excluded == packed.stats.files_listed
 
 
+def test_a_folder_made_a_link_out_of_the_tree_and_a_file_made_a_fifo_are_neither_followed_nor_waited_on(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    """A task's suite runs while the host packs its worktree: it may swap a listed folder for a link to a folder
+    outside, or a listed file for a FIFO (an open for reading would wait for a writer forever)."""
+    repo = make_repo(tmp_path / "repo")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "geometry.py").write_text("SECRET = 'outside the repository'\n")
+    (repo / "pkg").rename(tmp_path / "pkg-moved")
+    (repo / "pkg").symlink_to(outside)
+    (repo / "tests/test_geometry.py").unlink()
+    os.mkfifo(repo / "tests/test_geometry.py")
+    packed = pack_repository(repo, PackOptions(cache_dir=cache_dir))
+    seen = views(packed)
+    assert seen["pkg/geometry.py"] == ("excluded", "a folder on its path is a symlink (not followed)")
+    assert seen["tests/test_geometry.py"] == ("excluded", "unreadable: not a regular file")
+    assert "SECRET" not in packed.text
+
+
 def test_flags_bring_back_generated_secret_and_untracked_files(planted: Path, cache_dir: Path) -> None:
     options = PackOptions(cache_dir=cache_dir, include_generated=True, include_secrets=True, include_untracked=True)
     seen = views(pack_repository(planted, options))

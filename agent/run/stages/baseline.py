@@ -8,6 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from agent.gate.stage import Gate
+from agent.packing import RepoGit
 from agent.prompt import SystemPrompt, pack_options, system_prompt
 from agent.protocol.events import Retry
 from agent.run.stages.commands import CommandFailed, run_commands
@@ -37,8 +38,14 @@ def baseline_and_prompt(
             workspace.stage()
             workspace.snapshot(wip_ref(context.run_id, context.index))  # kept for resume, like a tool call's files
         if not resuming:
-            system = system_prompt(workspace.path, pack_options(config, context.task, context.server_url), retry)
+            options = pack_options(config, context.task, context.server_url)
+            system = system_prompt(workspace.path, options, retry, _packer_git(workspace))
         wait_in_time(baseline)  # the task's TimeUp must not wait for the whole suite
     finally:  # a stop signal must not wait for the suite: leaving the sandbox ends its command
         pool.shutdown(wait=False, cancel_futures=True)
     return system
+
+
+def _packer_git(workspace: Workspace) -> RepoGit:
+    """The packer's git, as the workspace's own: the suite that runs meanwhile may rewrite the worktree's `.git`."""
+    return RepoGit(tuple(workspace.git.command()), cwd=workspace.path, env=workspace.git.environment())
