@@ -9,7 +9,7 @@ from agent.protocol.config import RunConfig
 from agent.run.stages.baseline import _packer_git
 from agent.worktree.workspace import Workspace, open_repository
 
-from support.repos import git, make_repo
+from support.repos import make_repo, plant_fsmonitor_git_dir
 
 MAX_FILE_BYTES = RunConfig.model_fields["max_file_bytes"].default
 
@@ -21,13 +21,7 @@ def test_the_pack_of_a_task_reads_the_workspaces_git_not_a_git_dir_the_suite_pla
     workspace = Workspace.create(open_repository(repo), run_id="r", task="pack", max_file_bytes=MAX_FILE_BYTES)
     marker = tmp_path / "fsmonitor-ran"
     try:
-        planted = workspace.path / "planted"
-        git(workspace.path, "init", "-q", str(planted))
-        monitor = planted / "monitor.sh"
-        monitor.write_text(f"#!/bin/sh\ntouch {marker}\n")
-        monitor.chmod(0o755)
-        git(planted, "config", "core.fsmonitor", str(monitor))
-        (workspace.path / ".git").write_text(f"gitdir: {planted / '.git'}\n")
+        plant_fsmonitor_git_dir(workspace.path, marker)
         options = PackOptions(cache_dir=tmp_path / "cache")
 
         packed = pack_repository(workspace.path, options, _packer_git(workspace))

@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import signal
+import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,28 +26,37 @@ from support.cli_runs import processes_under, wait_for
 from support.local_sandbox import ZYGOTE_ENV, LocalExecutor, _helper_request, sandbox_environment
 from support.repos import make_repo
 
-# What a run starts with, as a test of the suite writes it down (to the file DUMP names).
-STATE_TEST = """import json, os, signal, site, sys, resource, __main__, pytest
 
-def test_state():
-    with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
-        forked = b"pytest_zygote" in parent.read()
-    streams = [
-        (s.encoding, s.errors, s.line_buffering, s.buffer.raw.name, s.mode, type(s.buffer).__name__, s.fileno())
-        for s in (sys.__stdin__, sys.__stdout__, sys.__stderr__)
-    ]
-    state = {
-        "forked": forked, "path": sys.path, "argv": sys.argv, "orig_argv": sys.orig_argv, "flags": str(sys.flags),
-        "pycache_prefix": sys.pycache_prefix, "dont_write_bytecode": sys.dont_write_bytecode, "cwd": os.getcwd(),
-        "environment": dict(os.environ), "umask": os.umask(0o22), "streams": streams, "stdin": sys.stdin.read(),
-        "main": sorted(vars(__main__)), "executable": sys.executable, "cached": pytest.__cached__,
-        "ignored": [n for n in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP) if signal.getsignal(n) == signal.SIG_IGN],
-        "files": resource.getrlimit(resource.RLIMIT_NOFILE), "descriptors": sorted(os.listdir("/proc/self/fd")),
-        "user_site": site.USER_SITE, "session": os.getsid(0) == os.getpid(),
-    }
-    with open(os.environ["DUMP"], "w") as dump:
-        json.dump(state, dump)
+# What a run starts with, as a test of the suite writes it down (to the file DUMP names).
+def _state_probe(zygote: str, more: str) -> str:
+    """The lines that gather what a process started with, into `state` (`forked`: the zygote named is its parent),
+    with `more` of the dict's entries; the same in both zygotes' probes."""
+    return f"""with open(f"/proc/{{os.getppid()}}/cmdline", "rb") as parent:
+    forked = b"{zygote}" in parent.read()
+streams = [
+    (s.encoding, s.errors, s.line_buffering, s.buffer.raw.name, s.mode, type(s.buffer).__name__, s.fileno())
+    for s in (sys.__stdin__, sys.__stdout__, sys.__stderr__)
+]
+state = {{
+    "forked": forked, "path": sys.path, "argv": sys.argv, "orig_argv": sys.orig_argv, "flags": str(sys.flags),
+    "pycache_prefix": sys.pycache_prefix, "dont_write_bytecode": sys.dont_write_bytecode, "cwd": os.getcwd(),
+    "environment": dict(os.environ), "umask": os.umask(0o22), "streams": streams, "stdin": sys.stdin.read(),
+    "main": sorted(vars(__main__)), "executable": sys.executable, "files": resource.getrlimit(resource.RLIMIT_NOFILE),
+    "descriptors": sorted(os.listdir("/proc/self/fd")), "session": os.getsid(0) == os.getpid(),
+{textwrap.indent(more.strip(), "    ")}
+}}
 """
+
+
+_PYTEST_STATE = """
+"cached": pytest.__cached__, "user_site": site.USER_SITE,
+"ignored": [n for n in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP) if signal.getsignal(n) == signal.SIG_IGN],
+"""
+STATE_TEST = (
+    "import json, os, signal, site, sys, resource, __main__, pytest\n\ndef test_state():\n"
+    + textwrap.indent(_state_probe("pytest_zygote", _PYTEST_STATE), "    ")
+    + '    with open(os.environ["DUMP"], "w") as dump:\n        json.dump(state, dump)\n'
+)
 # The first line of the tests below: the run is the zygote's child (otherwise they would test the interpreter).
 FORKED = "import os\nassert b'pytest_zygote' in open(f'/proc/{os.getppid()}/cmdline', 'rb').read()\n"
 # As the gate runs a suite: no user site-packages (a run without is declined: the zygote's flags have it).
@@ -195,26 +205,17 @@ def test_the_shell_sees_the_run_end_as_it_ended(
 
 
 # What a tool's helper starts with (`python3 -I -c`), as it writes it down on its stdout.
-PROBE = """import json, os, resource, signal, sys, __main__
-with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
-    forked = b"helper_zygote" in parent.read()
-streams = [
-    (s.encoding, s.errors, s.line_buffering, s.buffer.raw.name, s.mode, type(s.buffer).__name__, s.fileno())
-    for s in (sys.__stdin__, sys.__stdout__, sys.__stderr__)
-]
-state = {
-    "forked": forked, "path": sys.path, "argv": sys.argv, "orig_argv": sys.orig_argv, "flags": str(sys.flags),
-    "pycache_prefix": sys.pycache_prefix, "dont_write_bytecode": sys.dont_write_bytecode, "cwd": os.getcwd(),
-    "environment": dict(os.environ), "umask": os.umask(0o22), "streams": streams, "stdin": sys.stdin.read(),
-    "main": sorted(vars(__main__)), "executable": sys.executable, "name": __name__, "file": "__file__" in vars(),
-    "ignored": [n for n in signal.valid_signals() if signal.getsignal(n) == signal.SIG_IGN],
-    "blocked": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
-    "files": resource.getrlimit(resource.RLIMIT_NOFILE),
-    "descriptors": sorted(os.listdir("/proc/self/fd")), "session": os.getsid(0) == os.getpid(),
-    "group": os.getpgid(0) == os.getpid(), "stderr": os.path.sameopenfile(1, 2),
-}
-print(json.dumps(state))
+_HELPER_STATE = """
+"name": __name__, "file": "__file__" in vars(),
+"ignored": [n for n in signal.valid_signals() if signal.getsignal(n) == signal.SIG_IGN],
+"blocked": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+"group": os.getpgid(0) == os.getpid(), "stderr": os.path.sameopenfile(1, 2),
 """
+PROBE = (
+    "import json, os, resource, signal, sys, __main__\n"
+    + _state_probe("helper_zygote", _HELPER_STATE)
+    + "print(json.dumps(state))\n"
+)
 
 
 def _helper(executor: LocalExecutor, source: str, stdin: bytes = b"", timeout_s: float = 60) -> ExecResult:

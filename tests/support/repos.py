@@ -295,3 +295,17 @@ def checkout_fingerprint(repo: Path) -> dict[str, str]:
     digest["worktrees"] = read_only_git(repo, "worktree", "list", "--porcelain")
     digest["status"] = read_only_git(repo, "status", "--porcelain", "--untracked-files=all")
     return digest
+
+
+def plant_fsmonitor_git_dir(worktree: Path, marker: Path) -> Path:
+    """What a hostile repository or model can do to a task's worktree: a git dir of its own (`planted/.git`) whose
+    core.fsmonitor is a script that touches `marker`, named by the worktree's `.git` file. Returns the planted
+    repository."""
+    planted = worktree / "planted"
+    git(worktree, "init", "-q", str(planted))
+    monitor = planted / "monitor.sh"
+    monitor.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    monitor.chmod(0o755)
+    git(planted, "config", "core.fsmonitor", str(monitor))
+    (worktree / ".git").write_text(f"gitdir: {planted / '.git'}\n")
+    return planted

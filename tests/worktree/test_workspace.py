@@ -27,7 +27,7 @@ from agent.worktree.workspace import (
 )
 from sandbox import DEFAULT_IMAGE, DockerSandbox, docker_client, require_image
 
-from support.repos import checkout_fingerprint, make_repo
+from support.repos import checkout_fingerprint, make_repo, plant_fsmonitor_git_dir
 from support.repos import git as run_git
 
 MAX_FILE_BYTES = RunConfig.model_fields["max_file_bytes"].default
@@ -270,14 +270,8 @@ def test_a_git_dir_of_the_models_own_with_an_fsmonitor_runs_nothing_on_the_host(
     marker = tmp_path / "fsmonitor-ran"
     workspace = create(repo_path, "fsmonitor")
     try:
-        planted = workspace.path / "planted"
-        run_git(workspace.path, "init", "-q", str(planted))
-        script = planted / "monitor.sh"
-        script.write_text(f"#!/bin/sh\ntouch {marker}\n")
-        script.chmod(0o755)
-        run_git(planted, "config", "core.fsmonitor", str(script))
+        planted = plant_fsmonitor_git_dir(workspace.path, marker)
         run_git(planted, "config", "core.hooksPath", str(planted))
-        (workspace.path / ".git").write_text(f"gitdir: {planted / '.git'}\n")
         (workspace.path / "pkg/geometry.py").write_text("changed = True\n")
         workspace.diff(max_bytes=ALL)
         commit = workspace.commit("Change", {})
