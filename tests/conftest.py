@@ -58,6 +58,24 @@ os.environ["XDG_STATE_HOME"] = str(_session_home / "state")
 os.environ[ZYGOTE_ENV] = f"{os.getpid()}:{_session_home / 'zygote.sock'}"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules whose tests wait for work started as collection ends (a state the background makes, marked
+    started_at_collection, or an early fixture of support/early.py) run last, each whole and in the order collected:
+    that work then has the rest of the session's tests to get done on the other core, instead of the session waiting
+    for it at the first of them (tests/dispatch comes second of the tier)."""
+    from support.early import early_fixtures
+
+    early = early_fixtures()
+
+    def waits(item: pytest.Item) -> bool:
+        return item.get_closest_marker("started_at_collection") is not None or bool(
+            early & set(getattr(item, "fixturenames", ()))
+        )
+
+    waiting = {item.module for item in items if waits(item)}  # type: ignore[attr-defined]
+    items.sort(key=lambda item: getattr(item, "module", None) in waiting)
+
+
 # First of the collection's hooks: the background's process (support/background.py) is forked before any of the
 # others starts a thread (support/early.py's work), which a forked process would not have. Nothing for
 # --collect-only: nothing runs.

@@ -37,6 +37,11 @@ def started_early(start: Callable[[], Callable[[], Result]]) -> Any:
     return fixture
 
 
+def early_fixtures() -> set[str]:
+    """The names of the early fixtures (tests/conftest.py runs the modules that use them last)."""
+    return set(_STARTS)
+
+
 def _waiter(name: str) -> Callable[[], Any]:
     if name not in _WAITS:
         _WAITS[name] = functools.cache(_STARTS[name]())
