@@ -277,7 +277,8 @@ def test_a_helper_forked_by_the_helper_zygote_ends_as_the_interpreter_would_have
 
 def test_a_helper_that_hangs_is_killed_at_its_timeout(repo: Path, sandbox: LocalExecutor) -> None:
     hangs = "import time\nprint('hanging', flush=True)\ntime.sleep(300)\n"
-    result = _helper(sandbox, f"{FORKED.replace('pytest_zygote', 'helper_zygote')}{hangs}", timeout_s=2)
+    assert _helper(sandbox, "pass").exit_code == 0  # the zygote started: the half second is the helper's alone
+    result = _helper(sandbox, f"{FORKED.replace('pytest_zygote', 'helper_zygote')}{hangs}", timeout_s=0.5)
     assert result.timed_out and result.exit_code is None and result.output == "hanging\n"
     wait_for(lambda: not processes_under(repo), "the helper to be killed", timeout_s=30)
 
