@@ -104,10 +104,23 @@ class PlayedServer(LoopbackServer):
         self._upstream = _Upstream(upstream_url)
         self.script: list[Step] = list(script)
         self.summary = summary
-        self.exchanges: list[Exchange] = []
+        self._exchanges: list[tuple[int, Exchange]] = []  # by the order their requests came
         self._lock = threading.Lock()
+        # Chat requests still being answered: the client has its answer once the stream's last event is written,
+        # before the handler records the exchange (and a retry's request may arrive before the failed one's record).
+        self._answering = 0
+        self._settled = threading.Condition(self._lock)
         self._endings: dict[str, int] = {}
         super().__init__(self._handler())
+
+    @property
+    def exchanges(self) -> list[Exchange]:
+        """The chat requests in the order they came, each once its answer is recorded: read after the client has
+        its last answer, the handler that wrote it may still be recording it, so this waits for it."""
+        with self._settled:
+            if not self._settled.wait_for(lambda: self._answering == 0, timeout=UPSTREAM_TIMEOUT_S):
+                raise AssertionError("a chat request of the played server is still being answered")
+            return [exchange for _, exchange in sorted(self._exchanges, key=lambda numbered: numbered[0])]
 
     def _ending(self, reply: Reply) -> int:
         """The token the server is made to generate: EOS (the reply ends where the script ends) or, for a cut
@@ -178,6 +191,18 @@ class PlayedServer(LoopbackServer):
                         step: Step = played.summary
                     else:
                         step = played.script.pop(0) if played.script else EXHAUSTED
+                    number = played._answering + len(played._exchanges)
+                    played._answering += 1
+                try:
+                    exchange = self._answer(body, step)
+                    with played._lock:
+                        played._exchanges.append((number, exchange))
+                finally:
+                    with played._settled:
+                        played._answering -= 1
+                        played._settled.notify_all()
+
+            def _answer(self, body: dict[str, Any], step: Step) -> Exchange:
                 prompt = render(played.upstream_url, body)
                 exchange = Exchange(body=body, prompt=prompt, tokens=tokenize(played.upstream_url, prompt), step=step)
                 if isinstance(step, Fail):
@@ -194,8 +219,7 @@ class PlayedServer(LoopbackServer):
                     exchange.held_tokens = tokenize(played.upstream_url, exchange.held)
                     self.path = CHAT
                     self._relay("POST", json.dumps(request).encode(), exchange)
-                with played._lock:
-                    played.exchanges.append(exchange)
+                return exchange
 
         return Handler
 
