@@ -3,19 +3,13 @@ first, then the other remotes in order), else the checked-out branch. Never fetc
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from agent.nights.errors import NightError
-from agent.worktree.leftovers import read_small
+from agent.worktree.leftovers import written_branch
 from agent.worktree.safe_git import GitError, SafeGit
 from agent.worktree.workspace import BRANCH_PREFIX
-
-# "ref: refs/heads/<name>\n" with a name git accepts by any rule (a conservative subset: no "..", no part starting
-# with "." or ending in ".lock" or ".", none of git's special characters).
-_PART = r"[A-Za-z0-9_-](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?"
-_PLAIN_HEAD = re.compile(r"ref: (refs/heads/(?!.*\.lock(?:/|\n))" + _PART + r"(?:/" + _PART + r")*)\n")
 
 
 @dataclass(frozen=True)
@@ -29,9 +23,8 @@ class DefaultBranch:
 def _symbolic(git: SafeGit, ref: str) -> str | None:
     """The ref `ref` names, None when it is no symbolic ref. HEAD's file holding what git writes for a plain branch
     name answers without a git process (the user's git dir, not a worktree's); any other file is git's to read."""
-    written = read_small(git.git_dir / "HEAD") if ref == "HEAD" else None
-    if written is not None and (found := _PLAIN_HEAD.fullmatch(written)) and ".." not in found[1]:
-        return found[1]
+    if ref == "HEAD" and (branch := written_branch(git.git_dir / "HEAD")) is not None:
+        return branch
     try:
         return git.run("symbolic-ref", "-q", ref).decode("utf-8", errors="replace").strip() or None
     except GitError:

@@ -115,6 +115,27 @@ def forget_vanished_worktree(git_dir: Path, branch: str) -> None:
             shutil.rmtree(record, ignore_errors=True)
 
 
+# What git writes in a HEAD file naming a branch (a conservative subset of the names git accepts: no "..", no part
+# starting with "." or ending in ".lock" or ".", none of git's special characters), and in a loose ref file: what the
+# host reads of git's own files without a git process. Any other content is git's to read.
+_PART = r"[A-Za-z0-9_-](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?"
+_BRANCH_HEAD = re.compile(r"ref: (refs/heads/(?!.*\.lock(?:/|\n))" + _PART + r"(?:/" + _PART + r")*)\n")
+_LOOSE_REF = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64})\n")
+
+
+def written_branch(head_file: Path) -> str | None:
+    """The branch (refs/heads/...) a HEAD file names, when it holds exactly what git writes for a plain name."""
+    written = read_small(head_file)
+    found = _BRANCH_HEAD.fullmatch(written) if written is not None else None
+    return found[1] if found is not None and ".." not in found[1] else None
+
+
+def written_object_id(ref_file: Path) -> str | None:
+    """The object a loose ref file names, when it holds exactly what git writes."""
+    written = read_small(ref_file)
+    return written.strip() if written is not None and _LOOSE_REF.fullmatch(written) else None
+
+
 def read_small(path: Path) -> str | None:
     """A file of our own or of git's, read without following a symlink and within a byte cap."""
     try:

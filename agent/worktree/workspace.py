@@ -22,7 +22,7 @@ from pathlib import Path
 
 import git
 
-from agent.worktree.leftovers import forget_vanished_worktree, read_small
+from agent.worktree.leftovers import forget_vanished_worktree, written_branch, written_object_id
 from agent.worktree.safe_git import BlobReader, CappedOutput, GitError, SafeGit
 
 # Caches that test runs and tools leave behind: never part of a refactoring, even where the repository's own
@@ -64,8 +64,6 @@ FALLBACK_IDENTITY = {
 # `worktree add` that makes the branch (a process of its own: GitPython's object lookups share one `cat-file --batch`
 # pipe per Repo, which two tasks in threads would hang on), then read from the branch.
 USER_HEAD = "HEAD^{commit}"
-# A loose ref file naming an object, as git writes it.
-_LOOSE_REF = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64})\n")
 # `Name <email>`: git's own identity form, as the commits' author setting (RunConfig.author) gives it.
 _IDENTITY = re.compile(r"(?P<name>[^<>]*[^<>\s])\s*<(?P<email>[^<>\s]+)>")
 
@@ -196,9 +194,8 @@ def user_config(user_side: SafeGit) -> UserConfig:
 def _branch_tip(repo: git.Repo, hooks_dir: Path, branch: str) -> str:
     """The commit a new branch of the user's repository is at: its loose ref file, as `worktree add` wrote it (git
     reads a loose ref before packed-refs), else git's answer (a packed or symbolic ref, another ref backend)."""
-    written = read_small(Path(repo.common_dir) / "refs/heads" / branch)
-    if written is not None and _LOOSE_REF.fullmatch(written):
-        return written.strip()
+    if (written := written_object_id(Path(repo.common_dir) / "refs/heads" / branch)) is not None:
+        return written
     return user_git(repo, hooks_dir).run("rev-parse", "--verify", f"refs/heads/{branch}").strip().decode()
 
 
@@ -632,7 +629,7 @@ class Workspace:
         """Whether the worktree's HEAD is the symbolic ref `ref`. Its HEAD file in our bookkeeping directory (which the
         sandbox mounts read-only) holding exactly what git writes for that answers yes without a git process; any
         other file (a link, a detached HEAD, another backend's placeholder) is git's to read."""
-        if read_small(self.admin_dir / "HEAD") == f"ref: {ref}\n":
+        if written_branch(self.admin_dir / "HEAD") == ref:
             return True
         return self.git.run("symbolic-ref", "HEAD").strip().decode() == ref
 
